@@ -1,0 +1,29 @@
+"""Where the ledger and the homes are: flags > environment > defaults."""
+
+from __future__ import annotations
+
+import os
+
+from .db import default_database_path
+from .sync import Home
+
+ENV_DB = "OMG_LEDGER_DB"
+ENV_HOME = "OMG_HOME"
+ENV_INVOCATIONS = "OMG_LEDGER_INVOCATIONS"
+
+
+def resolve_db(flag: str | None) -> str:
+    return flag or os.environ.get(ENV_DB) or default_database_path()
+
+
+def resolve_homes(flags: tuple[str, ...] | list[str], label: str | None = None) -> list[Home]:
+    """`--home DIR` or `--home LABEL=DIR` (repeatable), else $OMG_HOME, else ~/.oh-my-graph."""
+    specs = list(flags) or [os.environ.get(ENV_HOME) or os.path.join(os.path.expanduser("~"), ".oh-my-graph")]
+    homes = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if sep and name and not os.path.exists(spec):
+            homes.append(Home.from_path(path, name))
+        else:
+            homes.append(Home.from_path(spec, label if len(specs) == 1 else None))
+    return homes

@@ -1,0 +1,211 @@
+"""Opening the ledger database: engine, pragmas, migrations, the sync lock.
+
+Every path that opens a ledger goes through :func:`open_ledger`, which brings the
+database to the migration head first (a new file is created and migrated; an older
+one is upgraded with a message; one from a newer omg-ledger is refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from alembic import command
+
+from .errors import DatabaseTooNew, DatabaseUnavailable, LedgerBusy
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
+
+
+def migrations_dir() -> Path:
+    return Path(str(resources.files("omg_ledger.migrations")))
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def database_url(db: str) -> str:
+    """Accept a SQLAlchemy URL or a plain filesystem path (SQLite)."""
+    if "://" in db:
+        return db
+    return "sqlite:///" + os.path.abspath(os.path.expanduser(db))
+
+
+def _prepare_sqlite_file(url: str) -> None:
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        return
+    directory = os.path.dirname(path) or "."
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            # Owner-only from the first byte: the runs it indexes are 0700/0600 too.
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create the ledger database {path}: {exc.strerror or exc}") from exc
+
+
+def create_ledger_engine(db: str) -> Engine:
+    url = database_url(db)
+    if url.startswith("sqlite"):
+        _prepare_sqlite_file(url)
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial
+            # Let SQLAlchemy drive transactions: pysqlite's own implicit BEGIN is off, we
+            # issue BEGIN IMMEDIATE for writes so two writers queue instead of deadlocking.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            try:
+                cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the sync
+            except Exception:
+                pass  # a read-only location: WAL cannot be set; reads still work
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # pragma: no cover - trivial
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """One write transaction (BEGIN IMMEDIATE on SQLite)."""
+    with engine.connect() as conn:
+        conn.info["write"] = True
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            conn.info["write"] = False
+
+
+def current_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
+    """Bring the database to head; refuse one that is ahead of this omg-ledger."""
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    try:
+        with write_transaction(engine) as conn:
+            if conn.dialect.name == "postgresql":
+                # Two first-time syncs must not both migrate.
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            current = current_revision(conn)
+            if current == head:
+                return
+            if current is not None:
+                try:
+                    script.get_revision(current)
+                except Exception as exc:
+                    raise DatabaseTooNew(
+                        f"the ledger database is at revision {current}, which this omg-ledger does not "
+                        f"know (its newest is {head}); it was written by a newer omg-ledger — upgrade "
+                        f"omg-ledger, or point --db at another database"
+                    ) from exc
+                if say is not None:
+                    say(f"upgrading the ledger database from revision {current} to {head}")
+            command.upgrade(alembic_config(conn), "head")
+    except OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}") from exc
+
+
+def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
+    engine = create_ledger_engine(db)
+    try:
+        migrate(engine, say=say)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise DatabaseUnavailable(f"cannot open the ledger database {db}: {exc}") from exc
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine
+
+
+def default_database_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "omg-ledger", "ledger.sqlite")
+
+
+@contextlib.contextmanager
+def sync_lock(engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
+    """Exclusive right to sync ``scope`` (a home label) into this ledger.
+
+    SQLite: an flock on a file beside the database (never inside a home). PostgreSQL:
+    a session advisory lock per scope, so different homes sync in parallel.
+    """
+    deadline = time.monotonic() + wait_seconds
+    if engine.dialect.name == "postgresql":
+        key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            while not conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar():
+                if time.monotonic() >= deadline:
+                    raise LedgerBusy(f"another sync of {scope} into this ledger is running; gave up after "
+                                     f"{wait_seconds:g}s (use --wait to wait longer)")
+                time.sleep(0.2)
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
+        return
+    path = make_url(str(engine.url)).database
+    if not path or path == ":memory:":
+        yield
+        return
+    lock_path = path + ".sync-lock"
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create the sync lock {lock_path}: {exc.strerror or exc}") from exc
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LedgerBusy(f"another sync holds this ledger ({lock_path}); gave up after "
+                                     f"{wait_seconds:g}s (use --wait to wait longer)") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)
+
+
+def stderr_say(message: str) -> None:
+    print(f"omg-ledger: {message}", file=sys.stderr)

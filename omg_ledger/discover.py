@@ -1,0 +1,105 @@
+"""Walk an oh-my-graph home: run and plan directories and the facts of each.
+
+Read-only: scandir and stat only. Symlinks are never followed (a run directory or file
+that is a symlink is reported, not read), so nothing outside the home is reached and
+a link loop cannot hang the walk.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+
+RACY_WINDOW_NS = 2_000_000_000  # a directory changed this recently may change again unseen
+
+
+@dataclass(frozen=True)
+class RunDirEntry:
+    run_id: str
+    path: str
+
+
+@dataclass(frozen=True)
+class SkippedEntry:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DirListing:
+    """What a run directory holds, from one scandir (plus one of failed/)."""
+
+    names: frozenset[str]  # regular files directly in the directory
+    artifacts: frozenset[str]  # '*.out' regular files directly in the directory
+    failed_outputs: frozenset[str]  # '*.out' regular files under failed/
+    symlinks: frozenset[str]
+
+
+def list_entries(parent: str) -> tuple[list[RunDirEntry], list[SkippedEntry]]:
+    """Subdirectories of ``parent`` (runs/ or plans/), sorted by name."""
+    entries: list[RunDirEntry] = []
+    skipped: list[SkippedEntry] = []
+    try:
+        with os.scandir(parent) as it:
+            items = list(it)
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [SkippedEntry(parent, f"cannot list directory: {exc.strerror or exc}")]
+    for item in sorted(items, key=lambda e: e.name):
+        if item.is_symlink():
+            skipped.append(SkippedEntry(item.path, "symlink not followed (omg-ledger never leaves the home)"))
+        elif item.is_dir(follow_symlinks=False):
+            entries.append(RunDirEntry(item.name, item.path))
+    return entries, skipped
+
+
+def stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int | None:
+    """A directory mtime we may compare next time, or None when it is too recent to trust.
+
+    File timestamps are coarse (a kernel tick): an entry created in the same tick as our
+    scan would leave the mtime unchanged and go unseen. Like git's "racy" index entries,
+    a recent mtime is not remembered, so the next sync rescans.
+    """
+    if info is None:
+        return None
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    if now_ns - info.st_mtime_ns < RACY_WINDOW_NS:
+        return None
+    return info.st_mtime_ns
+
+
+def list_run_dir(path: str) -> DirListing:
+    names: set[str] = set()
+    artifacts: set[str] = set()
+    links: set[str] = set()
+    with os.scandir(path) as it:
+        for item in it:
+            if item.is_symlink():
+                links.add(item.name)
+            elif item.is_file(follow_symlinks=False):
+                names.add(item.name)
+                if item.name.endswith(".out"):
+                    artifacts.add(item.name)
+    failed: set[str] = set()
+    try:
+        with os.scandir(os.path.join(path, "failed")) as it:
+            for item in it:
+                if item.name.endswith(".out") and item.is_file(follow_symlinks=False):
+                    failed.add(item.name)
+    except OSError:
+        pass
+    return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links))
+
+
+def is_regular(info: os.stat_result | None) -> bool:
+    return info is not None and stat.S_ISREG(info.st_mode)

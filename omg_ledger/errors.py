@@ -1,0 +1,46 @@
+"""Errors the library raises, named after the condition. The CLI turns them into
+messages that say what to do next, and exit codes cron can act on."""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Base of every error omg-ledger reports to a user."""
+
+    exit_code = 1
+
+
+class DatabaseTooNew(LedgerError):
+    """The ledger database was migrated by a newer omg-ledger."""
+
+    exit_code = 3
+
+
+class DatabaseUnavailable(LedgerError):
+    """The ledger database cannot be opened or written (path, permissions, disk)."""
+
+    exit_code = 3
+
+
+class LedgerBusy(LedgerError):
+    """Another sync holds the ledger for longer than we were told to wait."""
+
+    exit_code = 75  # EX_TEMPFAIL: cron may simply try again later
+
+
+class RunNotFound(LedgerError):
+    exit_code = 4
+
+
+class AmbiguousRun(LedgerError):
+    exit_code = 4
+
+
+class ReadOnlyViolation(LedgerError):
+    """A statement given to `sql`/`query` would write."""
+
+    exit_code = 2
+
+
+class BadArgument(LedgerError):
+    exit_code = 2

@@ -1,0 +1,254 @@
+"""events.jsonl reader: complete lines from a byte offset, validated one by one.
+
+The stream is append-only and crash-safe (RUN-FEED.md): a partial last line is not an
+event yet, so the offset we hand back always sits just after the last complete line.
+Bad lines are reported with their byte offset and skipped; a line written in a newer
+schema stops reading *before* it, so a newer omg-ledger can resume at that byte.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+import orjson
+
+from .units import BadTimestamp, parse_timestamp
+
+SUPPORTED_SCHEMA = 3
+MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
+READ_CHUNK = 1 << 20
+HEAD_BYTES = 1024  # fingerprinted head: a replaced file is noticed even at equal size
+
+KNOWN_EVENTS = frozenset(
+    {
+        "run_started",
+        "run_finished",
+        "node_started",
+        "node_passed",
+        "node_failed",
+        "node_retried",
+        "gate_paused",
+        "gate_approved",
+        "gate_rejected",
+    }
+)
+NODE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith(("node_", "gate_")))
+TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
+_STRING_FIELDS = ("run_id", "node_id", "phase", "outcome", "verdict", "detail", "session_id", "provenance")
+_KEY_PATTERN = re.compile(rb'"\s*:')
+
+
+@dataclass(frozen=True)
+class Event:
+    """One valid stream line. ``data`` is the parsed object; ``raw`` the exact line."""
+
+    line_no: int
+    byte_offset: int
+    data: dict
+    raw: str
+    ts: str  # normalized UTC
+    at_us: int
+
+    @property
+    def type(self) -> str:
+        return self.data["event"]
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    byte_offset: int
+    reason: str
+
+
+@dataclass
+class StreamChunk:
+    """What one read of a stream produced."""
+
+    events: list[Event] = field(default_factory=list)
+    problems: list[LineProblem] = field(default_factory=list)
+    offset: int = 0  # byte offset after the last complete line consumed
+    next_line: int = 1
+    bytes_read: int = 0
+    blocked_reason: str | None = None  # set when a newer schema stopped reading
+
+
+class NotARegularFile(OSError):
+    pass
+
+
+def open_stream(path: str) -> int:
+    """Open read-only without following a symlink and without hanging on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file")
+    return fd
+
+
+def read_head(fd: int, length: int) -> bytes:
+    return os.pread(fd, length, 0)
+
+
+def read_stream(fd: int, start_offset: int, start_line: int) -> StreamChunk:
+    """Read complete lines from ``start_offset`` to EOF of an open file descriptor."""
+    chunk = StreamChunk(offset=start_offset, next_line=start_line)
+    position = start_offset  # where `buffer` starts in the file
+    buffer = b""
+    skipping_long_line_at: int | None = None
+    while True:
+        data = os.pread(fd, READ_CHUNK, position + len(buffer))
+        if not data:
+            break
+        chunk.bytes_read += len(data)
+        buffer += data
+        start = 0
+        while True:
+            newline = buffer.find(b"\n", start)
+            if newline == -1:
+                break
+            line_offset = position + start
+            if skipping_long_line_at is not None:
+                chunk.problems.append(
+                    LineProblem(skipping_long_line_at, f"line longer than {MAX_LINE_BYTES} bytes; skipped")
+                )
+                skipping_long_line_at = None
+            else:
+                stop = _take_line(chunk, buffer[start:newline], line_offset)
+                if stop:
+                    return chunk
+            chunk.next_line += 1
+            start = newline + 1
+            chunk.offset = position + start
+        position += start
+        buffer = buffer[start:]
+        if len(buffer) > MAX_LINE_BYTES:
+            # A runaway line: remember where it began, drop what we hold, keep scanning
+            # for its end without buffering it.
+            if skipping_long_line_at is None:
+                skipping_long_line_at = position
+            position += len(buffer)
+            buffer = b""
+    return chunk
+
+
+def _take_line(chunk: StreamChunk, line: bytes, offset: int) -> bool:
+    """Validate one complete line into ``chunk``. Returns True to stop reading."""
+    if line.endswith(b"\r"):
+        line = line[:-1]  # CRLF: the JSON is the same
+    if not line.strip():
+        return False  # a blank line carries nothing
+    if len(line) > MAX_LINE_BYTES:
+        chunk.problems.append(LineProblem(offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
+        return False
+    result = parse_event_line(line)
+    if isinstance(result, str):
+        chunk.problems.append(LineProblem(offset, result))
+        return False
+    data, ts, at_us = result
+    if data["schema"] > SUPPORTED_SCHEMA:
+        chunk.blocked_reason = (
+            f"event schema {data['schema']} is newer than this omg-ledger understands "
+            f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"
+        )
+        chunk.problems.append(LineProblem(offset, chunk.blocked_reason))
+        return True
+    chunk.events.append(Event(chunk.next_line, offset, data, line.decode("utf-8"), ts, at_us))
+    return False
+
+
+def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
+    """Parse and type-check one line. Returns (object, ts, at_us) or a reason string."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict):
+        return f"not a JSON object but {type(data).__name__}"
+    duplicate = _duplicate_key(line, data)
+    if duplicate is not None:
+        return f"duplicate key {duplicate!r}"
+    reason = check_event(data)
+    if reason is not None:
+        return reason
+    try:
+        ts, at_us = parse_timestamp(data["ts"])
+    except BadTimestamp as exc:
+        return str(exc)
+    return data, ts, at_us
+
+
+def check_event(data: dict) -> str | None:
+    """Type-check the fields this ledger derives from; None when the event is usable."""
+    schema = data.get("schema")
+    if not _is_int(schema) or schema < 1:
+        return f"missing or invalid 'schema': {schema!r}"
+    event = data.get("event")
+    if not isinstance(event, str) or not event:
+        return f"missing or invalid 'event': {event!r}"
+    if not isinstance(data.get("ts"), str):
+        return f"missing or invalid 'ts': {data.get('ts')!r}"
+    for name in _STRING_FIELDS:
+        if name in data and not isinstance(data[name], str):
+            return f"'{name}' must be a string, got {data[name]!r}"
+    if event in NODE_EVENTS and not data.get("node_id"):
+        return f"{event} without a node_id"
+    if "cost_usd" in data:
+        cost = data["cost_usd"]
+        if not isinstance(cost, int | float) or isinstance(cost, bool) or not math.isfinite(cost) or cost < 0:
+            return f"'cost_usd' must be a non-negative number, got {cost!r}"
+    if "cost_unknown" in data and not isinstance(data["cost_unknown"], bool):
+        return f"'cost_unknown' must be a boolean, got {data['cost_unknown']!r}"
+    for name in ("retries", "round"):
+        if name in data and (not _is_int(data[name]) or data[name] < 0):
+            return f"'{name}' must be a non-negative integer, got {data[name]!r}"
+    if "usage" in data:
+        usage = data["usage"]
+        if not isinstance(usage, dict):
+            return f"'usage' must be an object, got {usage!r}"
+        for name in TOKEN_FIELDS:
+            if name in usage and (not _is_int(usage[name]) or usage[name] < 0 or usage[name] >= 1 << 63):
+                return f"'usage.{name}' must be a non-negative integer, got {usage[name]!r}"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count_keys(value: object) -> int:
+    if isinstance(value, dict):
+        return len(value) + sum(_count_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_count_keys(v) for v in value)
+    return 0
+
+
+def _duplicate_key(line: bytes, data: dict) -> str | None:
+    """Find a key repeated within one object (JSON parsers silently keep the last).
+
+    Cheap pre-check: a line whose `"<ws>:` count equals the parsed key count cannot
+    hold a duplicate; only the rare mismatch (a detail containing '":', or a real
+    duplicate) pays for the slow exact check.
+    """
+    if len(_KEY_PATTERN.findall(line)) == _count_keys(data):
+        return None
+    found: list[str] = []
+
+    def hook(pairs: list[tuple[str, object]]) -> dict:
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen and not found:
+                found.append(key)
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        json.loads(line, object_pairs_hook=hook)
+    except ValueError:
+        return None
+    return found[0] if found else None

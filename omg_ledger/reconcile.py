@@ -1,0 +1,666 @@
+"""Pure reconciliation: one run's stream + snapshot facts in, ledger rows out.
+
+No I/O happens here. Every rule is from RUN-FEED.md (seeds/run-feed-contract.txt) or
+from what the real engine is seen doing in the corpus (corpus/README.md), and each is
+pinned by a table-driven test in tests/test_reconcile.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .feed import TOKEN_FIELDS, Event
+from .units import usd_to_nanos
+
+PLANNING = "planning"
+RUN = "run"
+TERMINAL_EVENTS = ("node_passed", "node_failed")
+SETTLED_VERDICTS = ("PASS", "FAIL")
+
+
+@dataclass(frozen=True)
+class RunInput:
+    run_id: str
+    events: Sequence[Event]  # every valid event of the run, in file order
+    snapshot: dict | None = None  # a valid state.json, or None when absent/unreadable
+    assess: dict | None = None  # a valid assess.json
+    artifacts: frozenset[str] = frozenset()  # flat '*.out' names in the run directory
+    failed_outputs: frozenset[str] = frozenset()  # '*.out' names under failed/
+
+
+@dataclass
+class Leg:
+    ordinal: int
+    phase: str
+    kind: str
+    started_at: str | None
+    started_at_us: int | None
+    start_line: int | None
+    finished_at: str | None = None
+    outcome: str | None = None
+    detail: str | None = None
+    is_open: bool = True
+    closed_by: str | None = None
+    session_limited: bool = False
+    end_line: int | None = None
+
+
+@dataclass
+class Execution:
+    """One execution of a node within a leg (a row of `rounds`)."""
+
+    leg_ordinal: int
+    node_id: str
+    seq: int
+    round: int
+    started_at: str | None = None
+    start_line: int | None = None
+    ended_at: str | None = None
+    end_line: int | None = None
+    outcome: str | None = None
+    retries: int = 0
+    session_id: str | None = None
+    provenance: str | None = None
+    detail: str | None = None
+    cost_nano_usd: int | None = None
+    cost_unknown: bool = False
+    unrecorded_attempts: int = 0
+
+    @property
+    def closed(self) -> bool:
+        return self.outcome is not None
+
+
+@dataclass
+class Charge:
+    seq: int
+    kind: str
+    leg_ordinal: int | None
+    leg_kind: str | None
+    node_id: str | None
+    round: int | None
+    at: str | None
+    at_us: int | None
+    cost_nano_usd: int | None
+    cost_unknown: bool
+    tokens: tuple[int, int, int, int]
+    source_file: str
+    source_offset: int | None
+    source_line: int | None
+
+
+@dataclass
+class Finding:
+    kind: str
+    node_id: str | None
+    leg_ordinal: int | None
+    detail: str
+
+
+@dataclass
+class RunRows:
+    run: dict
+    legs: list[Leg] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    rounds: list[Execution] = field(default_factory=list)
+    charges: list[Charge] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    goal_cycle: dict | None = None
+
+
+def artifact_name(node_id: str) -> str:
+    """The flat artifact filename: every '/' becomes '~' (RUN-FEED.md)."""
+    return node_id.replace("/", "~") + ".out"
+
+
+def has_accounting(data: dict) -> bool:
+    usage = data.get("usage") or {}
+    return "cost_usd" in data or bool(data.get("cost_unknown")) or any(usage.get(t) for t in TOKEN_FIELDS)
+
+
+def _cost(data: dict) -> tuple[int | None, bool]:
+    """(nano-dollars or None, unknown). cost_unknown makes any number beside it filler."""
+    if data.get("cost_unknown"):
+        return None, True
+    return usd_to_nanos(data.get("cost_usd", 0)), False
+
+
+def _tokens(usage: object) -> tuple[int, int, int, int]:
+    if not isinstance(usage, dict):
+        return (0, 0, 0, 0)
+    return tuple(int(usage.get(name) or 0) for name in TOKEN_FIELDS)  # type: ignore[return-value]
+
+
+def _add_cost(total: int | None, unknown: bool, cost: int | None, cost_unknown: bool) -> tuple[int | None, bool]:
+    known = (total or 0) + (cost or 0)
+    return known, unknown or cost_unknown
+
+
+class _Reconciler:
+    def __init__(self, run: RunInput) -> None:
+        self.input = run
+        self.legs: list[Leg] = []
+        self.open_leg: Leg | None = None
+        self.last_outcome: str | None = None
+        self.last_detail: str | None = None
+        self.executions: list[Execution] = []
+        self.current: dict[tuple[int, str], Execution] = {}
+        self.exec_count: dict[tuple[int, str], int] = {}
+        self.charges: list[Charge] = []
+        self.findings: list[Finding] = []
+        self.terminals: dict[str, list[tuple[Event, Execution]]] = {}
+        self.recorder_events: dict[str, list[Event]] = {}  # what the snapshot recorder saw
+        self.last_started: dict[str, Event] = {}
+
+    # -- legs ---------------------------------------------------------------------
+
+    def _open(self, event: Event, phase: str) -> Leg:
+        if phase == PLANNING:
+            kind = PLANNING
+        else:
+            previous = [leg for leg in self.legs if leg.phase == RUN]
+            if not previous:
+                kind = "initial"
+            else:
+                kind = {"paused": "resume", "failed": "retry"}.get(
+                    previous[-1].outcome or "", "after-abandoned" if previous[-1].outcome is None else "rerun"
+                )
+        leg = Leg(len(self.legs) + 1, phase, kind, event.ts, event.at_us, event.line_no)
+        self.legs.append(leg)
+        self.open_leg = leg
+        return leg
+
+    def _close(self, leg: Leg, event: Event, closed_by: str, outcome: str | None) -> None:
+        leg.is_open = False
+        leg.closed_by = closed_by
+        leg.outcome = outcome
+        leg.end_line = event.line_no
+        if closed_by != "superseded":
+            leg.finished_at = event.ts
+        self.open_leg = None
+
+    def run_started(self, event: Event) -> None:
+        phase = PLANNING if event.data.get("phase") == PLANNING else RUN
+        planning_leg = None
+        if self.open_leg is not None:
+            if self.open_leg.phase == PLANNING and phase == RUN:
+                # The unphased run_started commits the plan: it closes the planning
+                # phase (same leg, same lock — no run_finished between them).
+                planning_leg = self.open_leg
+                self._close(planning_leg, event, "plan_committed", "planned")
+            else:
+                # Every run_started is a leg boundary: an earlier leg left open was
+                # killed; its nodes are not running any more.
+                self._close(self.open_leg, event, "superseded", None)
+        leg = self._open(event, phase)
+        if has_accounting(event.data):
+            charge_leg = planning_leg or leg
+            self._charge(event, "planning", charge_leg.ordinal, PLANNING, None, None)
+
+    def run_finished(self, event: Event) -> None:
+        leg = self.open_leg
+        if leg is None:
+            self.findings.append(
+                Finding(
+                    "run_finished_without_leg",
+                    None,
+                    None,
+                    f"line {event.line_no}: run_finished with no run_started before it (damage, not a leg)",
+                )
+            )
+            if has_accounting(event.data):
+                self._charge(event, "other", None, None, None, None)
+            return
+        outcome = event.data.get("outcome")
+        detail = event.data.get("detail")
+        self._close(leg, event, "run_finished", outcome)
+        leg.detail = detail
+        leg.session_limited = outcome == "paused" and "session limit" in (detail or "")
+        self.last_outcome, self.last_detail = outcome, detail
+        if has_accounting(event.data):
+            kind = "refused" if leg.phase == PLANNING else "other"
+            self._charge(event, kind, leg.ordinal, leg.kind, None, None)
+
+    # -- node executions ----------------------------------------------------------
+
+    def _leg_ordinal(self) -> int:
+        return self.open_leg.ordinal if self.open_leg is not None else 0
+
+    def _new_execution(self, event: Event, node_id: str, started: bool) -> Execution:
+        key = (self._leg_ordinal(), node_id)
+        seq = self.exec_count.get(key, 0) + 1
+        self.exec_count[key] = seq
+        execution = Execution(key[0], node_id, seq, int(event.data.get("round") or 0))
+        if started:
+            execution.started_at = event.ts
+            execution.start_line = event.line_no
+            execution.session_id = event.data.get("session_id")
+        self.executions.append(execution)
+        self.current[key] = execution
+        return execution
+
+    def _execution(self, event: Event, node_id: str) -> Execution:
+        execution = self.current.get((self._leg_ordinal(), node_id))
+        if execution is None or execution.closed:
+            execution = self._new_execution(event, node_id, started=False)
+        return execution
+
+    def _end(self, execution: Execution, event: Event, outcome: str) -> None:
+        execution.outcome = outcome
+        execution.ended_at = event.ts
+        execution.end_line = event.line_no
+        if event.data.get("detail") is not None:
+            execution.detail = event.data["detail"]
+
+    def node_started(self, event: Event) -> None:
+        node_id = event.data["node_id"]
+        self._new_execution(event, node_id, started=True)
+        self.last_started[node_id] = event
+
+    def node_retried(self, event: Event) -> None:
+        node_id = event.data["node_id"]
+        execution = self._execution(event, node_id)
+        retries = int(event.data.get("retries") or 0)
+        feedback = retries == 0 and int(event.data.get("round") or 0) >= 1
+        if has_accounting(event.data):
+            self._charge_execution(event, execution, "feedback" if feedback else "retry")
+        elif not feedback:
+            # A plain retry's failed attempt was paid for, but the engine records its
+            # spend nowhere (corpus README #1). Count it; never invent a number.
+            execution.unrecorded_attempts += 1
+        if feedback:
+            self._end(execution, event, "FEEDBACK")
+            self.recorder_events.setdefault(node_id, []).append(event)
+        else:
+            execution.retries = retries
+            if event.data.get("session_id"):
+                execution.session_id = event.data["session_id"]
+
+    def node_terminal(self, event: Event) -> None:
+        node_id = event.data["node_id"]
+        execution = self._execution(event, node_id)
+        if "round" in event.data:
+            execution.round = int(event.data["round"])
+        execution.retries = int(event.data.get("retries") or 0)
+        execution.provenance = event.data.get("provenance")
+        if event.data.get("session_id"):
+            execution.session_id = event.data["session_id"]
+        if has_accounting(event.data):
+            self._charge_execution(event, execution, "node")
+        self._end(execution, event, "PASS" if event.type == "node_passed" else "FAIL")
+        self.terminals.setdefault(node_id, []).append((event, execution))
+        self.recorder_events.setdefault(node_id, []).append(event)
+
+    def gate_paused(self, event: Event) -> None:
+        execution = self._execution(event, event.data["node_id"])
+        self._end(execution, event, "PAUSED")
+
+    # -- money ----------------------------------------------------------------------
+
+    def _charge_execution(self, event: Event, execution: Execution, kind: str) -> None:
+        charge = self._charge(event, kind, execution.leg_ordinal or None, self._leg_kind(execution.leg_ordinal),
+                              execution.node_id, execution.round)
+        execution.cost_nano_usd, execution.cost_unknown = _add_cost(
+            execution.cost_nano_usd, execution.cost_unknown, charge.cost_nano_usd, charge.cost_unknown
+        )
+
+    def _leg_kind(self, ordinal: int | None) -> str | None:
+        return self.legs[ordinal - 1].kind if ordinal else None
+
+    def _charge(self, event: Event, kind: str, leg_ordinal: int | None, leg_kind: str | None,
+                node_id: str | None, round_: int | None) -> Charge:
+        cost, unknown = _cost(event.data)
+        charge = Charge(len(self.charges) + 1, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
+                        event.at_us, cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
+                        event.byte_offset, event.line_no)
+        self.charges.append(charge)
+        return charge
+
+    # -- the walk -------------------------------------------------------------------
+
+    def walk(self) -> None:
+        handlers = {
+            "run_started": self.run_started,
+            "run_finished": self.run_finished,
+            "node_started": self.node_started,
+            "node_retried": self.node_retried,
+            "node_passed": self.node_terminal,
+            "node_failed": self.node_terminal,
+            "gate_paused": self.gate_paused,
+        }
+        for event in self.input.events:
+            handler = handlers.get(event.type)
+            if handler is not None:  # unknown event types are kept as events, not derived from
+                handler(event)
+
+
+def _simulate_recorder(events: list[Event]) -> tuple[int, bool, int, str]:
+    """Replay what the engine's snapshot recorder folds into a node's record.
+
+    A record replaces the previous one, except that a later round (or the verdict that
+    settles a feedback marker of the same round) carries the superseded spend forward.
+    Returns (cost, unknown, round, verdict) of the resulting record.
+    """
+    cost, unknown, round_, verdict = 0, False, -1, ""
+    for event in events:
+        rec_round = int(event.data.get("round") or 0)
+        rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
+        rec_cost, rec_unknown = _cost(event.data)
+        rec_cost = rec_cost or 0
+        supersedes = round_ >= 0 and (
+            rec_round > round_ or (rec_round == round_ and verdict == "" and rec_verdict != "")
+        )
+        if supersedes:
+            rec_cost += cost
+            rec_unknown = rec_unknown or unknown
+        cost, unknown, round_, verdict = rec_cost, rec_unknown, rec_round, rec_verdict
+    return cost, unknown, round_, verdict
+
+
+def _record_matches(event: Event, record: dict) -> bool:
+    verdict = "PASS" if event.type == "node_passed" else "FAIL"
+    if record.get("verdict") != verdict:
+        return False
+    if int(record.get("round") or 0) != int(event.data.get("round") or 0):
+        return False
+    ours, theirs = event.data.get("session_id"), record.get("session_id")
+    return not (ours and theirs and ours != theirs)
+
+
+def reconcile(run: RunInput) -> RunRows:
+    """Derive every ledger row of one run from its facts. Pure and deterministic."""
+    r = _Reconciler(run)
+    r.walk()
+    snapshot = run.snapshot or {}
+    graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
+    graph_nodes = {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
+    records: dict[str, dict] = snapshot.get("nodes") or {}
+    last_event = run.events[-1] if run.events else None
+
+    node_ids = sorted(set(graph_nodes) | set(records) | {e.node_id for e in r.executions})
+    node_rows = []
+    for node_id in node_ids:
+        node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event))
+
+    charges_by_node: dict[str, list[Charge]] = {}
+    if run.assess is not None and isinstance(run.assess.get("assess_cost_usd"), int | float):
+        # The assessment call's spend exists only here. It is dated at the assessed run's
+        # last event: assessment runs right after that cycle's final run_finished.
+        at = last_event.ts if last_event else None
+        at_us = last_event.at_us if last_event else None
+        r.charges.append(Charge(len(r.charges) + 1, "assessment", None, "assessment", None, None, at, at_us,
+                                usd_to_nanos(run.assess["assess_cost_usd"]), False, (0, 0, 0, 0),
+                                "assess.json", None, None))
+    for charge in r.charges:
+        if charge.node_id is not None:
+            charges_by_node.setdefault(charge.node_id, []).append(charge)
+    for row in node_rows:
+        mine = charges_by_node.get(row["node_id"], [])
+        row["cost_nano_usd"] = sum(c.cost_nano_usd or 0 for c in mine)
+        row["invocations"] = len(mine)
+        row["unknown_cost_invocations"] = sum(1 for c in mine if c.cost_unknown)
+        row["unrecorded_attempts"] = sum(
+            e.unrecorded_attempts + (1 if _ended_without_terminal(r, e) else 0)
+            for e in r.executions if e.node_id == row["node_id"]
+        )
+
+    run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
+    goal = _goal_cycle(run, snapshot)
+    return RunRows(run_row, r.legs, node_rows, r.executions, r.charges, r.findings, goal)
+
+
+def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
+    """An execution whose leg closed without a terminal for it: its call's spend (a
+    session limit, a killed leg) is recorded nowhere."""
+    if execution.outcome is not None or not execution.started_at:
+        return False
+    leg = r.legs[execution.leg_ordinal - 1] if execution.leg_ordinal else None
+    return leg is not None and not leg.is_open
+
+
+def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, record: dict | None,
+              last_event: Event | None) -> dict:
+    terminals = r.terminals.get(node_id, [])
+    latest = terminals[-1] if terminals else None
+    verdict = provenance = session_id = detail = None
+    retries = round_ = last_leg = None
+    verdict_source = None
+    if latest is not None:
+        event, execution = latest
+        verdict = execution.outcome
+        verdict_source = "stream"
+        retries, round_ = execution.retries, execution.round
+        provenance, session_id, detail = execution.provenance, execution.session_id, execution.detail
+        last_leg = execution.leg_ordinal or None
+
+    if record is not None and record.get("verdict") in SETTLED_VERDICTS:
+        if not any(_record_matches(ev, record) for ev, _ in terminals):
+            # The snapshot holds a terminal verdict the stream never carried: the event
+            # write was dropped (non-fatal in the engine). Recover it, flagged.
+            verdict, verdict_source = record["verdict"], "snapshot"
+            round_ = int(record.get("round") or 0)
+            provenance, session_id, detail = record.get("provenance"), record.get("session_id"), record.get("detail")
+            retries = int(record.get("retries") or 0)
+            _recover(r, node_id, record, last_event)
+            last_leg = r.charges[-1].leg_ordinal if r.charges and r.charges[-1].kind == "recovered" else last_leg
+        elif latest is not None and not _record_matches(latest[0], record):
+            r.findings.append(Finding(
+                "snapshot_behind", node_id, latest[1].leg_ordinal or None,
+                f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
+                f"terminal (line {latest[0].line_no}) has no snapshot record (dropped snapshot write, or "
+                f"the snapshot has not caught up yet)",
+            ))
+        else:
+            _check_cost(r, node_id, record)
+    elif latest is not None and run.snapshot is not None and record is None:
+        r.findings.append(Finding(
+            "snapshot_record_missing", node_id, latest[1].leg_ordinal or None,
+            f"{latest[0].type} for {node_id} at line {latest[0].line_no} has no record in state.json "
+            f"(dropped snapshot write)",
+        ))
+
+    executions = [e for e in r.executions if e.node_id == node_id]
+    state = _node_state(r, executions, verdict)
+    name = artifact_name(node_id)
+    has_artifact = name in run.artifacts
+    budget = (record or {}).get("budget_usd", (spec or {}).get("budget_usd"))
+    return {
+        "node_id": node_id,
+        "node_type": (spec or {}).get("type"),
+        "in_graph": spec is not None,
+        "verdict": verdict,
+        "verdict_source": verdict_source,
+        "state": state,
+        "retries": retries,
+        "round": round_,
+        "provenance": provenance,
+        "judged": bool(record.get("judged")) if record is not None else None,
+        "budget_nano_usd": usd_to_nanos(budget) if isinstance(budget, int | float) and budget else None,
+        "duration_ns": record.get("duration") if record is not None else None,
+        "session_id": session_id,
+        "detail": detail,
+        "artifact_name": name,
+        "artifact_path": (record or {}).get("artifact_path") or None,
+        "has_artifact": has_artifact,
+        "has_failed_output": name in run.failed_outputs,
+        "budget_overrun": verdict == "FAIL" and has_artifact,
+        "last_leg": last_leg,
+        "snapshot_verdict": record.get("verdict") if record is not None else None,
+        "snapshot_round": int(record.get("round") or 0) if record is not None else None,
+        "snapshot_cost_nano_usd": _record_cost(record),
+        "snapshot_cost_unknown": bool(record.get("cost_unknown")) if record is not None else None,
+    }
+
+
+def _record_cost(record: dict | None) -> int | None:
+    if record is None or record.get("cost_unknown"):
+        return None
+    return usd_to_nanos(record.get("cost_usd") or 0)
+
+
+def _node_state(r: _Reconciler, executions: list[Execution], verdict: str | None) -> str:
+    if not executions:
+        return "settled" if verdict else "pending"
+    last = executions[-1]
+    leg = r.legs[last.leg_ordinal - 1] if last.leg_ordinal else None
+    leg_open = leg is not None and leg.is_open
+    if last.outcome in SETTLED_VERDICTS:
+        return "settled"
+    if last.outcome == "PAUSED":
+        return "paused"
+    if verdict and not leg_open:
+        return "settled"
+    return "running" if leg_open else "unfinished"
+
+
+def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
+    cost, unknown, _, _ = _simulate_recorder(r.recorder_events.get(node_id, []))
+    if unknown or record.get("cost_unknown"):
+        return
+    theirs = usd_to_nanos(record.get("cost_usd") or 0)
+    if theirs != cost:
+        r.findings.append(Finding(
+            "cost_mismatch", node_id, None,
+            f"state.json records ${theirs / 1e9:.6f} for {node_id}; its charges on the stream "
+            f"account for ${cost / 1e9:.6f}",
+        ))
+
+
+def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | None) -> None:
+    """Add the charge of a terminal event the stream dropped, from the snapshot record.
+
+    The record may have folded earlier rounds' spend in; only the part the stream does
+    not already carry is charged. Dated at the node's last node_started (the execution
+    the dropped terminal ended), else at the run's last event.
+    """
+    prior_cost, prior_unknown, prior_round, prior_verdict = _simulate_recorder(r.recorder_events.get(node_id, []))
+    rec_round = int(record.get("round") or 0)
+    folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
+    unknown = bool(record.get("cost_unknown"))
+    cost = None if unknown else usd_to_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
+    started = r.last_started.get(node_id)
+    anchor = started or last_event
+    leg_ordinal = None
+    for execution in reversed(r.executions):
+        if execution.node_id == node_id:
+            leg_ordinal = execution.leg_ordinal or None
+            if execution.outcome is None:
+                execution.outcome = record["verdict"]
+                execution.cost_nano_usd, execution.cost_unknown = cost, unknown
+            break
+    r.findings.append(Finding(
+        "dropped_event", node_id, leg_ordinal,
+        f"state.json records {record['verdict']} for {node_id} but the stream has no matching terminal "
+        f"event; recovered from the snapshot",
+    ))
+    if cost is not None and cost < 0:
+        r.findings.append(Finding("recovery_negative", node_id, leg_ordinal,
+                                  f"snapshot cost for {node_id} is below what the stream already charged"))
+        return
+    r.charges.append(Charge(len(r.charges) + 1, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
+                            rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
+                            unknown, _tokens(record.get("usage")), "state.json", None, None))
+
+
+def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
+             records: dict, node_rows: list[dict]) -> dict:
+    events = run.events
+    last_leg = r.legs[-1] if r.legs else None
+    has_snapshot = run.snapshot is not None
+    tokens = [sum(c.tokens[i] for c in r.charges) for i in range(4)]
+    row: dict = {
+        "event_count": len(events),
+        "first_event_at": events[0].ts if events else None,
+        "first_event_at_us": events[0].at_us if events else None,
+        "last_event_at": events[-1].ts if events else None,
+        "last_event_at_us": events[-1].at_us if events else None,
+        "leg_count": sum(1 for leg in r.legs if leg.phase == RUN),
+        "any_leg": bool(r.legs),
+        "last_leg_open": bool(last_leg and last_leg.is_open),
+        "last_leg_phase": last_leg.phase if last_leg else None,
+        "last_outcome": r.last_outcome,
+        "last_detail": r.last_detail,
+        "cost_nano_usd": sum(c.cost_nano_usd or 0 for c in r.charges),
+        "invocations": len(r.charges),
+        "unknown_cost_invocations": sum(1 for c in r.charges if c.cost_unknown),
+        "unrecorded_attempts": sum(n["unrecorded_attempts"] for n in node_rows),
+        "input_tokens": tokens[0],
+        "cached_input_tokens": tokens[1],
+        "output_tokens": tokens[2],
+        "reasoning_output_tokens": tokens[3],
+    }
+    if not has_snapshot:
+        row.update({k: None for k in SNAPSHOT_COLUMNS})
+        return row
+    goal = snapshot.get("goal") if isinstance(snapshot.get("goal"), dict) else {}
+    evidence = snapshot.get("build_evidence") if isinstance(snapshot.get("build_evidence"), dict) else {}
+    gate = snapshot.get("gate") if isinstance(snapshot.get("gate"), dict) else {}
+    planning_unknown = bool(snapshot.get("planning_cost_unknown"))
+    planning = None if planning_unknown else usd_to_nanos(snapshot.get("planning_cost_usd") or 0)
+    snapshot_cost = (planning or 0) + sum(_record_cost(rec) or 0 for rec in records.values())
+    passed = sum(1 for node_id in graph_nodes if (records.get(node_id) or {}).get("verdict") == "PASS")
+    row.update({
+        "snapshot_schema": snapshot.get("schema"),
+        "runtime": snapshot.get("runtime") or "claude",  # absent means claude (RUN-FEED.md)
+        "graph_name": graph.get("name"),
+        "graph_version": graph.get("version"),
+        "node_count": len(graph_nodes),
+        "graph_source_path": snapshot.get("graph_source_path"),
+        "graph_sha256": snapshot.get("graph_sha256"),
+        "inputs_json": _json(snapshot.get("inputs")),
+        "continue_on_fail": bool(snapshot.get("continue_on_fail")),
+        "goal_text": goal.get("text"),
+        "goal_cycle": goal.get("cycle"),
+        "goal_max_cycles": goal.get("max_cycles"),
+        "goal_first_run_id": goal.get("first_run_id"),
+        "build_evidence_answer": evidence.get("answer"),
+        "build_evidence_declared_by": evidence.get("declared_by"),
+        "build_evidence_signals_json": _json(evidence.get("signals")),
+        "gate_paused_at": gate.get("paused_at") or None,
+        "gate_decisions_json": _json(gate.get("decisions")),
+        "planning_cost_nano_usd": planning if ("planning_cost_usd" in snapshot or planning_unknown) else None,
+        "planning_cost_unknown": planning_unknown if ("planning_cost_usd" in snapshot or planning_unknown) else None,
+        "snapshot_cost_nano_usd": snapshot_cost,
+        "snapshot_cost_unknown": planning_unknown or any(bool(rec.get("cost_unknown")) for rec in records.values()),
+        "nodes_passed": passed,
+        "all_nodes_passed": bool(graph_nodes) and passed == len(graph_nodes),
+    })
+    return row
+
+
+SNAPSHOT_COLUMNS = (
+    "snapshot_schema", "runtime", "graph_name", "graph_version", "node_count", "graph_source_path",
+    "graph_sha256", "inputs_json", "continue_on_fail", "goal_text", "goal_cycle", "goal_max_cycles",
+    "goal_first_run_id", "build_evidence_answer", "build_evidence_declared_by", "build_evidence_signals_json",
+    "gate_paused_at", "gate_decisions_json", "planning_cost_nano_usd", "planning_cost_unknown",
+    "snapshot_cost_nano_usd", "snapshot_cost_unknown", "nodes_passed", "all_nodes_passed",
+)
+
+
+def _json(value: object) -> str | None:
+    if value is None or value == {} or value == []:
+        return None
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _goal_cycle(run: RunInput, snapshot: dict) -> dict | None:
+    goal = snapshot.get("goal") if isinstance(snapshot.get("goal"), dict) else None
+    assess = run.assess
+    if goal is None and assess is None:
+        return None
+    goal = goal or {}
+    cost = (assess or {}).get("assess_cost_usd")
+    return {
+        "first_run_id": goal.get("first_run_id") or run.run_id,
+        "cycle": goal.get("cycle"),
+        "max_cycles": goal.get("max_cycles"),
+        "text": goal.get("text"),
+        "assessed": assess is not None,
+        "goal_met": assess.get("goal_met") if assess is not None else None,
+        "remaining": assess.get("remaining") if assess is not None else None,
+        "evidence": assess.get("evidence") if assess is not None else None,
+        "assess_cost_nano_usd": usd_to_nanos(cost) if isinstance(cost, int | float) else None,
+    }

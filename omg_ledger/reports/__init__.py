@@ -1,0 +1,1 @@
+"""Queries and shaping for the CLI's reports. No printing here."""

@@ -1,0 +1,151 @@
+"""`runs` and `show`: one row per run with its live status; one run in full."""
+
+from __future__ import annotations
+
+import orjson
+from sqlalchemy import and_, select
+from sqlalchemy.engine import Engine
+
+from .. import schema
+from ..errors import AmbiguousRun, RunNotFound
+from ..status import StatusFacts, hint, status_of
+from ..units import nanos_to_usd
+
+RUN_COLUMNS = [c for c in schema.runs.c]
+
+
+def _money(nanos: int | None) -> float | None:
+    value = nanos_to_usd(nanos)
+    return None if value is None else float(value)
+
+
+def _session_limited_runs(conn, run_pks: list[int]) -> set[int]:
+    if not run_pks:
+        return set()
+    legs = schema.legs
+    rows = conn.execute(select(legs.c.run_pk).where(legs.c.run_pk.in_(run_pks), legs.c.session_limited))
+    return {r.run_pk for r in rows}
+
+
+def run_summary(row, status: str, home_label: str, session_limited: bool) -> dict:
+    m = row._mapping
+    has_snapshot = m["snapshot_schema"] is not None
+    return {
+        "run_id": m["run_id"],
+        "home": home_label,
+        "graph": m["graph_name"],
+        "runtime": m["runtime"],
+        "status": status,
+        "nodes_total": m["node_count"],
+        "nodes_passed": m["nodes_passed"],
+        "legs": m["leg_count"],
+        "cost_usd": _money(m["cost_nano_usd"]),
+        "cost_nano_usd": m["cost_nano_usd"],
+        "invocations": m["invocations"],
+        "unknown_cost_invocations": m["unknown_cost_invocations"],
+        "unrecorded_attempts": m["unrecorded_attempts"],
+        "input_tokens": m["input_tokens"],
+        "cached_input_tokens": m["cached_input_tokens"],
+        "output_tokens": m["output_tokens"],
+        "reasoning_output_tokens": m["reasoning_output_tokens"],
+        "started_at": m["first_event_at"],
+        "last_event_at": m["last_event_at"],
+        "gone": bool(m["gone"]),
+        "has_snapshot": has_snapshot,
+        "hint": hint(status, m["run_id"], has_snapshot, m["gate_paused_at"], session_limited),
+    }
+
+
+def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
+              home_labels: tuple[str, ...] = ()) -> list[dict]:
+    """Newest first. Only runs whose last leg is open get a live lock probe."""
+    runs, homes = schema.runs, schema.homes
+    query = select(*RUN_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+    conditions = []
+    if since_us is not None:
+        conditions.append(runs.c.last_event_at_us >= since_us)
+    if home_labels:
+        conditions.append(homes.c.label.in_(home_labels))
+    if conditions:
+        query = query.where(and_(*conditions))
+    query = query.order_by(runs.c.run_id.desc(), homes.c.label)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+        limited = _session_limited_runs(conn, [r.id for r in rows if r.last_outcome == "paused"])
+    result = []
+    for row in rows:
+        status = status_of(StatusFacts.from_row(row), row.dir_path)
+        if statuses and status not in statuses:
+            continue
+        result.append(run_summary(row, status, row.label, row.id in limited))
+    return result
+
+
+def resolve_run(conn, run_id: str):
+    runs, homes = schema.runs, schema.homes
+    base = select(*RUN_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+    exact = conn.execute(base.where(runs.c.run_id == run_id)).all()
+    if len(exact) == 1:
+        return exact[0]
+    candidates = exact or conn.execute(
+        base.where(runs.c.run_id.startswith(run_id, autoescape=True)).order_by(runs.c.run_id)
+    ).all()
+    if not candidates:
+        raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
+    if len(candidates) > 1:
+        names = ", ".join(f"{c.run_id} ({c.label})" for c in candidates[:20])
+        raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}")
+    return candidates[0]
+
+
+def _rows(conn, table, run_pk: int, order) -> list[dict]:
+    return [dict(r._mapping) for r in conn.execute(select(table).where(table.c.run_pk == run_pk).order_by(*order))]
+
+
+def show_run(engine: Engine, run_id: str) -> dict:
+    with engine.connect() as conn:
+        row = resolve_run(conn, run_id)
+        pk = row.id
+        legs = _rows(conn, schema.legs, pk, [schema.legs.c.ordinal])
+        nodes = _rows(conn, schema.nodes, pk, [schema.nodes.c.node_id])
+        rounds = _rows(conn, schema.rounds, pk, [schema.rounds.c.leg_ordinal, schema.rounds.c.node_id,
+                                                  schema.rounds.c.seq])
+        charges = _rows(conn, schema.charges, pk, [schema.charges.c.seq])
+        findings = _rows(conn, schema.findings, pk, [schema.findings.c.seq])
+        goal = _rows(conn, schema.goal_cycles, pk, [schema.goal_cycles.c.run_pk])
+        problems = [dict(r._mapping) for r in conn.execute(
+            select(schema.problems).where(schema.problems.c.run_pk == pk).order_by(schema.problems.c.path,
+                                                                                   schema.problems.c.byte_offset))]
+    status = status_of(StatusFacts.from_row(row), row.dir_path)
+    summary = run_summary(row, status, row.label, any(leg["session_limited"] for leg in legs))
+    for item in [*nodes, *rounds, *charges]:
+        for key in list(item):
+            if key.endswith("_nano_usd"):
+                item[key[: -len("_nano_usd")] + "_usd"] = _money(item[key])
+    for item in [*legs, *nodes, *rounds, *charges, *findings, *goal, *problems]:
+        item.pop("run_pk", None)
+    m = row._mapping
+    summary.update({
+        "dir_path": m["dir_path"],
+        "graph_source_path": m["graph_source_path"],
+        "inputs": orjson.loads(m["inputs_json"]) if m["inputs_json"] else None,
+        "continue_on_fail": m["continue_on_fail"],
+        "build_evidence": None if m["build_evidence_answer"] is None else {
+            "answer": m["build_evidence_answer"], "declared_by": m["build_evidence_declared_by"],
+            "signals": orjson.loads(m["build_evidence_signals_json"]) if m["build_evidence_signals_json"] else [],
+        },
+        "gate_paused_at": m["gate_paused_at"],
+        "planning_cost_usd": _money(m["planning_cost_nano_usd"]),
+        "planning_cost_unknown": m["planning_cost_unknown"],
+        "snapshot_cost_usd": _money(m["snapshot_cost_nano_usd"]),
+        "files": {"events.jsonl": m["has_events"], "state.json": m["has_state"], "graph.json": m["has_graph_json"],
+                  "rejected.json": m["has_rejected"], "assess.json": m["has_assess"], "resume.lock": m["has_lock"]},
+        "legs": legs,
+        "nodes": nodes,
+        "rounds": rounds,
+        "charges": charges,
+        "findings": findings,
+        "goal_cycle": goal[0] if goal else None,
+        "problems": problems,
+    })
+    return summary

@@ -1,0 +1,186 @@
+"""Readers for a run's small JSON files: state.json, assess.json, rejected.json, graph.json.
+
+Each is read whole (they are rewritten atomically, never appended), hashed, and
+type-checked. A missing file is a fact about the run; an unreadable or malformed one
+is a problem, reported with the reason, and the rest of the run still indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import stat
+from dataclasses import dataclass
+
+import orjson
+
+from .feed import TOKEN_FIELDS
+
+SUPPORTED_SNAPSHOT_SCHEMA = 3
+MAX_SNAPSHOT_BYTES = 64 << 20
+SNAPSHOT_NAMES = ("state.json", "assess.json", "rejected.json", "graph.json")
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    dev: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class SmallFile:
+    identity: FileIdentity
+    content: bytes
+    sha256: str
+
+
+class UnreadableFile(OSError):
+    """The file exists but cannot be read as a regular file."""
+
+
+def read_small_file(path: str) -> SmallFile:
+    """Read a whole file read-only, refusing symlinks, FIFOs and directories."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnreadableFile(f"cannot open: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile("not a regular file")
+        if info.st_size > MAX_SNAPSHOT_BYTES:
+            raise UnreadableFile(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
+        chunks = []
+        while True:
+            data = os.read(fd, 1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+        content = b"".join(chunks)
+    except OSError as exc:
+        if isinstance(exc, UnreadableFile):
+            raise
+        raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    identity = FileIdentity(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return SmallFile(identity, content, hashlib.sha256(content).hexdigest())
+
+
+class BadSnapshot(ValueError):
+    pass
+
+
+def parse_json_object(content: bytes, name: str) -> dict:
+    try:
+        data = orjson.loads(content)
+    except orjson.JSONDecodeError as exc:
+        raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadSnapshot(f"{name} is not a JSON object but {type(data).__name__}")
+    return data
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_state(content: bytes) -> dict:
+    """Validate state.json's shape wherever the ledger derives from it."""
+    data = parse_json_object(content, "state.json")
+    schema = data.get("schema")
+    if not _int(schema):
+        raise BadSnapshot(f"state.json has no valid schema: {schema!r}")
+    if schema != SUPPORTED_SNAPSHOT_SCHEMA:
+        raise BadSnapshot(f"state.json schema {schema} is not understood (this omg-ledger reads "
+                          f"{SUPPORTED_SNAPSHOT_SCHEMA})")
+    for key in ("runtime", "run_id", "graph_source_path", "graph_sha256"):
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            raise BadSnapshot(f"state.json '{key}' must be a string, got {data[key]!r}")
+    for key in ("planning_cost_usd",):
+        if key in data and not _number(data[key]):
+            raise BadSnapshot(f"state.json '{key}' must be a non-negative number, got {data[key]!r}")
+    for key in ("goal", "build_evidence", "gate", "inputs"):
+        if key in data and data[key] is not None and not isinstance(data[key], dict):
+            raise BadSnapshot(f"state.json '{key}' must be an object")
+    _check_graph(data.get("graph"), "state.json graph")
+    nodes = data.get("nodes")
+    if nodes is None:
+        data["nodes"] = {}
+    elif not isinstance(nodes, dict):
+        raise BadSnapshot("state.json 'nodes' must be an object")
+    else:
+        for node_id, record in nodes.items():
+            _check_record(node_id, record)
+    return data
+
+
+def _check_graph(graph: object, where: str) -> None:
+    if graph is None:
+        return
+    if not isinstance(graph, dict):
+        raise BadSnapshot(f"{where} must be an object")
+    graph_nodes = graph.get("nodes")
+    if graph_nodes is None:
+        return
+    if not isinstance(graph_nodes, list) or not all(
+        isinstance(n, dict) and isinstance(n.get("id"), str) and n["id"] for n in graph_nodes
+    ):
+        raise BadSnapshot(f"{where} nodes must be a list of objects with string ids")
+
+
+def _check_record(node_id: str, record: object) -> None:
+    where = f"state.json nodes[{node_id!r}]"
+    if not isinstance(record, dict):
+        raise BadSnapshot(f"{where} must be an object")
+    if not isinstance(record.get("verdict", ""), str):
+        raise BadSnapshot(f"{where}.verdict must be a string")
+    for key in ("cost_usd", "budget_usd"):
+        if key in record and not _number(record[key]):
+            raise BadSnapshot(f"{where}.{key} must be a non-negative number, got {record[key]!r}")
+    for key in ("round", "retries", "duration"):
+        if key in record and not _int(record[key]):
+            raise BadSnapshot(f"{where}.{key} must be a non-negative integer, got {record[key]!r}")
+    for key in ("cost_unknown", "judged"):
+        if key in record and not isinstance(record[key], bool):
+            raise BadSnapshot(f"{where}.{key} must be a boolean")
+    usage = record.get("usage")
+    if usage is not None:
+        if not isinstance(usage, dict) or not all(_int(usage.get(t, 0)) for t in TOKEN_FIELDS):
+            raise BadSnapshot(f"{where}.usage must hold non-negative integer token counts")
+
+
+def parse_assess(content: bytes) -> dict:
+    data = parse_json_object(content, "assess.json")
+    if "goal_met" in data and not isinstance(data["goal_met"], bool):
+        raise BadSnapshot("assess.json 'goal_met' must be a boolean")
+    if "assess_cost_usd" in data and not _number(data["assess_cost_usd"]):
+        raise BadSnapshot(f"assess.json 'assess_cost_usd' must be a non-negative number, got "
+                          f"{data['assess_cost_usd']!r}")
+    for key in ("remaining", "evidence"):
+        if key in data and not isinstance(data[key], str):
+            raise BadSnapshot(f"assess.json '{key}' must be a string")
+    return data
+
+
+def parse_graph_file(content: bytes, name: str) -> dict:
+    """graph.json / rejected.json: a graph document (a refused one may be anything JSON)."""
+    data = parse_json_object(content, name)
+    _check_graph(data, name)
+    return data
+
+
+PARSERS = {
+    "state.json": parse_state,
+    "assess.json": parse_assess,
+    "graph.json": lambda content: parse_graph_file(content, "graph.json"),
+    # A refused planner reply was refused: its shape is not ours to judge, only that it is JSON.
+    "rejected.json": lambda content: parse_json_object(content, "rejected.json"),
+}
