@@ -1,0 +1,51 @@
+"""Hand-made run streams and directories for edge cases the corpus does not have."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omg_ledger.feed import Event
+from omg_ledger.units import parse_timestamp
+
+BASE = "2026-11-29T10:00:{:02d}.000000000Z"
+
+
+def ev(event: str, second: int = 0, **fields) -> dict:
+    return {"schema": 3, "ts": BASE.format(second), "run_id": "r1", "event": event, **fields}
+
+
+def events(*dicts: dict) -> list[Event]:
+    out, offset = [], 0
+    for line_no, data in enumerate(dicts, 1):
+        raw = json.dumps(data, separators=(",", ":"))
+        ts, at_us = parse_timestamp(data["ts"])
+        out.append(Event(line_no, offset, data, raw, ts, at_us))
+        offset += len(raw.encode()) + 1
+    return out
+
+
+def write_run(home: Path, run_id: str, stream: list[dict] | None = None, state: dict | None = None,
+              assess: dict | None = None, extra: dict[str, str] | None = None, lock: str | None = None) -> Path:
+    run_dir = home / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if stream is not None:
+        with open(run_dir / "events.jsonl", "w") as f:
+            for data in stream:
+                f.write(json.dumps({**data, "run_id": run_id}, separators=(",", ":")) + "\n")
+    if state is not None:
+        (run_dir / "state.json").write_text(json.dumps({"schema": 3, "run_id": run_id, **state}, indent=2))
+    if assess is not None:
+        (run_dir / "assess.json").write_text(json.dumps(assess))
+    for name, content in (extra or {}).items():
+        path = run_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    if lock is not None:
+        (run_dir / "resume.lock").write_text(lock)
+    return run_dir
+
+
+def graph(*node_ids: str, **types: str) -> dict:
+    return {"name": "g", "version": "1", "nodes": [{"id": n, **({"type": types[n]} if n in types else {})}
+                                                  for n in node_ids]}
