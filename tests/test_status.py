@@ -1,0 +1,183 @@
+"""Status at query time, with real processes holding real locks (ADR 0015)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from omg_ledger.db import open_ledger
+from omg_ledger.liveness import Liveness
+from omg_ledger.reports.runs import list_runs, show_run
+from omg_ledger.status import StatusFacts, derive
+from omg_ledger.sync import Home, sync
+
+from .builders import ev, graph, write_run
+
+HOLDER = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, b"oh-my-graph-lock 1\n%d\n" % os.getpid())
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def hold_lock(run_dir) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir / "resume.lock")], stdout=subprocess.PIPE)
+    assert child.stdout.readline() == b"held\n"
+    return child
+
+
+def kill9(child: subprocess.Popen) -> None:
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def status_of_run(engine, run_id):
+    return {r["run_id"]: r for r in list_runs(engine)}[run_id]["status"]
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    return open_ledger(str(tmp_path / "ledger.sqlite"))
+
+
+def test_held_lock_is_running_and_kill9_makes_it_abandoned_without_resync(tmp_path, ledger):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-a", [ev("run_started"), ev("node_started", node_id="slow")],
+                        state={"graph": graph("first", "slow"), "nodes": {"first": {"verdict": "PASS"}}})
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        assert status_of_run(ledger, "run-a") == "RUNNING"
+    finally:
+        kill9(child)
+    # No re-sync: the kernel released the lock when the holder died.
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-a"]
+    assert row["status"] == "ABANDONED"
+    assert "--retry-failed" in row["hint"] and "may still be running and spending" in row["hint"]
+
+
+def test_planning_phase_with_held_lock_is_planning_then_abandoned(tmp_path, ledger):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-p", [ev("run_started", phase="planning")])
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        assert status_of_run(ledger, "run-p") == "PLANNING"
+    finally:
+        kill9(child)
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-p"]
+    assert row["status"] == "ABANDONED" and "run the graph again" in row["hint"]
+
+
+def test_missing_lock_file_is_running(tmp_path, ledger):
+    home = tmp_path / "home"
+    write_run(home, "run-m", [ev("run_started"), ev("node_started", node_id="a")])
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-m") == "RUNNING"
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize(("lock", "expected"), [
+    (lambda: f"{_dead_pid()}\n", "ABANDONED"),
+    (lambda: f"{os.getpid()}\n", "RUNNING"),
+    (lambda: "not a pid\n", "RUNNING"),
+], ids=["unmarked-dead-pid", "unmarked-live-pid", "unmarked-garbage"])
+def test_unmarked_lock_files(tmp_path, ledger, lock, expected):
+    home = tmp_path / "home"
+    write_run(home, "run-u", [ev("run_started"), ev("node_started", node_id="a")], lock=lock())
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-u") == expected
+
+
+def test_non_local_filesystem_is_running():
+    facts = StatusFacts(any_leg=True, last_leg_open=True, last_leg_phase="run", last_outcome=None,
+                        has_snapshot=True, all_nodes_passed=False)
+    from omg_ledger.liveness import probe_lock
+
+    from omg_ledger import status
+
+    # statfs injected to answer NFS: the probe reports unknown, and unknown is in flight.
+    assert probe_lock("/", fs_type=lambda _path: 0x6969) is Liveness.UNKNOWN
+    assert status.derive(facts, Liveness.UNKNOWN) == "RUNNING"
+
+
+def test_closed_leg_is_never_probed(tmp_path, ledger):
+    home = tmp_path / "home"
+    write_run(home, "run-c", [ev("run_started"), ev("run_finished", outcome="passed")],
+              state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS"}}}, lock="garbage")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    calls = []
+    from omg_ledger.status import status_of
+
+    facts = StatusFacts(True, False, "run", "passed", True, True)
+    assert status_of(facts, str(home / "runs" / "run-c"), prober=lambda d: calls.append(d)) == "PASS"
+    assert calls == []
+
+
+STATUS_CASES = [
+    ("open leg + free lock", StatusFacts(True, True, "run", None, True, False), Liveness.FREE, "ABANDONED"),
+    ("open planning leg + held lock", StatusFacts(True, True, "planning", None, False, False), Liveness.HELD, "PLANNING"),
+    ("open leg + unknown lock", StatusFacts(True, True, "run", None, True, False), Liveness.UNKNOWN, "RUNNING"),
+    ("closed paused", StatusFacts(True, False, "run", "paused", True, False), Liveness.UNKNOWN, "PAUSED"),
+    ("closed, every node PASS", StatusFacts(True, False, "run", "passed", True, True), Liveness.UNKNOWN, "PASS"),
+    ("refused plan, no snapshot", StatusFacts(True, False, "planning", "failed", False, False), Liveness.UNKNOWN, "FAIL"),
+    ("closed, not all PASS", StatusFacts(True, False, "run", "failed", True, False), Liveness.UNKNOWN, "FAIL"),
+    ("said nothing at all", StatusFacts(False, False, None, None, False, False), Liveness.FREE, "NOT-KNOWN-YET"),
+]
+
+
+@pytest.mark.parametrize(("facts", "lock", "expected"), [c[1:] for c in STATUS_CASES], ids=[c[0] for c in STATUS_CASES])
+def test_derive(facts, lock, expected):
+    assert derive(facts, lock) == expected
+
+
+def test_empty_stream_is_not_known_yet_never_fail(tmp_path, ledger):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-e", [])
+    (run_dir / "resume.lock").write_text("oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-e") == "NOT-KNOWN-YET"
+
+
+def test_show_accepts_a_unique_prefix_and_lists_ambiguous_candidates(tmp_path, ledger):
+    home = tmp_path / "home"
+    write_run(home, "20261129-101010.1-1", [ev("run_started"), ev("run_finished", outcome="passed")])
+    write_run(home, "20261129-101010.2-1", [ev("run_started"), ev("run_finished", outcome="passed")])
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert show_run(ledger, "20261129-101010.2")["run_id"] == "20261129-101010.2-1"
+    from omg_ledger.errors import AmbiguousRun
+
+    with pytest.raises(AmbiguousRun, match="20261129-101010.1-1.*20261129-101010.2-1"):
+        show_run(ledger, "20261129-1010")
+
+
+def test_runs_json_over_many_runs_probes_only_open_legs(tmp_path, ledger, monkeypatch):
+    home = tmp_path / "home"
+    for i in range(200):
+        write_run(home, f"closed-{i:03d}", [ev("run_started"), ev("run_finished", outcome="passed")])
+    write_run(home, "open-1", [ev("run_started")])
+    sync(ledger, [Home.from_path(str(home), "h")])
+    probed = []
+    import omg_ledger.status as status_module
+
+    real = status_module.probe_lock
+    monkeypatch.setattr(status_module, "probe_lock", lambda d: probed.append(d) or real(d))
+    monkeypatch.setattr(status_module.status_of, "__defaults__", (status_module.probe_lock,))
+    started = time.monotonic()
+    rows = list_runs(ledger)
+    assert len(rows) == 201 and time.monotonic() - started < 30
+    assert [os.path.basename(p) for p in probed] == ["open-1"]
