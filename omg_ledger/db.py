@@ -17,17 +17,17 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from alembic import command
-
 from .errors import DatabaseTooNew, DatabaseUnavailable, LedgerBusy
 
+# The newest migration this package ships. Every command compares the database's
+# revision with it by one plain read, so alembic (about a third of a second to import
+# and to load the scripts) is only loaded when there is migrating to do.
+# tests/test_migrations.py keeps it equal to alembic's own head.
+HEAD_REVISION = "0003"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
 
@@ -36,7 +36,9 @@ def migrations_dir() -> Path:
     return Path(str(resources.files("omg_ledger.migrations")))
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None):
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(migrations_dir()))
     if connection is not None:
@@ -45,6 +47,8 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
@@ -61,7 +65,21 @@ def _prepare_sqlite_file(url: str) -> None:
         return
     directory = os.path.dirname(path) or "."
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        # Every directory we create is 0700, not only the last one (os.makedirs gives
+        # the intermediate ones the umask's default, e.g. 0775 under umask 002).
+        missing = []
+        while directory and not os.path.isdir(directory):
+            missing.append(directory)
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                break
+            directory = parent
+        for new in reversed(missing):
+            try:
+                os.mkdir(new, 0o700)
+            except FileExistsError:
+                if not os.path.isdir(new):  # a concurrent first sync made it: fine
+                    raise
         if not os.path.exists(path):
             # Owner-only from the first byte: the runs it indexes are 0700/0600 too.
             fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
@@ -84,10 +102,10 @@ def create_ledger_engine(db: str) -> Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
             cursor.execute("PRAGMA foreign_keys = ON")
-            try:
-                cursor.execute("PRAGMA journal_mode = WAL")  # readers never block the sync
-            except Exception:
-                pass  # a read-only location: WAL cannot be set; reads still work
+            # Readers never block the sync. On a read-only location WAL cannot be set;
+            # reads still work there, so that failure is not an error.
+            with contextlib.suppress(Exception):
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
             cursor.close()
 
@@ -112,11 +130,27 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
 
 
 def current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn).get_current_revision()
+
+
+def _is_at_head(engine: Engine) -> bool:
+    """One read, no lock, no alembic: the common case of every command."""
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD_REVISION
+    except SQLAlchemyError:
+        return False  # no table yet (a new database) or unreadable: take the full path
 
 
 def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
     """Bring the database to head; refuse one that is ahead of this omg-ledger."""
+    if _is_at_head(engine):
+        return
+    from alembic import command
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
     try:

@@ -37,6 +37,21 @@ class DirListing:
     symlinks: frozenset[str]
 
 
+def is_utf8(name: str) -> bool:
+    """False for a file name that is not valid UTF-8 (Python holds its bytes as
+    surrogate escapes, which no database text column accepts)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_path(path: str) -> str:
+    """``path`` with undecodable bytes shown as \\xNN, safe to store and print."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def list_entries(parent: str) -> tuple[list[RunDirEntry], list[SkippedEntry]]:
     """Subdirectories of ``parent`` (runs/ or plans/), sorted by name."""
     entries: list[RunDirEntry] = []
@@ -49,7 +64,9 @@ def list_entries(parent: str) -> tuple[list[RunDirEntry], list[SkippedEntry]]:
     except OSError as exc:
         return [], [SkippedEntry(parent, f"cannot list directory: {exc.strerror or exc}")]
     for item in sorted(items, key=lambda e: e.name):
-        if item.is_symlink():
+        if not is_utf8(item.name):
+            skipped.append(SkippedEntry(printable_path(item.path), "name is not valid UTF-8; skipped"))
+        elif item.is_symlink():
             skipped.append(SkippedEntry(item.path, "symlink not followed (omg-ledger never leaves the home)"))
         elif item.is_dir(follow_symlinks=False):
             entries.append(RunDirEntry(item.name, item.path))
@@ -85,7 +102,9 @@ def list_run_dir(path: str) -> DirListing:
     with os.scandir(path) as it:
         for item in it:
             if item.is_symlink():
-                links.add(item.name)
+                links.add(printable_path(item.name))
+            elif not is_utf8(item.name):
+                continue  # cannot be any file of the contract (their names are ASCII)
             elif item.is_file(follow_symlinks=False):
                 names.add(item.name)
                 if item.name.endswith(".out"):

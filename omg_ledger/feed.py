@@ -23,6 +23,12 @@ SUPPORTED_SCHEMA = 3
 MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
 READ_CHUNK = 1 << 20
 HEAD_BYTES = 1024  # fingerprinted head: a replaced file is noticed even at equal size
+# Plausibility caps. A value above them is damage, not a measurement, and storing it
+# would overflow the ledger's 64-bit sums (costs are kept as integer nano-dollars) and
+# 32-bit counters; such a line is a problem, never a crash.
+MAX_COST_USD = 100_000  # one model invocation
+MAX_TOKENS = 10**12  # one model invocation, per token field
+MAX_COUNTER = 2**31 - 1  # retries, round
 
 KNOWN_EVENTS = frozenset(
     {
@@ -41,6 +47,7 @@ NODE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith(("node_", "gate_
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 _STRING_FIELDS = ("run_id", "node_id", "phase", "outcome", "verdict", "detail", "session_id", "provenance")
 _KEY_PATTERN = re.compile(rb'"\s*:')
+_TOO_DEEP = object()
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,8 @@ def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
     if not isinstance(data, dict):
         return f"not a JSON object but {type(data).__name__}"
     duplicate = _duplicate_key(line, data)
+    if duplicate is _TOO_DEEP:
+        return "nested too deeply to check for duplicate keys"
     if duplicate is not None:
         return f"duplicate key {duplicate!r}"
     reason = check_event(data)
@@ -201,18 +210,20 @@ def check_event(data: dict) -> str | None:
         cost = data["cost_usd"]
         if not isinstance(cost, int | float) or isinstance(cost, bool) or not math.isfinite(cost) or cost < 0:
             return f"'cost_usd' must be a non-negative number, got {cost!r}"
+        if cost > MAX_COST_USD:
+            return f"'cost_usd' {cost!r} is beyond any one invocation (max {MAX_COST_USD})"
     if "cost_unknown" in data and not isinstance(data["cost_unknown"], bool):
         return f"'cost_unknown' must be a boolean, got {data['cost_unknown']!r}"
     for name in ("retries", "round"):
-        if name in data and (not _is_int(data[name]) or data[name] < 0):
-            return f"'{name}' must be a non-negative integer, got {data[name]!r}"
+        if name in data and (not _is_int(data[name]) or not 0 <= data[name] <= MAX_COUNTER):
+            return f"'{name}' must be a non-negative integer (max {MAX_COUNTER}), got {data[name]!r}"
     if "usage" in data:
         usage = data["usage"]
         if not isinstance(usage, dict):
             return f"'usage' must be an object, got {usage!r}"
         for name in TOKEN_FIELDS:
-            if name in usage and (not _is_int(usage[name]) or usage[name] < 0 or usage[name] >= 1 << 63):
-                return f"'usage.{name}' must be a non-negative integer, got {usage[name]!r}"
+            if name in usage and (not _is_int(usage[name]) or not 0 <= usage[name] <= MAX_TOKENS):
+                return f"'usage.{name}' must be a non-negative integer (max {MAX_TOKENS}), got {usage[name]!r}"
     return None
 
 
@@ -221,14 +232,20 @@ def _is_int(value: object) -> bool:
 
 
 def _count_keys(value: object) -> int:
-    if isinstance(value, dict):
-        return len(value) + sum(_count_keys(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(_count_keys(v) for v in value)
-    return 0
+    # Iterative: a hostile line may nest ~1000 deep (orjson's limit is above Python's
+    # recursion limit), and that must be a problem report, not a RecursionError.
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            total += len(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return total
 
 
-def _duplicate_key(line: bytes, data: dict) -> str | None:
+def _duplicate_key(line: bytes, data: dict) -> str | object | None:
     """Find a key repeated within one object (JSON parsers silently keep the last).
 
     Cheap pre-check: a line whose `"<ws>:` count equals the parsed key count cannot
@@ -251,4 +268,7 @@ def _duplicate_key(line: bytes, data: dict) -> str | None:
         json.loads(line, object_pairs_hook=hook)
     except ValueError:
         return None
+    except RecursionError:
+        # Too deep for the exact check: refuse rather than risk a silently kept duplicate.
+        return _TOO_DEEP
     return found[0] if found else None

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from .feed import TOKEN_FIELDS
+from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS
 
 SUPPORTED_SNAPSHOT_SCHEMA = 3
 MAX_SNAPSHOT_BYTES = 64 << 20
 SNAPSHOT_NAMES = ("state.json", "assess.json", "rejected.json", "graph.json")
+MAX_NESTING = 64  # a real snapshot nests about 5 deep
 
 
 @dataclass(frozen=True)
@@ -81,15 +82,33 @@ def parse_json_object(content: bytes, name: str) -> dict:
         raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise BadSnapshot(f"{name} is not a JSON object but {type(data).__name__}")
+    if not _depth_ok(data):
+        raise BadSnapshot(f"{name} nests deeper than {MAX_NESTING} levels")
     return data
 
 
 def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    """A dollar amount: finite, non-negative, and within the plausibility cap (feed.py)."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= MAX_COST_USD)
 
 
-def _int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _int(value: object, limit: int = 2**63 - 1) -> bool:
+    """A non-negative integer the ledger's columns can hold (BIGINT unless ``limit``)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def _depth_ok(value: object, limit: int = MAX_NESTING) -> bool:
+    """Iteratively: no deeper than ``limit`` (orjson re-serialises inputs/decisions with
+    a 255-level cap, and Python's own recursion stops near 1000)."""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            pending.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return True
 
 
 def parse_state(content: bytes) -> dict:
@@ -102,7 +121,7 @@ def parse_state(content: bytes) -> dict:
         raise BadSnapshot(f"state.json schema {schema} is not understood (this omg-ledger reads "
                           f"{SUPPORTED_SNAPSHOT_SCHEMA})")
     for key in ("runtime", "run_id", "graph_source_path", "graph_sha256"):
-        if key in data and data[key] is not None and not isinstance(data[key], str):
+        if key in data and not isinstance(data[key], str):
             raise BadSnapshot(f"state.json '{key}' must be a string, got {data[key]!r}")
     for key in ("planning_cost_usd",):
         if key in data and not _number(data[key]):
@@ -110,6 +129,18 @@ def parse_state(content: bytes) -> dict:
     for key in ("goal", "build_evidence", "gate", "inputs"):
         if key in data and data[key] is not None and not isinstance(data[key], dict):
             raise BadSnapshot(f"state.json '{key}' must be an object")
+    # Every other field the ledger stores must have the column's type (PostgreSQL is
+    # strict where SQLite would quietly keep a number in a text column).
+    for where, keys in (("goal", ("text", "first_run_id")), ("build_evidence", ("answer", "declared_by")),
+                        ("gate", ("paused_at",))):
+        section = data.get(where) or {}
+        for key in keys:
+            if section.get(key) is not None and not isinstance(section[key], str):
+                raise BadSnapshot(f"state.json '{where}.{key}' must be a string, got {section[key]!r}")
+    goal = data.get("goal") or {}
+    for key in ("cycle", "max_cycles"):
+        if goal.get(key) is not None and not _int(goal[key], MAX_COUNTER):
+            raise BadSnapshot(f"state.json 'goal.{key}' must be a non-negative integer, got {goal[key]!r}")
     _check_graph(data.get("graph"), "state.json graph")
     nodes = data.get("nodes")
     if nodes is None:
@@ -134,6 +165,14 @@ def _check_graph(graph: object, where: str) -> None:
         isinstance(n, dict) and isinstance(n.get("id"), str) and n["id"] for n in graph_nodes
     ):
         raise BadSnapshot(f"{where} nodes must be a list of objects with string ids")
+    for key in ("name", "version"):
+        if graph.get(key) is not None and not isinstance(graph[key], str):
+            raise BadSnapshot(f"{where} '{key}' must be a string, got {graph[key]!r}")
+    for node in graph_nodes:
+        if node.get("type") is not None and not isinstance(node["type"], str):
+            raise BadSnapshot(f"{where} node {node['id']!r} 'type' must be a string")
+        if "budget_usd" in node and node["budget_usd"] is not None and not _number(node["budget_usd"]):
+            raise BadSnapshot(f"{where} node {node['id']!r} 'budget_usd' must be a non-negative number")
 
 
 def _check_record(node_id: str, record: object) -> None:
@@ -145,16 +184,20 @@ def _check_record(node_id: str, record: object) -> None:
     for key in ("cost_usd", "budget_usd"):
         if key in record and not _number(record[key]):
             raise BadSnapshot(f"{where}.{key} must be a non-negative number, got {record[key]!r}")
-    for key in ("round", "retries", "duration"):
-        if key in record and not _int(record[key]):
-            raise BadSnapshot(f"{where}.{key} must be a non-negative integer, got {record[key]!r}")
+    for key, limit in (("round", MAX_COUNTER), ("retries", MAX_COUNTER), ("duration", 2**63 - 1)):
+        if key in record and not _int(record[key], limit):
+            raise BadSnapshot(f"{where}.{key} must be a non-negative integer (max {limit}), got {record[key]!r}")
+    for key in ("provenance", "session_id", "detail", "artifact_path"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            raise BadSnapshot(f"{where}.{key} must be a string, got {record[key]!r}")
     for key in ("cost_unknown", "judged"):
         if key in record and not isinstance(record[key], bool):
             raise BadSnapshot(f"{where}.{key} must be a boolean")
     usage = record.get("usage")
-    if usage is not None:
-        if not isinstance(usage, dict) or not all(_int(usage.get(t, 0)) for t in TOKEN_FIELDS):
-            raise BadSnapshot(f"{where}.usage must hold non-negative integer token counts")
+    if usage is not None and (
+        not isinstance(usage, dict) or not all(_int(usage.get(t, 0), MAX_TOKENS) for t in TOKEN_FIELDS)
+    ):
+        raise BadSnapshot(f"{where}.usage must hold non-negative integer token counts")
 
 
 def parse_assess(content: bytes) -> dict:

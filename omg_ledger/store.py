@@ -29,6 +29,15 @@ DERIVED_TABLES = (
 )
 
 
+def _text_safe(row: dict) -> dict:
+    """NUL cannot be stored in a PostgreSQL text column; a JSON string may carry one
+    (\u0000). It becomes U+FFFD in derived text on every database, so SQLite and
+    PostgreSQL ledgers agree; the event's raw line keeps the exact escape."""
+    if not any(isinstance(v, str) and "\x00" in v for v in row.values()):
+        return row
+    return {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v for k, v in row.items()}
+
+
 def _insert(conn: Connection, table):
     return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
@@ -87,43 +96,44 @@ def write_run(
     snapshot_files: dict[str, dict | None],
 ) -> None:
     """Replace one run's derived rows and append its new events (caller's transaction)."""
-    conn.execute(update(schema.runs).where(schema.runs.c.id == run_pk).values(**rows.run, **run_facts))
+    conn.execute(update(schema.runs).where(schema.runs.c.id == run_pk).values(**_text_safe({**rows.run, **run_facts})))
     if replace_events:
         conn.execute(delete(schema.events).where(schema.events.c.run_pk == run_pk))
     if new_events:
-        conn.execute(schema.events.insert(), [_event_row(run_pk, e) for e in new_events])
+        conn.execute(schema.events.insert(), [_text_safe(_event_row(run_pk, e)) for e in new_events])
     for table in DERIVED_TABLES:
         conn.execute(delete(table).where(table.c.run_pk == run_pk))
     if rows.legs:
-        conn.execute(schema.legs.insert(), [_leg_row(run_pk, leg) for leg in rows.legs])
+        conn.execute(schema.legs.insert(), [_text_safe(_leg_row(run_pk, leg)) for leg in rows.legs])
     if rows.nodes:
-        conn.execute(schema.nodes.insert(), [{"run_pk": run_pk, **node} for node in rows.nodes])
+        conn.execute(schema.nodes.insert(), [_text_safe({"run_pk": run_pk, **node}) for node in rows.nodes])
     if rows.rounds:
-        conn.execute(schema.rounds.insert(), [_round_row(run_pk, e) for e in rows.rounds])
+        conn.execute(schema.rounds.insert(), [_text_safe(_round_row(run_pk, e)) for e in rows.rounds])
     if rows.charges:
-        conn.execute(schema.charges.insert(), [_charge_row(run_pk, c) for c in rows.charges])
+        conn.execute(schema.charges.insert(), [_text_safe(_charge_row(run_pk, c)) for c in rows.charges])
     if rows.findings:
         conn.execute(
             schema.findings.insert(),
-            [{"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
-              "detail": f.detail} for i, f in enumerate(rows.findings, 1)],
+            [_text_safe({"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id,
+                         "leg_ordinal": f.leg_ordinal, "detail": f.detail})
+             for i, f in enumerate(rows.findings, 1)],
         )
     if rows.goal_cycle is not None:
-        conn.execute(schema.goal_cycles.insert(), {"run_pk": run_pk, **rows.goal_cycle})
+        conn.execute(schema.goal_cycles.insert(), _text_safe({"run_pk": run_pk, **rows.goal_cycle}))
     upsert(conn, schema.ingest_state, {"run_pk": run_pk, **ingest}, ["run_pk"], list(ingest))
     for name, values in snapshot_files.items():
         if values is None:
             conn.execute(delete(schema.snapshot_files).where(
                 schema.snapshot_files.c.run_pk == run_pk, schema.snapshot_files.c.name == name))
         else:
-            upsert(conn, schema.snapshot_files, {"run_pk": run_pk, "name": name, **values},
+            upsert(conn, schema.snapshot_files, _text_safe({"run_pk": run_pk, "name": name, **values}),
                    ["run_pk", "name"], list(values))
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
-    statement = _insert(conn, schema.problems).values(
+    statement = _insert(conn, schema.problems).values(**_text_safe(dict(
         run_pk=run_pk, path=path, byte_offset=offset, reason=reason, first_seen_at=now, last_seen_at=now
-    )
+    )))
     statement = statement.on_conflict_do_update(
         index_elements=["path", "byte_offset", "reason"],
         set_={"last_seen_at": statement.excluded.last_seen_at, "run_pk": statement.excluded.run_pk},

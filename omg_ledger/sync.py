@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from . import schema
 from .db import sync_lock, write_transaction
@@ -28,6 +29,7 @@ from .discover import (
     stat_or_none,
     trusted_mtime,
 )
+from .errors import DatabaseUnavailable
 from .feed import HEAD_BYTES, NotARegularFile, open_stream, read_head, read_stream
 from .reconcile import RunInput, reconcile
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
@@ -96,7 +98,14 @@ def sync(engine: Engine, homes: list[Home], *, wait_seconds: float = 60.0,
     started = time.monotonic()
     for home in homes:
         with sync_lock(engine, home.label, wait_seconds):
-            _HomeSync(engine, home, report, progress).run()
+            try:
+                _HomeSync(engine, home, report, progress).run()
+            except OperationalError as exc:
+                # Disk full, I/O error, read-only or lost database: the open transaction
+                # rolled back (every run is all-or-nothing), so say what and stop.
+                raise DatabaseUnavailable(
+                    f"cannot write the ledger database while syncing {home.path}: {exc.orig}; "
+                    f"runs committed so far are kept, the next sync carries on") from exc
     report.seconds = time.monotonic() - started
     return report
 
@@ -132,6 +141,10 @@ class _HomeSync:
         entries, skipped = list_entries(runs_dir)
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
+        if any(item.path == runs_dir for item in skipped):
+            # runs/ itself could not be listed: that is damage, not every run vanishing.
+            self._sync_plans()
+            return
         for done, entry in enumerate(entries, 1):
             self._sync_run(entry.run_id, entry.path, known.get(entry.run_id))
             self.report.runs_seen += 1

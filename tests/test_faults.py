@@ -1,0 +1,709 @@
+"""Fault injection with real processes and real files (no mocks): kill -9 at random
+instants, writers appending under a reading sync, overlapping syncs, files that change
+identity, and a database that is read-only, full, too new or half-migrated.
+
+The yardstick everywhere is tests/ledger_dump.py: after the fault and one more sync,
+the ledger must hold exactly what one clean sync of the same files produces
+(DESIGN.md invariants 1-3). See tests/README.md for the fault model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import orjson
+import pytest
+from sqlalchemy import select
+
+from omg_ledger import schema
+from omg_ledger.db import current_revision, head_revision, open_ledger
+from omg_ledger.sync import Home, sync
+
+from .conftest import CORPUS_HOME
+from .ledger_dump import diff, dump, runs_of
+
+KILL_TRIALS = int(os.environ.get("OMG_LEDGER_KILL_TRIALS", "60"))
+SEED = int(os.environ.get("OMG_LEDGER_FAULT_SEED", str(random.randrange(1 << 30))))
+CLI = [sys.executable, "-m", "omg_ledger.cli"]
+LONG_RUN = "20261129-181522.329723440-2"  # the corpus run with the longest stream
+
+
+def cli(*args: object, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def popen(*args: object, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def assert_clean_exit(result, code: int = 0) -> None:
+    assert result.returncode == code, f"exit {result.returncode}, expected {code}\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def writable_tree(root: Path) -> None:
+    for r, dirs, files in os.walk(root):
+        for n in dirs:
+            os.chmod(os.path.join(r, n), 0o700)
+        for n in files:
+            os.chmod(os.path.join(r, n), 0o600)
+
+
+def age_tree(root: Path, seconds: int = 3600) -> None:
+    """Move every mtime an hour back, so no sync sees a 'racy' (too recent) directory
+    and the mtime cache hints are comparable between ledgers."""
+    then = time.time() - seconds
+    for r, dirs, files in os.walk(root, topdown=False):
+        for n in files + dirs:
+            os.utime(os.path.join(r, n), (then, then), follow_symlinks=False)
+    os.utime(root, (then, then))
+
+
+def make_home(root: Path, copies: int = 1) -> Path:
+    """The real corpus, each run copied ``copies`` times under new run ids."""
+    (root / "runs").mkdir(parents=True)
+    for src in sorted((CORPUS_HOME / "runs").iterdir()):
+        for i in range(copies):
+            shutil.copytree(src, root / "runs" / (src.name if copies == 1 else f"{src.name}-x{i}"))
+    shutil.copytree(CORPUS_HOME / "plans", root / "plans")
+    writable_tree(root)
+    return root
+
+
+def lib_sync(db: str | Path, home: Path):
+    engine = open_ledger(str(db))
+    try:
+        return sync(engine, [Home.from_path(str(home))])
+    finally:
+        engine.dispose()
+
+
+def clean_dump(tmp_path: Path, home: Path, name: str = "clean", cache_hints: bool = False):
+    db = tmp_path / f"{name}.sqlite"
+    for suffix in ("", "-wal", "-shm", ".sync-lock"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{db}{suffix}")
+    lib_sync(db, home)
+    return dump(str(db), cache_hints=cache_hints)
+
+
+def assert_same(actual, expected, what: str) -> None:
+    if actual != expected:
+        pytest.fail(f"{what}: ledger differs from a clean sync (seed {SEED})\n{diff(actual, expected)}")
+
+
+def assert_runs_atomic(partial, clean_runs, what: str) -> int:
+    """Every run present in a killed ledger is exactly its clean self (never a mix).
+    Returns how many runs it holds."""
+    held = runs_of(partial)
+    for key, tables in held.items():
+        if tables != clean_runs.get(key):
+            pytest.fail(f"{what}: run {key} is half-written\n"
+                        f"{diff(tables, clean_runs.get(key, {}))}")
+    return len(held)
+
+
+def lock_is_held(lock_path: str) -> bool:
+    try:
+        fd = os.open(lock_path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def wait_for_lock(proc: subprocess.Popen, lock_path: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not lock_is_held(lock_path):
+        if proc.poll() is not None:
+            pytest.fail(f"the sync finished before it was seen holding the lock: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            pytest.fail("the sync never took its lock")
+        time.sleep(0.002)
+
+
+@pytest.fixture(scope="module")
+def big_home(tmp_path_factory) -> Path:
+    """150 real runs (the 25-run corpus ×6), mtimes aged: big enough that a kill lands
+    mid-run and mid-transaction, small enough for 60 kills in CI's time budget."""
+    home = make_home(tmp_path_factory.mktemp("big") / "home", copies=6)
+    age_tree(home)
+    return home
+
+
+# -- kill -9 at random instants ----------------------------------------------------------
+
+
+# The victims run `omg-ledger sync` (cli.main with the real argv) in their own process.
+# "Warm" victims are forked from a zygote that has already imported omg_ledger, so the
+# interpreter's ~0.6 s of imports (no ledger I/O at all) is not paid 60 times on a
+# 2-core machine; the kill still hits a real process with real files, mid-syscall or
+# not. Every fifth trial is "cold": `python -m omg_ledger.cli sync` from exec, so kills
+# also land during start-up and the migration check.
+ZYGOTE = r"""
+import json, os, sys
+import omg_ledger.cli as cli
+while request := sys.stdin.readline():
+    args, errors = json.loads(request)
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        try:
+            cli.main(args, prog_name="omg-ledger")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            os._exit(code)
+        os._exit(0)
+    print(pid, flush=True)
+    sys.stdin.readline()  # not reaped before the test says so: its pid cannot be recycled
+    _, status = os.waitpid(pid, 0)
+    print(status, flush=True)
+"""
+
+
+class Zygote:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def start(self, args: list[str], errors: Path) -> int:
+        self.proc.stdin.write(json.dumps([args, str(errors)]) + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def wait(self) -> int:
+        """The child's exit code, or -signal like Popen.returncode."""
+        self.proc.stdin.write("reap\n")
+        self.proc.stdin.flush()
+        status = int(self.proc.stdout.readline())
+        return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_after: float | None) -> int:
+    """Run one sync; SIGKILL it ``kill_after`` seconds after it started. Returns its exit code."""
+    args = ["sync", "--db", str(db), "--home", str(home)]
+    errors = Path(f"{db}.stderr")
+    if cold:
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=errors.open("wb"))
+        pid = proc.pid
+    else:
+        pid = zygote.start(args, errors)
+    if kill_after is not None:
+        time.sleep(kill_after)
+        os.kill(pid, signal.SIGKILL)
+    code = proc.wait(timeout=120) if cold else zygote.wait()
+    assert "Traceback" not in errors.read_text(errors="replace"), errors.read_text(errors="replace")
+    return code
+
+
+def _remove_ledger(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm", ".sync-lock", ".stderr"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{db}{suffix}")
+
+
+@pytest.mark.slow
+def test_kill_9_during_sync_then_one_more_sync_equals_a_clean_sync(big_home, tmp_path):
+    template = tmp_path / "template.sqlite"
+    open_ledger(str(template)).dispose()  # migrated and empty: kills land in the sync proper
+    assert not os.path.exists(f"{template}-wal")
+    zygote = Zygote()
+    durations: dict[bool, float] = {}
+    for n, cold in enumerate((False, False, True)):  # warm twice: the first one pays for cold caches
+        db = tmp_path / f"clean-{n}.sqlite"
+        shutil.copyfile(template, db)
+        started = time.monotonic()
+        assert run_victim(zygote, db, big_home, cold, None) == 0
+        durations[cold] = min(durations.get(cold, float("inf")), time.monotonic() - started)
+    clean = dump(str(db), cache_hints=True)
+    clean_runs = runs_of(clean)
+    total_runs = len(clean_runs)
+    rng = random.Random(SEED)
+    plan = [(i % 5 == 4, rng.random()) for i in range(KILL_TRIALS)]  # every 5th trial cold
+
+    def killed_sync(i: int):
+        db = tmp_path / f"trial-{i}.sqlite"
+        shutil.copyfile(template, db)
+        cold, fraction = plan[i]
+        delay = fraction * durations[cold]
+        return db, delay, cold, run_victim(zygote, db, big_home, cold, delay)
+
+    mid_run = finished = 0
+    test_started = time.monotonic()
+    # Pipelined: the next victim runs in its own process while this one is checked.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(killed_sync, 0)
+        for i in range(KILL_TRIALS):
+            db, delay, cold, returncode = future.result()
+            if i + 1 < KILL_TRIALS:
+                future = pool.submit(killed_sync, i + 1)
+            what = f"trial {i} ({'cold' if cold else 'warm'}, kill after {delay:.3f}s of {durations[cold]:.3f}s)"
+            assert returncode in (-signal.SIGKILL, 0), what
+            finished += returncode == 0
+            with contextlib.closing(sqlite3.connect(db)) as raw:
+                assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",), what
+            held = assert_runs_atomic(dump(str(db), cache_hints=True), clean_runs, what)
+            mid_run += 0 < held < total_runs
+            lib_sync(db, big_home)  # the next sync finishes the job
+            assert_same(dump(str(db), cache_hints=True), clean, what)
+            _remove_ledger(db)
+    zygote.close()
+    elapsed = time.monotonic() - test_started
+    print(f"kill -9: {KILL_TRIALS} trials in {elapsed:.1f}s (clean sync {durations[False]:.2f}s warm, "
+          f"{durations[True]:.2f}s cold), {mid_run} killed mid-run, {finished} finished first, seed {SEED}")
+    assert KILL_TRIALS < 10 or mid_run >= KILL_TRIALS // 3, f"only {mid_run} kills landed mid-run"
+
+
+# -- writers appending while sync reads ----------------------------------------------------
+
+
+def test_half_written_lines_are_not_events_until_complete(tmp_path):
+    home = tmp_path / "home"
+    run = home / "runs" / "growing"
+    run.mkdir(parents=True)
+    lines = (CORPUS_HOME / "runs" / LONG_RUN / "events.jsonl").read_bytes().splitlines(keepends=True)
+    # A line with multi-byte UTF-8, so a cut can land inside one character.
+    lines.insert(3, orjson.dumps({"schema": 3, "ts": "2026-11-29T18:15:22.5Z", "event": "gate_paused",
+                                  "node_id": "ünï/cödé", "detail": "détail ✓ 运行"}) + b"\n")
+    full = b"".join(lines)
+    rng = random.Random(SEED)
+    utf8_cut = full.index("✓".encode()) + 1
+    cuts = sorted({utf8_cut, len(lines[0]) // 2, len(lines[0]), *(rng.randrange(1, len(full)) for _ in range(14))})
+    db = tmp_path / "ledger.sqlite"
+    engine = open_ledger(str(db))
+    written = 0
+    stream = run / "events.jsonl"
+    stream.touch()
+    for cut in [*cuts, len(full)]:
+        with open(stream, "ab") as f:  # a real append, as the engine does
+            f.write(full[written:cut])
+        written = cut
+        report = sync(engine, [Home.from_path(str(home))])
+        assert report.problems == [], f"cut at {cut}: {report.problems}"
+        complete = full[:cut].count(b"\n")
+        with engine.connect() as conn:
+            raws = [r.raw for r in conn.execute(select(schema.events.c.raw).order_by(schema.events.c.line_no))]
+        assert raws == [ln.rstrip(b"\n").decode() for ln in lines[:complete]], f"cut at {cut}"
+    engine.dispose()
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), "after appends in pieces")
+
+
+WRITER = r"""
+import os, random, sys, time, orjson
+paths, count, seed = sys.argv[1].split(os.pathsep), int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+fds = [os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) for p in paths]
+def emit(fd, data):
+    # Usually one write (the contract); sometimes torn in two with a pause between, so
+    # readers meet half a line.
+    if rng.random() < 0.4:
+        cut = rng.randrange(1, len(data))
+        os.write(fd, data[:cut]); time.sleep(rng.random() * 0.004); os.write(fd, data[cut:])
+    else:
+        os.write(fd, data)
+ts = "2026-11-29T18:15:12.5Z"
+for fd in fds:
+    emit(fd, orjson.dumps({"schema": 3, "ts": ts, "event": "run_started"}) + b"\n")
+for i in range(count):
+    fd = fds[i % len(fds)]
+    node = f"node-{i:05d}"
+    emit(fd, orjson.dumps({"schema": 3, "ts": ts, "event": "node_started", "node_id": node}) + b"\n")
+    emit(fd, orjson.dumps({"schema": 3, "ts": ts, "event": "node_passed", "node_id": node, "verdict": "PASS",
+                           "cost_usd": 0.001 * (i % 7), "detail": "ok ✓" * (i % 5)}) + b"\n")
+    time.sleep(rng.random() * 0.003)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_concurrent_writer_process_while_several_syncs_run(tmp_path):
+    home = tmp_path / "home"
+    streams = []
+    for name in ("w1", "w2", "w3"):
+        (home / "runs" / name).mkdir(parents=True)
+        streams.append(str(home / "runs" / name / "events.jsonl"))
+    count = 900
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, os.pathsep.join(streams), str(count), str(SEED)],
+                              stdout=subprocess.PIPE, text=True)
+    db = tmp_path / "ledger.sqlite"
+    syncs = 0
+    # Several syncs while the writer runs: some one at a time, some two at once.
+    while writer.poll() is None:
+        if syncs % 2:
+            procs = [popen("sync", "--db", db, "--home", home, "--json") for _ in range(2)]
+            results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+        else:
+            r = cli("sync", "--db", db, "--home", home, "--json")
+            results = [(r.returncode, r.stdout, r.stderr)]
+        for code, out, err in results:
+            assert code == 0 and "Traceback" not in err, err
+            assert json.loads(out)["problems"] == []
+        syncs += 1
+    assert writer.wait() == 0 and syncs >= 2, f"only {syncs} syncs overlapped the writer"
+    assert_clean_exit(cli("sync", "--db", db, "--home", home))
+    final = dump(str(db))
+    assert_same(final, clean_dump(tmp_path, home), f"after {syncs} syncs under a writer")
+    assert len(final["events"]) == 3 + 2 * count
+    assert final["problems"] == []
+
+
+# -- two syncs at once (cron overlap) ----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_syncs_started_together_both_succeed_without_duplicates(big_home, tmp_path):
+    db = tmp_path / "ledger.sqlite"  # does not exist yet: they also race to create + migrate it
+    procs = [popen("sync", "--db", db, "--home", big_home, "--json") for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+        assert "Traceback" not in err and "locked" not in err, err
+    changed = sorted(json.loads(out)["runs_changed"] for out, _ in outputs)
+    assert changed == [0, 150], changed  # the second waited, then found nothing to do
+    assert_same(dump(str(db)), clean_dump(tmp_path, big_home), "two overlapping syncs")
+
+
+@pytest.mark.slow
+def test_second_sync_with_wait_0_exits_75_and_a_report_runs_during_sync(big_home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    first = popen("sync", "--db", db, "--home", big_home, "--json")
+    wait_for_lock(first, f"{db}.sync-lock")
+    second = popen("sync", "--db", db, "--home", big_home, "--wait", "0")
+    # Reports while the sync is writing (WAL: readers do not block and are not blocked).
+    # In-process, so each report takes milliseconds and many land inside the sync; one
+    # report through the CLI as well.
+    from omg_ledger.db import open_ledger
+    from omg_ledger.reports.runs import list_runs
+
+    overlapped = 0
+    cli_report = popen("runs", "--db", db, "--json")
+    engine = open_ledger(str(db))
+    try:
+        while first.poll() is None:
+            assert isinstance(list_runs(engine), list)
+            overlapped += first.poll() is None
+    finally:
+        engine.dispose()
+    out, err = cli_report.communicate(timeout=60)
+    assert cli_report.returncode == 0 and "Traceback" not in err, err
+    assert isinstance(json.loads(out), list)
+    assert overlapped >= 1, "the sync ended before any report did: the overlap was not tested"
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 75 and "Traceback" not in err, err
+    assert "another sync holds" in err, err
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and "Traceback" not in err, err
+    assert json.loads(out)["runs_changed"] == 150
+    assert_same(dump(str(db)), clean_dump(tmp_path, big_home), "sync with a refused second sync")
+
+
+# -- files that change identity --------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = make_home(tmp_path / "home")
+    age_tree(home)
+    return home
+
+
+def _events_of(db: Path, run_id: str) -> list[str]:
+    engine = open_ledger(str(db))
+    try:
+        with engine.connect() as conn:
+            return [r.raw for r in conn.execute(
+                select(schema.events.c.raw).join(schema.runs, schema.runs.c.id == schema.events.c.run_pk)
+                .where(schema.runs.c.run_id == run_id).order_by(schema.events.c.line_no))]
+    finally:
+        engine.dispose()
+
+
+def test_stream_truncated_while_sync_was_not_running(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    lib_sync(db, home)
+    stream = home / "runs" / LONG_RUN / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    with open(stream, "r+b") as f:
+        f.truncate(sum(map(len, lines[:3])))
+    lib_sync(db, home)
+    assert _events_of(db, LONG_RUN) == [ln.rstrip(b"\n").decode() for ln in lines[:3]]
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), "after truncation")
+    with open(stream, "r+b") as f:  # truncated into the middle of a line, then it grows back
+        f.truncate(len(lines[0]) + 7)
+    lib_sync(db, home)
+    assert _events_of(db, LONG_RUN) == [lines[0].rstrip(b"\n").decode()]
+    stream.write_bytes(b"".join(lines))
+    lib_sync(db, home)
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), "after truncation mid-line and regrowth")
+
+
+def _other_stream(length_at_least: int) -> bytes:
+    """Different real bytes (another run's stream) at least as long as asked."""
+    data = b""
+    for p in sorted((CORPUS_HOME / "runs").glob("*/events.jsonl")):
+        if p.parent.name != LONG_RUN:
+            data += p.read_bytes()
+        if len(data) >= length_at_least:
+            return data
+    raise AssertionError("corpus too small")
+
+
+@pytest.mark.parametrize("how", ["rename-same-size", "rename-larger", "in-place-same-size", "in-place-larger",
+                                 "delete-and-recreate"])
+def test_stream_replaced_by_a_different_file(how, home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    lib_sync(db, home)
+    stream = home / "runs" / LONG_RUN / "events.jsonl"
+    old = stream.read_bytes()
+    other = _other_stream(len(old) + 500)
+    new = other[: other.rindex(b"\n", 0, len(old) - 1) + 1] if how.endswith("same-size") else other
+    if how.endswith("same-size"):
+        new = new + b" " * (len(old) - len(new) - 1) + b"\n"  # blank padding line: same size exactly
+        assert len(new) == len(old)
+    inode = stream.stat().st_ino
+    if how.startswith("rename"):
+        tmp = stream.with_name("events.jsonl.tmp")
+        tmp.write_bytes(new)
+        os.rename(tmp, stream)
+    elif how.startswith("in-place"):
+        with open(stream, "r+b") as f:
+            f.write(new)
+    else:
+        stream.unlink()
+        stream.write_bytes(new)  # the freed inode is often reused at once
+    if how.startswith("in-place"):
+        assert stream.stat().st_ino == inode
+    lib_sync(db, home)
+    assert _events_of(db, LONG_RUN) == [ln.decode() for ln in new.splitlines() if ln.strip()]
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), f"after {how}")
+
+
+def test_state_json_atomic_rename_same_content_is_not_a_rebuild(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    assert_clean_exit(cli("sync", "--db", db, "--home", home))
+    state = home / "runs" / LONG_RUN / "state.json"
+    before = dump(str(db))
+    tmp = state.with_name("state.json.tmp")
+    tmp.write_bytes(state.read_bytes())
+    os.rename(tmp, state)  # new inode, identical bytes: what the engine does after every node
+    result = cli("sync", "--db", db, "--home", home, "--json")
+    assert_clean_exit(result)
+    report = json.loads(result.stdout)
+    assert report["events_ingested"] == 0 and report["problems"] == []
+    after = dump(str(db))
+    for table in after:
+        if table != "snapshot_files":  # its identity columns record the new inode
+            assert after[table] == before[table], table
+    assert_same(after, clean_dump(tmp_path, home), "after an identical atomic rename")
+    # New content: must be picked up.
+    data = json.loads(state.read_bytes())
+    node = next(iter(data["nodes"]))
+    data["nodes"][node]["cost_usd"] = 7.25
+    tmp.write_bytes(json.dumps(data).encode())
+    os.rename(tmp, state)
+    result = cli("sync", "--db", db, "--home", home, "--json")
+    assert_clean_exit(result)
+    assert json.loads(result.stdout)["runs_changed"] == 1
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), "after a changed atomic rename")
+
+
+def test_run_directory_deleted_then_recreated_with_other_content(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    lib_sync(db, home)
+    run = home / "runs" / LONG_RUN
+    kept = tmp_path / "kept"
+    shutil.move(run, kept)
+    report = lib_sync(db, home)
+    assert report.runs_gone == 1
+    listed = cli("runs", "--db", db, "--json")
+    assert_clean_exit(listed)
+    rows = {r["run_id"]: r for r in json.loads(listed.stdout)}
+    assert rows[LONG_RUN]["gone"] is True and len(rows) == 25
+    assert len(_events_of(db, LONG_RUN)) == (kept / "events.jsonl").read_bytes().count(b"\n")
+    # Recreated with different content under the same name.
+    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", run)
+    writable_tree(run)
+    lib_sync(db, home)
+    rows = {r["run_id"]: r for r in json.loads(cli("runs", "--db", db, "--json").stdout)}
+    assert rows[LONG_RUN]["gone"] is False and len(rows) == 25
+    assert_same(dump(str(db)), clean_dump(tmp_path, home), "after delete + recreate")
+
+
+# -- database trouble ------------------------------------------------------------------------
+
+
+def _files_under(path: Path) -> list[str]:
+    return sorted(str(p) for p in path.rglob("*")) if path.exists() else []
+
+
+def test_ledger_path_under_a_regular_file_is_a_clear_error(home, tmp_path):
+    """As root, chmod does not stop writes; a parent that is a regular file (ENOTDIR)
+    fails for everyone."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    result = cli("sync", "--db", blocker / "sub" / "ledger.sqlite", "--home", home)
+    assert_clean_exit(result, 3)
+    assert "error:" in result.stderr and "ledger" in result.stderr
+    assert blocker.read_text() == "x"
+
+
+@contextlib.contextmanager
+def read_only_bind_mount(path: Path):
+    """`path` made read-only for everyone, root included (a read-only bind mount)."""
+    if os.geteuid() != 0:
+        os.chmod(path, 0o500)
+        try:
+            yield
+        finally:
+            os.chmod(path, 0o700)
+        return
+    r = subprocess.run(["mount", "--bind", "-o", "ro", str(path), str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot make a read-only mount here ({r.stderr.strip()}); ENOTDIR case covers the rest")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_ledger_in_a_read_only_directory(home, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    existing = tmp_path / "ro-existing"
+    existing.mkdir()
+    lib_sync(existing / "ledger.sqlite", home)
+    digest = hashlib.sha256((existing / "ledger.sqlite").read_bytes()).hexdigest()
+    (home / "runs" / LONG_RUN / "events.jsonl").open("ab").write(
+        orjson.dumps({"schema": 3, "ts": "2026-11-29T18:16:00Z", "event": "run_started"}) + b"\n")
+    with read_only_bind_mount(ro):
+        result = cli("sync", "--db", ro / "ledger.sqlite", "--home", home)
+        assert_clean_exit(result, 3)
+        assert "error:" in result.stderr
+        assert _files_under(ro) == []
+    with read_only_bind_mount(existing):
+        result = cli("sync", "--db", existing / "ledger.sqlite", "--home", home)
+        assert_clean_exit(result, 3)
+        assert "error:" in result.stderr
+    assert hashlib.sha256((existing / "ledger.sqlite").read_bytes()).hexdigest() == digest
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path, size: str):
+    """A tmpfs of ``size`` at ``path``; yields a function that grows it."""
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        yield None
+        return
+    try:
+        yield lambda new: subprocess.run(["mount", "-o", f"remount,size={new}", str(path)], check=True)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _limit_file_size(limit: int):
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+@pytest.mark.slow
+def test_full_disk_is_a_clear_error_and_a_later_sync_with_space_succeeds(big_home, tmp_path):
+    mount = tmp_path / "small"
+    clean = clean_dump(tmp_path, big_home, cache_hints=True)
+    with small_filesystem(mount, "700k") as grow:
+        db = mount / "ledger.sqlite"
+        if grow is None:  # no tmpfs: RLIMIT_FSIZE makes writes past the limit fail (EFBIG)
+            mount.mkdir(exist_ok=True)
+            result = cli("sync", "--db", db, "--home", big_home, preexec_fn=_limit_file_size(700_000))
+        else:
+            result = cli("sync", "--db", db, "--home", big_home)
+        assert_clean_exit(result, 3)
+        assert "error:" in result.stderr and ("full" in result.stderr or "large" in result.stderr
+                                               or "disk" in result.stderr), result.stderr
+        if grow is not None:
+            grow("64m")
+        # No half-written run, and the next sync with space finishes the job.
+        assert_runs_atomic(dump(str(db), cache_hints=True), runs_of(clean), "after disk full")
+        assert_clean_exit(cli("sync", "--db", db, "--home", big_home))
+        assert_same(dump(str(db), cache_hints=True), clean, "after disk full and a retry")
+
+
+def test_database_from_a_newer_version_is_refused_naming_both_revisions(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    lib_sync(db, home)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'ffff9999'")
+    conn.close()
+    before = dump(str(db), cache_hints=True)
+    (home / "runs" / LONG_RUN / "events.jsonl").open("ab").write(
+        orjson.dumps({"schema": 3, "ts": "2026-11-29T18:16:00Z", "event": "run_started"}) + b"\n")
+    for args in (["sync", "--home", home], ["runs"], ["show", LONG_RUN], ["db", "upgrade"]):
+        result = cli(*args, "--db", db)
+        assert_clean_exit(result, 3)
+        assert "ffff9999" in result.stderr and head_revision() in result.stderr, result.stderr
+    assert dump(str(db), cache_hints=True) == before  # refused before writing anything
+
+
+def _schema_of(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+@pytest.mark.slow
+def test_migration_killed_midway_is_clean_or_resumable(home, tmp_path):
+    reference = tmp_path / "reference.sqlite"
+    started = time.monotonic()
+    assert_clean_exit(cli("db", "upgrade", "--db", reference))
+    duration = time.monotonic() - started
+    expected_schema = _schema_of(reference)
+    clean = clean_dump(tmp_path, home)
+    rng = random.Random(SEED)
+    trials = max(6, KILL_TRIALS // 8)
+    for i in range(trials):
+        db = tmp_path / f"m{i}.sqlite"
+        proc = popen("db", "upgrade", "--db", db)
+        time.sleep(rng.uniform(0.3 * duration, duration))  # the first 30 % is interpreter start-up
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+        engine = open_ledger(str(db))  # what every command does first
+        try:
+            with engine.connect() as conn:
+                assert current_revision(conn) == head_revision(), f"trial {i}"
+            assert _schema_of(db) == expected_schema, f"trial {i}"
+            sync(engine, [Home.from_path(str(home))])
+        finally:
+            engine.dispose()
+        assert_same(dump(str(db)), clean, f"migration trial {i}")
