@@ -1,0 +1,236 @@
+"""`audit`: one report of what to trust and what needs a human.
+
+Sections (every one is present, empty ones as empty lists / zero counts):
+
+* ``provenance`` — how each PASS was reached: the node's latest verdict's provenance
+  (verified, self-reported, exit-only, approved; ``unknown`` = absent, i.e. a run that
+  predates the field), and the runs whose passes are *all* self-reported or exit-only.
+* ``failures`` — FAIL verdicts split by the engine's own ``judged`` field as written:
+  ``judged`` (a check rendered a verdict) vs ``machinery`` (judged absent). The engine
+  also sets judged on some machinery failures (a timeout kill, a halt, a rejected gate;
+  corpus README #7), so ``ours_likely_machinery`` lists judged FAILs whose detail reads
+  like one of those — **that flag is omg-ledger's own reading of the detail text**, not
+  the engine's.
+* ``budget`` — nodes with ``budget_overrun`` (a FAIL with its artifact on disk: the
+  post-hoc budget check) and nodes whose recorded spend exceeds their ``budget_usd``.
+* ``abandoned`` — runs ABANDONED right now (live lock probe), with the orphan warning
+  and the recovery hint.
+* ``paused`` — PAUSED runs, waiting at a gate (``gate_paused_at``) or for a session
+  limit to reset (a leg ended ``session_limited``).
+* ``findings`` (stream/snapshot disagreements) and ``problems`` (bad input recorded).
+* ``build_evidence`` — per auto run (a run with a planning leg), the launch-time answer:
+  attached, declared, disclosed, none-detected, or ``not recorded``. Declared and
+  disclosed are counted separately and never summed (RUN-FEED.md).
+* ``unknown_cost`` — invocations with no known price, per runtime; plus attempts the
+  engine paid for but recorded nowhere (``unrecorded_attempts``).
+
+``needs_attention`` is true when there is at least one ABANDONED run, PAUSED run,
+budget overrun (either kind), finding or recorded problem. Unverified passes and
+unpriced work are reported, but are facts about the work, not alarms.
+
+``since`` limits every section to runs with an event at or after it (problems: seen at
+or after it). Status is live: a run's ABANDONED/PAUSED status is probed now.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import orjson
+from sqlalchemy import and_, func, or_, select, true
+from sqlalchemy.engine import Engine
+
+from .. import schema
+from ..status import ABANDONED, ORPHAN_WARNING, PAUSED
+from ..timespec import parse_since
+from ..units import format_instant, us_to_instant
+from .runs import list_runs
+
+PROVENANCES = ("verified", "approved", "self-reported", "exit-only")
+WEAK_PROVENANCES = ("self-reported", "exit-only")
+EVIDENCE_ANSWERS = ("attached", "declared", "disclosed", "none-detected")
+NOT_RECORDED = "not recorded"
+# omg-ledger's own reading of a judged FAIL's detail: the machinery, not the work.
+_MACHINERY_DETAIL = re.compile(r"timed? ?out|timeout|cancel|halt|gate .*reject|rejected|killed|signal", re.I)
+
+
+def _run_filter(since_us: int | None):
+    r = schema.runs.c
+    return [true()] if since_us is None else [r.last_event_at_us >= since_us]
+
+
+def _node_rows(conn, since_us: int | None, *conditions) -> list:
+    n, r, h = schema.nodes.c, schema.runs.c, schema.homes.c
+    query = (select(h.label.label("home"), r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged,
+                    n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun)
+             .select_from(schema.nodes.join(schema.runs, r.id == n.run_pk).join(schema.homes, h.id == r.home_id))
+             .where(and_(*conditions, *_run_filter(since_us)))
+             .order_by(r.run_id, h.label, n.node_id))
+    return [row._mapping for row in conn.execute(query)]
+
+
+def _node_ref(m) -> dict:
+    return {"home": m["home"], "run_id": m["run_id"], "graph": m["graph_name"], "node_id": m["node_id"],
+            "detail": m["detail"]}
+
+
+def _provenance(conn, since_us: int | None) -> dict:
+    passes = _node_rows(conn, since_us, schema.nodes.c.verdict == "PASS")
+    mix = {name: 0 for name in (*PROVENANCES, "unknown")}
+    per_run: dict[tuple, list] = {}
+    for m in passes:
+        name = m["provenance"] if m["provenance"] else "unknown"
+        mix[name] = mix.get(name, 0) + 1
+        per_run.setdefault((m["home"], m["run_id"], m["graph_name"]), []).append(name)
+    weak = [
+        {"home": home, "run_id": run_id, "graph": graph, "passes": len(names),
+         "self_reported": names.count("self-reported"), "exit_only": names.count("exit-only")}
+        for (home, run_id, graph), names in per_run.items() if all(n in WEAK_PROVENANCES for n in names)
+    ]
+    return {"passes": len(passes), "mix": mix, "runs_all_unverified": weak}
+
+
+def _failures(conn, since_us: int | None) -> dict:
+    fails = _node_rows(conn, since_us, schema.nodes.c.verdict == "FAIL")
+    judged, machinery = [], []
+    for m in fails:
+        item = _node_ref(m)
+        if m["judged"]:
+            item["ours_likely_machinery"] = bool(_MACHINERY_DETAIL.search(m["detail"] or ""))
+            judged.append(item)
+        else:
+            machinery.append(item)
+    return {"judged": judged, "machinery": machinery,
+            "note": "judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
+                    "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
+                    "halts and rejected gates judged)"}
+
+
+def _budget(conn, since_us: int | None) -> dict:
+    n = schema.nodes.c
+    rows = _node_rows(conn, since_us, or_(n.budget_overrun, and_(n.budget_nano_usd.is_not(None),
+                                                                  n.cost_nano_usd > n.budget_nano_usd)))
+    overrun, over_budget = [], []
+    for m in rows:
+        item = {**_node_ref(m), "verdict": m["verdict"], "cost_nano_usd": int(m["cost_nano_usd"] or 0),
+                "budget_nano_usd": m["budget_nano_usd"]}
+        if m["budget_overrun"]:
+            overrun.append(item)
+        if m["budget_nano_usd"] is not None and (m["cost_nano_usd"] or 0) > m["budget_nano_usd"]:
+            over_budget.append(item)
+    return {"budget_overrun": overrun, "spend_over_budget": over_budget}
+
+
+def _live(engine: Engine, conn, since_us: int | None) -> tuple[list, dict]:
+    live = list_runs(engine, since_us=since_us, statuses=(ABANDONED, PAUSED))
+    abandoned = [{"home": r["home"], "run_id": r["run_id"], "graph": r["graph"], "last_event_at": r["last_event_at"],
+                  "has_snapshot": r["has_snapshot"], "hint": r["hint"]} for r in live if r["status"] == ABANDONED]
+    paused_rows = [r for r in live if r["status"] == PAUSED]
+    gate, session, other = [], [], []
+    if paused_rows:
+        r, h, legs = schema.runs.c, schema.homes.c, schema.legs.c
+        facts = {
+            (m.label, m.run_id): m
+            for m in conn.execute(
+                select(h.label, r.run_id, r.gate_paused_at,
+                       select(func.count()).where(legs.run_pk == r.id, legs.session_limited)
+                       .scalar_subquery().label("limited"))
+                .select_from(schema.runs.join(schema.homes, h.id == r.home_id))
+                .where(r.run_id.in_([p["run_id"] for p in paused_rows])))
+        }
+        for p in paused_rows:
+            m = facts.get((p["home"], p["run_id"]))
+            item = {"home": p["home"], "run_id": p["run_id"], "graph": p["graph"], "hint": p["hint"],
+                    "gate": m.gate_paused_at if m is not None else None}
+            if m is not None and m.limited:
+                session.append(item)
+            elif item["gate"]:
+                gate.append(item)
+            else:
+                other.append(item)
+    return abandoned, {"gate": gate, "session_limit": session, "other": other}
+
+
+def _findings(conn, since_us: int | None) -> list:
+    f, r, h = schema.findings.c, schema.runs.c, schema.homes.c
+    query = (select(h.label.label("home"), r.run_id, f.kind, f.node_id, f.leg_ordinal, f.detail)
+             .select_from(schema.findings.join(schema.runs, r.id == f.run_pk).join(schema.homes, h.id == r.home_id))
+             .where(and_(*_run_filter(since_us))).order_by(r.run_id, h.label, f.seq))
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def _problems(conn, since_us: int | None) -> list:
+    p, r = schema.problems.c, schema.runs.c
+    query = (select(r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at)
+             .select_from(schema.problems.outerjoin(schema.runs, r.id == p.run_pk)).order_by(p.path, p.byte_offset))
+    if since_us is not None:
+        query = query.where(p.last_seen_at >= format_instant(us_to_instant(since_us)))
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def _build_evidence(conn, since_us: int | None) -> dict:
+    r, h, legs = schema.runs.c, schema.homes.c, schema.legs.c
+    auto = select(legs.run_pk).where(legs.phase == "planning")
+    query = (select(h.label.label("home"), r.run_id, r.graph_name, r.build_evidence_answer,
+                    r.build_evidence_declared_by, r.build_evidence_signals_json)
+             .select_from(schema.runs.join(schema.homes, h.id == r.home_id))
+             .where(and_(or_(r.id.in_(auto), r.build_evidence_answer.is_not(None)), *_run_filter(since_us)))
+             .order_by(r.run_id, h.label))
+    runs = []
+    counts = {name: 0 for name in (*EVIDENCE_ANSWERS, NOT_RECORDED)}
+    for m in conn.execute(query):
+        answer = m.build_evidence_answer or NOT_RECORDED
+        counts[answer] = counts.get(answer, 0) + 1
+        runs.append({"home": m.home, "run_id": m.run_id, "graph": m.graph_name, "answer": answer,
+                     "declared_by": m.build_evidence_declared_by, "signals": orjson.loads(m.build_evidence_signals_json) if m.build_evidence_signals_json else []})
+    return {"counts": counts, "runs": runs,
+            "note": "declared and disclosed are different answers and are never summed"}
+
+
+def _unknown_cost(conn, since_us: int | None) -> dict:
+    c, r = schema.charges.c, schema.runs.c
+    query = (select(r.runtime, r.snapshot_schema.is_(None).label("no_snapshot"), func.count().label("n"))
+             .select_from(schema.charges.join(schema.runs, r.id == c.run_pk))
+             .where(and_(c.cost_unknown, *_run_filter(since_us)))
+             .group_by(r.runtime, r.snapshot_schema.is_(None)))
+    by_runtime: dict[str, int] = {}
+    for m in conn.execute(query):
+        key = m.runtime or ("(no snapshot)" if m.no_snapshot else "(unknown)")
+        by_runtime[key] = by_runtime.get(key, 0) + int(m.n)
+    unrecorded = conn.execute(select(func.coalesce(func.sum(r.unrecorded_attempts), 0))
+                              .where(and_(*_run_filter(since_us)))).scalar()
+    return {"by_runtime": dict(sorted(by_runtime.items())), "total": sum(by_runtime.values()),
+            "unrecorded_attempts": int(unrecorded or 0)}
+
+
+def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None) -> dict:
+    """Every section of the audit, plus `needs_attention` and the reasons for it."""
+    since_us = parse_since(since, now)
+    with engine.connect() as conn:
+        report = {
+            "since": None if since_us is None else format_instant(us_to_instant(since_us)),
+            "provenance": _provenance(conn, since_us),
+            "failures": _failures(conn, since_us),
+            "budget": _budget(conn, since_us),
+            "findings": _findings(conn, since_us),
+            "problems": _problems(conn, since_us),
+            "build_evidence": _build_evidence(conn, since_us),
+            "unknown_cost": _unknown_cost(conn, since_us),
+        }
+        report["abandoned"], report["paused"] = _live(engine, conn, since_us)
+    report["orphan_warning"] = ORPHAN_WARNING
+    reasons = []
+    for label, count in (
+        ("ABANDONED run(s)", len(report["abandoned"])),
+        ("PAUSED run(s)", sum(len(v) for v in report["paused"].values())),
+        ("budget overrun(s)", len({(x["home"], x["run_id"], x["node_id"]) for k in report["budget"].values()
+                                   for x in k})),
+        ("reconciliation finding(s)", len(report["findings"])),
+        ("recorded input problem(s)", len(report["problems"])),
+    ):
+        if count:
+            reasons.append(f"{count} {label}")
+    report["needs_attention"] = bool(reasons)
+    report["attention"] = reasons
+    return report

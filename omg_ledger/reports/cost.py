@@ -1,0 +1,291 @@
+"""`cost`: known spend, tokens, invocations and unpriced invocations, grouped.
+
+Rules (each one is a test in tests/test_cost.py):
+
+* A charge is attributed by its own time (``charges.at_us``), not by its run's start.
+  The window is ``[since, until)``. ``--since`` without ``--until`` ends at *now*; with
+  neither, the window is all time and charges with no time (none normally) count too,
+  as their own ``(undated)`` group when grouping by period.
+* Money is summed in SQL as integer nano-dollars and only rounded for display. A
+  group with unpriced invocations (``cost_unknown``, stored as NULL) has a lower-bound
+  total: ``cost_is_lower_bound`` in JSON, ``≥ $12.40 +3 unpriced`` on a terminal.
+* Periods (day, week from Monday, month) are cut in ``tz``. SQL groups charges into
+  15-minute UTC buckets (every real zone offset is a multiple of 15 minutes, so no
+  bucket straddles a local midnight) and Python maps each bucket to its local period
+  with zoneinfo: DST days of 23 or 25 hours come out exact.
+* Keys: ``day`` ``2026-11-29``; ``week`` the Monday it starts on, ``2026-11-23``;
+  ``month`` ``2026-11``; ``run`` the run id (the row also names its home); ``node``
+  ``<graph>/<node id>`` (the row also has ``graph`` and ``node_id`` separately, since node
+  ids may contain ``/``); charges that belong to no node (planning, refused plan,
+  assessment) are keyed ``<graph>/(planning)`` etc.; a run with no graph (planner
+  killed or plan refused) is ``(no graph)``; ``runtime`` ``claude``/``codex``, or
+  ``(no snapshot)`` when the run never wrote state.json; ``goal`` the goal's first run id
+  (every cycle of one iterated auto run adds up there), ``(no goal)`` for all other
+  runs; ``leg-kind`` initial/resume/retry/rerun/after-abandoned/planning/assessment, or
+  ``(no leg)`` for a charge outside any leg.
+* JSON money: ``cost_nano_usd`` exact (integer), ``cost_usd`` a number equal to it
+  divided by 1e9 (so at most 9 decimals).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from sqlalchemy import and_, case, func, literal, select
+from sqlalchemy.engine import Engine
+
+from .. import schema
+from ..errors import BadArgument
+from ..timespec import parse_time
+from ..units import instant_to_us, us_to_instant
+
+GROUPINGS = ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind")
+PERIODS = ("day", "week", "month")
+BUCKET_US = 900_000_000  # 15 minutes
+TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
+UNDATED = "(undated)"
+
+
+def local_zone() -> ZoneInfo:
+    """The local IANA zone (DST rules included): $TZ, else /etc/localtime, else UTC."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        target = os.path.realpath("/etc/localtime")
+        if "/zoneinfo/" in target:
+            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
+        with open("/etc/localtime", "rb") as fh:
+            return ZoneInfo.from_file(fh, key="localtime")
+    except (OSError, ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def zone_named(name: str | None) -> ZoneInfo:
+    if not name:
+        return local_zone()
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadArgument(f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin or UTC") from None
+
+
+@dataclass(frozen=True)
+class Window:
+    since: datetime | None
+    until: datetime | None
+
+    @property
+    def since_us(self) -> int | None:
+        return None if self.since is None else instant_to_us(self.since)
+
+    @property
+    def until_us(self) -> int | None:
+        return None if self.until is None else instant_to_us(self.until)
+
+    @property
+    def all_time(self) -> bool:
+        return self.since is None and self.until is None
+
+
+def window(since: str | None, until: str | None, zone: tzinfo, now: datetime | None = None) -> Window:
+    """[since, until): absolute times without an offset are read in `zone`."""
+    now = now or datetime.now(UTC)
+    start = parse_time(since, now, zone) if since else None
+    end = parse_time(until, now, zone) if until else (now if since else None)
+    if start is not None and end is not None and end <= start:
+        raise BadArgument(f"empty window: --until ({end.isoformat()}) is not after --since ({start.isoformat()})")
+    return Window(start, end)
+
+
+MEASURES = ("cost_nano_usd", "invocations", "unknown_cost_invocations", *TOKEN_FIELDS)
+
+
+def _measures() -> list:
+    c = schema.charges.c
+    return [
+        func.sum(c.cost_nano_usd).label("cost_nano_usd"),
+        func.count().label("invocations"),
+        func.sum(case((c.cost_unknown, 1), else_=0)).label("unknown_cost_invocations"),
+        *(func.sum(c[name]).label(name) for name in TOKEN_FIELDS),
+    ]
+
+
+def _query(by: str | None, win: Window, home_labels: tuple[str, ...], dialect: str):
+    """One aggregate query. For run-level groupings, charges are first summed per run
+    on the charges table alone and only those partial sums are joined to runs/homes;
+    periods are summed per 15-minute bucket."""
+    c, r, h = schema.charges.c, schema.runs.c, schema.homes.c
+    at_us = c.at_us
+    per_run = by in ("run", "runtime", "goal")
+    if per_run and dialect == "sqlite":
+        # A window usually covers most charges: a scan in run order beats the at_us
+        # index plus a sort (measured: 0.18 s vs 0.55 s for 300k charges).
+        at_us = c.at_us + 0
+    conditions = []
+    if win.since_us is not None:
+        conditions.append(at_us >= win.since_us)
+    if win.until_us is not None:
+        conditions.append(at_us < win.until_us)
+    if home_labels:
+        conditions.append(c.run_pk.in_(select(r.id).join(schema.homes, h.id == r.home_id)
+                                       .where(h.label.in_(home_labels))))
+    inner_keys = []
+    if by in PERIODS:
+        inner_keys = [(c.at_us // BUCKET_US).label("bucket")]
+    elif by == "node":
+        # Nodes are many: one join of each charge to its run, grouped once, is cheaper
+        # than per-run partial sums (measured: 0.4 s vs 0.95 s for 300k charges).
+        keys = [r.graph_name.label("graph"), c.node_id.label("node_id"),
+                case((c.node_id.is_(None), c.kind), else_=literal(None)).label("charge_kind")]
+        query = (select(*keys, *_measures())
+                 .select_from(schema.charges.join(schema.runs, r.id == c.run_pk)).group_by(*keys))
+        return query.where(and_(*conditions)) if conditions else query
+    elif per_run:
+        inner_keys = [c.run_pk.label("run_pk")]
+    elif by == "leg-kind":
+        inner_keys = [c.leg_kind.label("leg_kind")]
+    inner = select(*inner_keys, *_measures())
+    if conditions:
+        inner = inner.where(and_(*conditions))
+    if inner_keys:
+        inner = inner.group_by(*inner_keys)
+    if not per_run:
+        return inner
+    agg = inner.subquery("agg")
+    if by == "run":
+        outer_keys = [r.id.label("run_pk"), r.run_id.label("run_id"), h.label.label("home")]
+    elif by == "runtime":
+        outer_keys = [r.runtime.label("runtime"), r.snapshot_schema.is_(None).label("no_snapshot")]
+    else:
+        outer_keys = [r.goal_first_run_id.label("goal")]
+    source = agg.join(schema.runs, r.id == agg.c.run_pk)
+    if by == "run":
+        source = source.join(schema.homes, h.id == r.home_id)
+        return select(*outer_keys, *(agg.c[m] for m in MEASURES)).select_from(source)
+    return (select(*outer_keys, *(func.sum(agg.c[m]).label(m) for m in MEASURES))
+            .select_from(source).group_by(*outer_keys))
+
+
+def _key(by: str, m) -> str:
+    if by == "run":
+        return m["run_id"]
+    if by == "node":
+        graph = m["graph"] if m["graph"] is not None else "(no graph)"
+        node = m["node_id"] if m["node_id"] is not None else f"({m['charge_kind']})"
+        return f"{graph}/{node}"
+    if by == "runtime":
+        return m["runtime"] or ("(no snapshot)" if m["no_snapshot"] else "(unknown)")
+    if by == "goal":
+        return m["goal"] or "(no goal)"
+    if by == "leg-kind":
+        return m["leg_kind"] or "(no leg)"
+    raise AssertionError(by)
+
+
+def period_start(moment: datetime, by: str) -> date:
+    """The local date a period starts on (moment is already in the zone)."""
+    day = moment.date()
+    if by == "week":
+        return day - timedelta(days=day.weekday())
+    if by == "month":
+        return day.replace(day=1)
+    return day
+
+
+def _period_bounds(start: date, by: str, zone: tzinfo) -> tuple[datetime, datetime]:
+    if by == "day":
+        end = start + timedelta(days=1)
+    elif by == "week":
+        end = start + timedelta(days=7)
+    else:
+        end = (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return (datetime(start.year, start.month, start.day, tzinfo=zone),
+            datetime(end.year, end.month, end.day, tzinfo=zone))
+
+
+def _period_key(start: date, by: str) -> str:
+    return start.strftime("%Y-%m") if by == "month" else start.isoformat()
+
+
+def _zero() -> dict:
+    return {"cost_nano_usd": 0, "invocations": 0, "unknown_cost_invocations": 0, **dict.fromkeys(TOKEN_FIELDS, 0)}
+
+
+def _add(into: dict, m) -> None:
+    for name in ("cost_nano_usd", "invocations", "unknown_cost_invocations", *TOKEN_FIELDS):
+        into[name] += int(m[name] or 0)
+
+
+def _finish(row: dict) -> dict:
+    nanos = row["cost_nano_usd"]
+    row["cost_usd"] = round(nanos / 1e9, 9)
+    row["cost_is_lower_bound"] = row["unknown_cost_invocations"] > 0
+    return row
+
+
+def _iso(moment: datetime | None, zone: tzinfo) -> str | None:
+    return None if moment is None else moment.astimezone(zone).isoformat()
+
+
+def cost_report(engine: Engine, *, since: str | None = None, until: str | None = None, by: str | None = None,
+                tz: str | None = None, home_labels: tuple[str, ...] = (), now: datetime | None = None) -> dict:
+    """Spend per group and in total over a window. `now` is injectable for tests."""
+    if by is not None and by not in GROUPINGS:
+        raise BadArgument(f"unknown grouping {by!r}: use one of {', '.join(GROUPINGS)}")
+    zone = zone_named(tz)
+    win = window(since, until, zone, now)
+    query = _query(by, win, tuple(home_labels), engine.dialect.name)
+    with engine.connect() as conn:
+        result = [row._mapping for row in conn.execute(query)]
+
+    total = _zero()
+    rows: dict[str, dict] = {}
+    extra: dict[str, dict] = {}
+    for m in result:
+        _add(total, m)
+        if by is None:
+            continue
+        if by in PERIODS:
+            if m["bucket"] is None:
+                key = UNDATED
+                extra[key] = {}
+            else:
+                start = period_start(us_to_instant(int(m["bucket"]) * BUCKET_US).astimezone(zone), by)
+                key = _period_key(start, by)
+                if key not in extra:
+                    lo, hi = _period_bounds(start, by, zone)
+                    extra[key] = {"start": lo.isoformat(), "end": hi.isoformat()}
+        else:
+            key = _key(by, m)
+            if by == "run":
+                key = m["run_id"]
+                extra[f"{m['home']}\0{key}"] = {"home": m["home"]}
+                key = f"{m['home']}\0{key}"
+            elif by == "node":
+                extra[key] = {"graph": m["graph"], "node_id": m["node_id"]}
+        _add(rows.setdefault(key, _zero()), m)
+
+    out_rows = []
+    for key, values in rows.items():
+        shown = key.split("\0", 1)[1] if by == "run" else key
+        out_rows.append(_finish({"key": shown, **extra.get(key, {}), **values}))
+    if by in PERIODS or by == "run":
+        out_rows.sort(key=lambda row: (row["key"] == UNDATED, row["key"], row.get("home", "")))
+    else:
+        out_rows.sort(key=lambda row: (-row["cost_nano_usd"], -row["unknown_cost_invocations"], row["key"]))
+    return {
+        "by": by,
+        "tz": zone.key if isinstance(zone, ZoneInfo) and zone.key else str(zone),
+        "since": _iso(win.since, zone),
+        "until": _iso(win.until, zone),
+        "homes": list(home_labels),
+        "rows": out_rows,
+        "total": _finish(total),
+    }

@@ -1,0 +1,381 @@
+"""`sql` and `query`: read-only SQL against the ledger, and the saved queries.
+
+Read-only is enforced three times over, so no one layer has to be perfect:
+
+1. **One statement, a reading one.** The text is split on ``;`` outside quotes,
+   comments and dollar-quoted bodies; more than one statement is refused, and the
+   statement must start with SELECT, WITH, VALUES, TABLE or EXPLAIN (plus PRAGMA on
+   SQLite, SHOW on PostgreSQL).
+2. **A read-only connection.** SQLite: a separate ``sqlite3`` connection opened with
+   ``file:…?mode=ro`` and ``PRAGMA query_only=ON``, plus an authorizer that allows only
+   reads (no ATTACH, no pragma assignment, no temp tables). PostgreSQL: the statement
+   runs inside ``SET TRANSACTION READ ONLY``, which is always rolled back.
+3. Any error the database raises for a write is reported as :class:`ReadOnlyViolation`.
+
+Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
+repository's top-level ``queries/``). Each starts with a comment header: its first
+line is the summary, and each parameter is declared on a line of its own::
+
+    -- :since  earliest charge time, UTC text such as 2026-11-01 [default: ]
+
+A parameter without ``[default: …]`` is required. Values are passed as text; the
+SQL casts where it needs a number (``CAST(:limit AS INTEGER)``).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from decimal import Decimal
+from importlib import resources
+from urllib.parse import quote
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DBAPIError
+
+from ..errors import BadArgument, LedgerError, ReadOnlyViolation
+
+READING_STATEMENTS = {"select", "with", "values", "table", "explain"}
+EXTRA_READING = {"sqlite": {"pragma"}, "postgresql": {"show"}}
+# Pragmas that take an argument without writing anything.
+_READING_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+                    "integrity_check", "quick_check", "table_list", "pragma_list", "function_list",
+                    "collation_list", "compile_options", "database_list"}
+_WRITING_PRAGMAS = {"optimize", "wal_checkpoint", "incremental_vacuum", "shrink_memory", "query_only",
+                    "writable_schema"}
+_SQLITE_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                   getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+
+
+class QueryFailed(LedgerError):
+    """The database rejected the statement (syntax, unknown column, …)."""
+
+    exit_code = 2
+
+
+class UnknownQuery(LedgerError):
+    """No saved query has that name."""
+
+    exit_code = 2
+
+
+@dataclass
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple]
+
+    def as_dict(self) -> dict:
+        names = _unique(self.columns)
+        return {"columns": names, "rows": [dict(zip(names, map(plain, row), strict=True)) for row in self.rows]}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    description: str
+    default: str | None  # None: required
+
+
+@dataclass
+class SavedQuery:
+    name: str
+    sql: str
+    header: list[str] = field(default_factory=list)
+    params: list[Param] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        return self.header[0] if self.header else ""
+
+
+def _unique(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+def plain(value: object) -> object:
+    """A JSON-friendly value: exact integers stay integers."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+# -- statement splitting ------------------------------------------------------------
+
+_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def code_spans(sql: str) -> list[tuple[str, str]]:
+    """(kind, text) pieces: kind is 'code', 'string', 'ident' or 'comment'."""
+    spans: list[tuple[str, str]] = []
+    i, n, start = 0, len(sql), 0
+
+    def flush(upto: int) -> None:
+        if upto > start:
+            spans.append(("code", sql[start:upto]))
+
+    while i < n:
+        ch = sql[i]
+        end = None
+        kind = None
+        if ch in "'\"`":
+            kind = "string" if ch == "'" else "ident"
+            j = i + 1
+            while j < n:
+                if sql[j] == ch:
+                    if j + 1 < n and sql[j + 1] == ch:
+                        j += 2
+                        continue
+                    break
+                j += 1
+            end = min(j + 1, n)
+        elif ch == "[":
+            kind, end = "ident", (sql.find("]", i) + 1 or n)
+        elif sql.startswith("--", i):
+            kind = "comment"
+            nl = sql.find("\n", i)
+            end = n if nl == -1 else nl + 1
+        elif sql.startswith("/*", i):
+            kind = "comment"
+            close = sql.find("*/", i + 2)
+            end = n if close == -1 else close + 2
+        elif ch == "$" and (m := _DOLLAR.match(sql, i)) and not (i and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            kind = "string"
+            close = sql.find(m.group(0), m.end())
+            end = n if close == -1 else close + len(m.group(0))
+        if kind is None:
+            i += 1
+            continue
+        flush(i)
+        spans.append((kind, sql[i:end]))
+        i = start = end
+    flush(n)
+    return spans
+
+
+def statements(sql: str) -> list[str]:
+    """The non-empty statements of `sql` (comments alone are not a statement)."""
+    out, current, meaningful = [], [], False
+    for kind, piece in code_spans(sql):
+        if kind != "code":
+            current.append(piece)
+            meaningful = meaningful or kind != "comment"
+            continue
+        parts = piece.split(";")
+        for k, part in enumerate(parts):
+            if k:
+                if meaningful:
+                    out.append("".join(current).strip())
+                current, meaningful = [], False
+            current.append(part)
+            meaningful = meaningful or bool(part.strip())
+    if meaningful:
+        out.append("".join(current).strip())
+    return out
+
+
+def first_keyword(statement: str) -> str:
+    code = " ".join(piece for kind, piece in code_spans(statement) if kind == "code")
+    match = re.match(r"[\s(]*([A-Za-z]+)", code)
+    return match.group(1).lower() if match else ""
+
+
+def check_read_only(sql: str, dialect: str) -> str:
+    """The single reading statement in `sql`, or ReadOnlyViolation."""
+    found = statements(sql)
+    if not found:
+        raise BadArgument("no SQL statement given")
+    if len(found) > 1:
+        raise ReadOnlyViolation(f"refused: {len(found)} statements given; `sql` and `query` run exactly one "
+                                "read-only statement (nothing was run)")
+    keyword = first_keyword(found[0])
+    if keyword not in READING_STATEMENTS | EXTRA_READING.get(dialect, set()):
+        raise ReadOnlyViolation(f"refused: {keyword.upper() or 'that'} is not a read-only statement; the ledger "
+                                "is read-only here (SELECT, WITH, VALUES, EXPLAIN). Nothing was changed.")
+    return found[0]
+
+
+# -- execution --------------------------------------------------------------------------
+
+
+def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
+    if action in _SQLITE_ALLOWED:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in {"load_extension", "writefile", "edit"}:
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (arg1 or "").lower()
+        if name in _WRITING_PRAGMAS:
+            return sqlite3.SQLITE_DENY
+        if arg2 is None or name in _READING_PRAGMAS:
+            return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _is_write_error(message: str) -> bool:
+    lowered = message.lower()
+    return any(s in lowered for s in ("not authorized", "readonly", "read-only", "read only",
+                                      "query_only", "prohibited"))
+
+
+def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
+    path = make_url(str(engine.url)).database
+    if not path or path == ":memory:":
+        raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        raise QueryFailed(f"cannot open {path} read-only: {exc}") from exc
+    try:
+        conn.execute("PRAGMA query_only = ON")
+        conn.set_authorizer(_authorizer)
+        cursor = conn.execute(statement, params or {})
+        columns = [d[0] for d in cursor.description or []]
+        rows = cursor.fetchall() if cursor.description else []
+        return QueryResult(columns, rows)
+    except sqlite3.ProgrammingError as exc:
+        if "one statement" in str(exc):
+            raise ReadOnlyViolation("refused: more than one statement (nothing was run)") from exc
+        raise QueryFailed(str(exc)) from exc
+    except sqlite3.Error as exc:
+        if _is_write_error(str(exc)):
+            raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
+        raise QueryFailed(str(exc)) from exc
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
+    with engine.connect() as conn:
+        try:
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            if params is None:
+                # The driver's own cursor: no placeholder parsing, so '%' and ':' in the
+                # user's literals stay literal.
+                cursor = conn.connection.dbapi_connection.cursor()
+                cursor.execute(statement)
+                columns = [d[0] for d in cursor.description or []]
+                rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            else:
+                result = conn.execute(text(statement), params)
+                columns = list(result.keys()) if result.returns_rows else []
+                rows = [tuple(r) for r in result] if result.returns_rows else []
+            return QueryResult(columns, rows)
+        except DBAPIError as exc:
+            message = str(exc.orig).strip()
+            if _is_write_error(message):
+                raise ReadOnlyViolation(f"refused: the statement would write ({message}); nothing was changed") \
+                    from exc
+            raise QueryFailed(message) from exc
+        except Exception as exc:  # a raw driver error outside SQLAlchemy's wrapping
+            if _is_write_error(str(exc)):
+                raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
+            raise QueryFailed(str(exc).strip()) from exc
+        finally:
+            conn.rollback()
+
+
+def run_sql(engine: Engine, sql: str, params: dict | None = None) -> QueryResult:
+    """Run one read-only statement. `params` binds `:name` placeholders."""
+    dialect = engine.dialect.name
+    statement = check_read_only(sql, dialect)
+    if dialect == "sqlite":
+        return _sqlite_run(engine, statement, params)
+    if dialect == "postgresql":
+        return _postgres_run(engine, statement, params)
+    raise BadArgument(f"read-only SQL is not supported on {dialect}")
+
+
+# -- saved queries ----------------------------------------------------------------------
+
+_PARAM_LINE = re.compile(r"^:(\w+)\s*(.*?)\s*(?:\[default:\s*(.*?)\s*\])?\s*$")
+
+
+def parse_saved(name: str, sql: str) -> SavedQuery:
+    header, params = [], []
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if not stripped.startswith("--"):
+            if stripped:
+                break
+            continue
+        body = stripped[2:].strip()
+        header.append(body)
+        match = _PARAM_LINE.match(body)
+        if match:
+            params.append(Param(match.group(1), match.group(2), match.group(3)))
+    while header and not header[-1]:
+        header.pop()
+    declared = {p.name for p in params}
+    for used in placeholders(sql):
+        if used not in declared:  # used but not described in the header: required
+            params.append(Param(used, "", None))
+            declared.add(used)
+    return SavedQuery(name, sql, header, params)
+
+
+def placeholders(sql: str) -> list[str]:
+    """The `:name` placeholders in the statement's code (not in strings or comments)."""
+    found: list[str] = []
+    for kind, piece in code_spans(sql):
+        if kind == "code":
+            for match in re.finditer(r"(?<![:\w]):([A-Za-z_]\w*)", piece):
+                if match.group(1) not in found:
+                    found.append(match.group(1))
+    return found
+
+
+def saved_queries() -> list[SavedQuery]:
+    root = resources.files("omg_ledger.queries")
+    found = [parse_saved(entry.name[:-4], entry.read_text(encoding="utf-8"))
+             for entry in root.iterdir() if entry.name.endswith(".sql")]
+    return sorted(found, key=lambda q: q.name)
+
+
+def saved_query(name: str) -> SavedQuery:
+    for query in saved_queries():
+        if query.name == name:
+            return query
+    names = ", ".join(q.name for q in saved_queries())
+    raise UnknownQuery(f"no saved query named {name!r} (saved: {names}; `omg-ledger query --list` describes them)")
+
+
+def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadArgument(f"--param takes NAME=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out
+
+
+def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None) -> QueryResult:
+    """Run a saved query with its declared defaults, overridden by `given`."""
+    query = saved_query(name)
+    given = dict(given or {})
+    declared = {p.name: p for p in query.params}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise BadArgument(f"query {name} has no parameter {', '.join(unknown)} "
+                          f"(it takes: {', '.join(declared) or 'none'})")
+    values = {}
+    for param in query.params:
+        if param.name in given:
+            values[param.name] = given[param.name]
+        elif param.default is not None:
+            values[param.name] = param.default
+        else:
+            raise BadArgument(f"query {name} needs --param {param.name}=… ({param.description})")
+    return run_sql(engine, query.sql, values)

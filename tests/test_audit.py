@@ -1,0 +1,184 @@
+"""`omg-ledger audit`: expectations from corpus/per-run.md, corpus/README.md and the
+contract; hand-made runs for the sections the corpus leaves empty."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from click.testing import CliRunner
+
+from omg_ledger.cli import main
+from omg_ledger.reports.audit import audit_report
+from omg_ledger.status import ORPHAN_WARNING
+
+from .test_cost import ev, ledger, passed, state, t, write_run
+from .test_queries import state_json_pass_provenance
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+S03, S07, S09 = "20261129-181513.435710166-1", "20261129-181514.780559427-1", "20261129-181514.879117232-1"
+S01, S10, S16 = "20261129-181512.929654081-1", "20261129-181514.934714601-1", "20261129-181518.826010212-1"
+S22, S33, S35 = "20261129-181520.321225011-1", "20261129-181522.722804151-1", "20261129-181524.062929782-1"
+S36, S38, S39 = "20261129-181524.161957784-1", "20261129-181524.510998091-1", "20261129-181524.604560538-1"
+S25 = "20261129-181521.843936003-1"
+AUTO_NONE_DETECTED = {"20261129-181521.715955568-1", "20261129-181521.972665837-1", "20261129-181522.237468643-1",
+                      "20261129-181522.329723440-2", "20261129-181522.625907719-1"}
+
+
+@pytest.fixture
+def corpus_audit(db_url, corpus_home):
+    return audit_report(ledger(db_url, corpus_home, "corpus"), now=NOW)
+
+
+def test_corpus_provenance(corpus_audit, corpus_home):
+    prov = corpus_audit["provenance"]
+    # s35's sink wrapup is verified (per-run.md); s10's gate approve is approved.
+    assert prov["mix"]["verified"] == 1 and prov["mix"]["approved"] == 1
+    assert prov["mix"]["unknown"] == 0  # every corpus PASS carries provenance
+    by_hand = state_json_pass_provenance(corpus_home)
+    assert prov["mix"] == {"verified": 1, "approved": 1, "self-reported": by_hand["self-reported"],
+                           "exit-only": by_hand["exit-only"], "unknown": 0}
+    weak = {r["run_id"] for r in prov["runs_all_unverified"]}
+    assert {S01, S36} <= weak  # s01: 4 exit-only; s36: both nodes exit-only
+    assert S35 not in weak and S10 not in weak
+    s01 = next(r for r in prov["runs_all_unverified"] if r["run_id"] == S01)
+    assert (s01["passes"], s01["exit_only"], s01["self_reported"]) == (4, 4, 0)
+
+
+def test_corpus_failures_judged_vs_machinery(corpus_audit):
+    fails = corpus_audit["failures"]
+    # s03 lane-a (exit_zero, judged), s07 impl (judged=true), s38 crashy (a failed check)
+    assert {(f["run_id"], f["node_id"]) for f in fails["judged"]} == {(S03, "lane-a"), (S07, "impl"),
+                                                                       (S38, "crashy")}
+    # s09: a blown budget is never judged (RUN-FEED.md, judged)
+    assert [(f["run_id"], f["node_id"]) for f in fails["machinery"]] == [(S09, "runaway")]
+    assert "omg-ledger's own reading" in fails["note"]
+
+
+def test_corpus_budget_live_status_and_evidence(corpus_audit):
+    over = corpus_audit["budget"]["spend_over_budget"]
+    # s09: node_failed cost 0.21 against budget 0.2
+    assert [(b["run_id"], b["cost_nano_usd"], b["budget_nano_usd"]) for b in over] == [
+        (S09, 210_000_000, 200_000_000)]
+    assert corpus_audit["budget"]["budget_overrun"] == []  # s09 persisted nothing (no runaway.out)
+
+    abandoned = {a["run_id"]: a for a in corpus_audit["abandoned"]}
+    assert set(abandoned) == {S22, S33}  # no lock is held in the corpus
+    assert ORPHAN_WARNING in abandoned[S22]["hint"]
+    assert f"oh-my-graph resume {S22} --retry-failed" in abandoned[S22]["hint"]
+    assert "never wrote a snapshot" in abandoned[S33]["hint"]
+
+    paused = corpus_audit["paused"]
+    assert [(p["run_id"], p["gate"]) for p in paused["gate"]] == [(S39, "gate-b")]
+    assert [p["run_id"] for p in paused["session_limit"]] == [S16]
+    assert paused["other"] == []
+
+    evidence = corpus_audit["build_evidence"]
+    assert evidence["counts"] == {"attached": 1, "declared": 1, "disclosed": 0, "none-detected": 5,
+                                  "not recorded": 2}  # s25 (refused) and s33 (killed) have no snapshot
+    answers = {r["run_id"]: r for r in evidence["runs"]}
+    assert answers[S35]["answer"] == "attached" and answers[S35]["signals"] == ["Makefile"]
+    assert answers[S36]["declared_by"] == "--accept-no-build-evidence"
+    assert {k for k, v in answers.items() if v["answer"] == "none-detected"} == AUTO_NONE_DETECTED
+    assert answers[S25]["answer"] == "not recorded"
+
+    assert corpus_audit["unknown_cost"]["by_runtime"] == {"codex": 6}  # s18: 3, s32: plan + 2 nodes
+    assert corpus_audit["findings"] == [] and corpus_audit["problems"] == []
+    assert corpus_audit["needs_attention"] is True
+    assert corpus_audit["attention"] == ["2 ABANDONED run(s)", "2 PAUSED run(s)", "1 budget overrun(s)"]
+
+
+def test_since_limits_every_section(db_url, corpus_home):
+    report = audit_report(ledger(db_url, corpus_home, "corpus"), since="2026-11-30T00:00:00Z", now=NOW)
+    assert report["abandoned"] == [] and report["provenance"]["passes"] == 0
+    assert report["needs_attention"] is False
+
+
+def _clean_run(home, run_id="20261129-090000.000000001-1"):
+    write_run(home, run_id, [
+        ev(run_id, t("09:00:00"), "run_started"),
+        ev(run_id, t("09:00:01"), "node_started", node_id="build"),
+        passed(run_id, t("09:00:02"), "build", 0.01, provenance="verified"),
+        ev(run_id, t("09:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, "clean", {"build": {"verdict": "PASS", "cost_usd": 0.01, "provenance": "verified"}}))
+
+
+def test_nothing_needs_attention_exit_0(db_url, tmp_path):
+    home = tmp_path / "home"
+    _clean_run(home)
+    report = audit_report(ledger(db_url, home), now=NOW)
+    assert report["needs_attention"] is False and report["attention"] == []
+    assert report["provenance"]["runs_all_unverified"] == []
+    assert report["build_evidence"]["runs"] == []
+
+
+def test_cli_exit_codes_and_empty_sections(sqlite_url, tmp_path, corpus_home):
+    home = tmp_path / "home"
+    _clean_run(home)
+    ledger(sqlite_url, home)
+    runner = CliRunner()
+    clean = runner.invoke(main, ["audit", "--db", sqlite_url])
+    assert clean.exit_code == 0, clean.output
+    assert "ABANDONED NOW\n  none" in clean.output
+    assert "BUILD EVIDENCE (auto runs): attached 0, declared 0, disclosed 0, none-detected 0, not recorded 0" \
+        in clean.output
+    assert "nothing needs attention" in clean.output
+    as_json = runner.invoke(main, ["audit", "--db", sqlite_url, "--json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["needs_attention"] is False
+
+    ledger(sqlite_url, corpus_home, "corpus")
+    dirty = runner.invoke(main, ["audit", "--db", sqlite_url])
+    assert dirty.exit_code == 1
+    assert "NEEDS ATTENTION: 2 ABANDONED run(s); 2 PAUSED run(s); 1 budget overrun(s)" in dirty.output
+    assert "WARNING: " + ORPHAN_WARNING in dirty.output
+
+
+def test_overrun_finding_problem_each_need_attention(db_url, tmp_path):
+    home = tmp_path / "home"
+    over = "20261129-100000.000000001-1"
+    # A post-hoc budget failure: the node's artifact is on disk and the verdict is FAIL.
+    write_run(home, over, [
+        ev(over, t("10:00:00"), "run_started"),
+        ev(over, t("10:00:01"), "node_started", node_id="big"),
+        ev(over, t("10:00:02"), "node_failed", node_id="big", verdict="FAIL", cost_usd=0.5,
+           detail='node "big" exceeded budget_usd: $0.5000 actual vs $0.1000 budgeted'),
+        ev(over, t("10:00:03"), "run_finished", outcome="failed"),
+    ], state(over, "g", {"big": {"verdict": "FAIL", "cost_usd": 0.5, "budget_usd": 0.1}}),
+        files={"big.out": "the work\n"})
+    missing = "20261129-110000.000000001-1"
+    # The stream's node_passed has no record in state.json: a finding.
+    write_run(home, missing, [
+        ev(missing, t("11:00:00"), "run_started"),
+        ev(missing, t("11:00:01"), "node_started", node_id="a"),
+        passed(missing, t("11:00:02"), "a", 0.01, provenance="exit-only"),
+        ev(missing, t("11:00:03"), "run_finished", outcome="passed"),
+    ], state(missing, "g2", {}))
+    broken = "20261129-120000.000000001-1"
+    write_run(home, broken, [ev(broken, t("12:00:00"), "run_started")], state(broken, "g3", {}))
+    with open(home / "runs" / broken / "events.jsonl", "a") as fh:
+        fh.write("{not json\n")
+    report = audit_report(ledger(db_url, home), now=NOW)
+    assert [b["node_id"] for b in report["budget"]["budget_overrun"]] == ["big"]
+    assert [b["node_id"] for b in report["budget"]["spend_over_budget"]] == ["big"]
+    assert [(f["run_id"], f["kind"]) for f in report["findings"]] == [(missing, "snapshot_record_missing")]
+    assert [p["run_id"] for p in report["problems"]] == [broken]
+    assert report["failures"]["machinery"][0]["node_id"] == "big"  # judged absent on a budget FAIL
+    assert report["attention"] == ["1 budget overrun(s)", "1 reconciliation finding(s)",
+                                   "1 recorded input problem(s)"]
+
+
+def test_our_machinery_reading_is_labelled(db_url, tmp_path):
+    home = tmp_path / "home"
+    run = "20261129-100000.000000001-1"
+    write_run(home, run, [
+        ev(run, t("10:00:00"), "run_started"),
+        ev(run, t("10:00:01"), "node_started", node_id="slow"),
+        ev(run, t("10:00:02"), "node_failed", node_id="slow", verdict="FAIL", cost_unknown=True,
+           detail='node "slow" timed out after 10m0s'),
+        ev(run, t("10:00:03"), "run_finished", outcome="failed"),
+    ], state(run, "g", {"slow": {"verdict": "FAIL", "cost_unknown": True, "judged": True}}))
+    report = audit_report(ledger(db_url, home), now=NOW)
+    [judged] = report["failures"]["judged"]
+    assert judged["ours_likely_machinery"] is True  # the engine said judged; we say "reads like machinery"
+    assert report["unknown_cost"]["by_runtime"] == {"claude": 1}  # not Codex-only (corpus README #4)
