@@ -349,3 +349,70 @@ plans = Table(
     Column("graph_name", Text),
     Column("gone", Boolean, nullable=False, default=False),
 )
+
+# --------------------------------------------------------------------------- runner invocations
+# A runner's display-only role-invocation stream (seeds/runner-invocation-events.txt):
+# ``events.jsonl`` beside the runner's ledger, one line per invocation start and end.
+# Indexed by `omg-ledger sync --invocations PATH` (invocation_sync.py).
+
+# One row per invocation stream given to sync: its identity and resume point, exactly
+# as ingest_state keeps them for run streams (stream_offset sits after the last
+# complete line; stream_size -1 forces a re-look while a partial last line waits).
+invocation_files = Table(
+    "invocation_files",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("path", Text, nullable=False),  # absolute path on the syncing machine
+    Column("dev", BigInteger),
+    Column("inode", BigInteger),
+    Column("size", BigInteger),
+    Column("mtime_ns", BigInteger),
+    Column("stream_offset", BigInteger, nullable=False, default=0),
+    Column("next_line", Integer, nullable=False, default=1),
+    Column("head_len", Integer, nullable=False, default=0),
+    Column("head_sha256", Text),
+    UniqueConstraint("path"),
+)
+
+# Every valid line of an invocation stream, in file order. Pairing needs starts that are
+# still open across syncs, so the paired rows below are re-derived from all of a file's
+# stored lines whenever the file changes.
+invocation_lines = Table(
+    "invocation_lines",
+    metadata,
+    Column("file_pk", Integer, ForeignKey("invocation_files.id", ondelete="CASCADE"), primary_key=True),
+    Column("line_no", Integer, primary_key=True),  # 1-based physical line number
+    Column("byte_offset", BigInteger, nullable=False),
+    Column("ts", Text, nullable=False),  # normalized UTC
+    Column("ts_us", BigInteger, nullable=False),
+    Column("event", Text, nullable=False),  # 'start' | 'end'
+    Column("role", Text),  # NULL on recover's end line
+    Column("milestone", Text),  # NULL for planning / alt / navi
+    Column("status", Text),  # verbatim; ends only
+    Column("duration_ms", BigInteger),
+    Column("raw", Text, nullable=False),  # the line exactly as written
+)
+
+# One row per invocation as the stream shows it (invocations.pair_invocations):
+# outcome paired | recovered (closed by recover) | dangling (start, no end yet) |
+# unmatched_end (end, no start). Derived; rebuilt with the file.
+invocations = Table(
+    "invocations",
+    metadata,
+    Column("file_pk", Integer, ForeignKey("invocation_files.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),  # 0-based, ordered by start (or end) line
+    Column("role", Text),
+    Column("milestone", Text),
+    Column("started_at", Text),
+    Column("started_at_us", BigInteger),
+    Column("ended_at", Text),
+    Column("ended_at_us", BigInteger),
+    Column("status", Text),
+    Column("duration_ms", BigInteger),
+    Column("duration_source", Text),  # 'reported' | 'timestamps' | NULL
+    Column("outcome", Text, nullable=False),
+    Column("start_line", Integer),
+    Column("end_line", Integer),
+    Index("ix_invocations_started_at_us", "started_at_us"),
+    Index("ix_invocations_outcome", "outcome"),
+)
