@@ -15,9 +15,10 @@ import orjson
 
 from . import config, render
 from .db import open_ledger, stderr_say
-from .errors import LedgerError
+from .errors import BadArgument, LedgerError
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
+EXIT_ATTENTION = 1  # audit: something needs a human
 
 
 def _emit_json(value: object) -> None:
@@ -203,6 +204,164 @@ def db_current(db) -> None:
     with engine.connect() as conn:
         current = current_revision(conn)
     click.echo(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--csv", "as_csv", is_flag=True, help="Print the per-group rows as CSV on stdout.")
+@click.option("--since", metavar="T", help="Only invocations started since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--by", "by", type=click.Choice(["role", "status", "milestone"]), default="role", show_default=True,
+              help="Group by role, end status or milestone.")
+@ledger_errors
+def invocations(db, as_json, as_csv, since, by) -> None:
+    """Role invocations of runners: counts, failures, durations, who is working now.
+
+    Reads what `omg-ledger sync --invocations PATH` indexed from a runner's
+    events.jsonl. A failure is an end whose status is neither a success (DONE, GO,
+    SUCCESS, OBSERVED, READY, ACCEPT) nor a judged verdict (BLOCKED, NEEDS_DEEP,
+    NO-GO, NEEDS_CONFIRMATION). Percentiles are nearest-rank. Dangling starts (no end
+    yet) are listed whatever --since says.
+
+    \b
+    Example:
+      omg-ledger sync --invocations ~/proj/.ledger/events.jsonl
+      omg-ledger invocations --since 7d --by status
+    """
+    from datetime import UTC, datetime
+
+    from .errors import BadArgument
+    from .reports.invocations import invocation_report, to_csv, to_text
+    from .timespec import parse_since
+
+    if as_json and as_csv:
+        raise BadArgument("--json and --csv are exclusive: choose one")
+    now = datetime.now(UTC)
+    report = invocation_report(open_db(db), now=now, by=by, since_us=parse_since(since, now=now))
+    if as_json:
+        _emit_json(report)
+    elif as_csv:
+        click.echo(to_csv(report), nl=False)
+    else:
+        click.echo(to_text(report))
+
+
+def csv_option(f: Callable) -> Callable:
+    return click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first).")(f)
+
+
+def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callable) -> None:
+    if as_json and as_csv:
+        raise BadArgument("--json and --csv are exclusive: choose one")
+    if as_json:
+        _emit_json(value)
+    else:
+        click.echo(to_csv(value) if as_csv else to_text(value), nl=not as_csv)
+
+
+@main.command()
+@db_option
+@json_option
+@csv_option
+@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, 2026-11-01T08:00, RFC 3339.")
+@click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
+@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"]),
+              help="Group rows; without it only the total is shown.")
+@click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@ledger_errors
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
+    """Spend, tokens, invocations and unpriced invocations, per group and in total.
+
+    Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
+    (from Monday) and months are cut in --tz, DST included. A group with unpriced work
+    (Codex, killed calls) shows a lower bound: "≥ $12.40 +3 unpriced". Node keys are
+    <graph>/<node id>; goal keys the goal's first run id, or "(no goal)". JSON gives
+    cost_nano_usd exactly and cost_usd as a number (at most 9 decimals).
+
+    \b
+    Example:
+      omg-ledger cost --since 7d --by day --tz Europe/Berlin
+      omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
+    """
+    from .reports.cost import cost_report
+
+    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
+    _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@ledger_errors
+def audit(db, as_json, since) -> None:
+    """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
+    ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
+    of auto runs, unpriced work.
+
+    Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
+    overrun, a reconciliation finding or a recorded input problem. Unverified passes
+    and unpriced work are reported but do not set it.
+
+    \b
+    Example:
+      omg-ledger audit --since 1d || notify-someone
+    """
+    from .reports.audit import audit_report
+
+    report = audit_report(open_db(db), since=since)
+    _emit(report, as_json, False, str, render.audit_text)
+    sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
+
+
+@main.command()
+@db_option
+@json_option
+@csv_option
+@click.argument("statement")
+@ledger_errors
+def sql(db, as_json, as_csv, statement) -> None:
+    """Run one read-only SQL statement against the ledger.
+
+    Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
+    assignment, several statements) is refused and nothing changes (exit 2). The
+    v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
+    stable names to query.
+
+    \b
+    Example:
+      omg-ledger sql "SELECT runtime, SUM(cost_nano_usd) FROM v_charges GROUP BY runtime"
+    """
+    from .reports.sql import run_sql
+
+    result = run_sql(open_db(db), statement).as_dict()
+    _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
+
+
+@main.command()
+@db_option
+@json_option
+@csv_option
+@click.option("--list", "listing", is_flag=True, help="List the saved queries with their header comments.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@click.argument("name", required=False)
+@ledger_errors
+def query(db, as_json, as_csv, listing, params, name) -> None:
+    """Run a saved query (queries/NAME.sql) read-only, or list them with --list.
+
+    \b
+    Example:
+      omg-ledger query --list
+      omg-ledger query spend_by_day --param since=2026-11-01
+    """
+    from .reports.sql import parse_params, run_saved, saved_queries
+
+    if listing or not name:
+        click.echo(render.saved_queries_text(saved_queries()))
+        return
+    result = run_saved(open_db(db), name, parse_params(params)).as_dict()
+    _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
 if __name__ == "__main__":  # pragma: no cover

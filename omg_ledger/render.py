@@ -7,16 +7,21 @@ sequences pass through).
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
 from .units import format_usd
+
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def safe(text: object) -> str:
     """Printable text: control characters (ESC, BEL, CR, …) shown as \\x.. escapes."""
     if text is None:
         return ""
+    if not _CONTROL.search(str(text)):
+        return str(text)  # the common case: nothing to escape
     out = []
     for ch in str(text):
         code = ord(ch)
@@ -38,6 +43,8 @@ def money(nanos: int | None, unknown_count: int = 0) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    # Every cell may hold text from a run directory: make it inert here, once.
+    rows = [[safe(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -73,7 +80,7 @@ def runs_table(rows: list[dict]) -> str:
 
 
 def run_detail(d: dict) -> str:
-    out = [f"run {d['run_id']}  [{d['status']}]  home {safe(d['home'])}",
+    out = [f"run {safe(d['run_id'])}  [{d['status']}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  legs {d['legs']}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
            f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
@@ -137,3 +144,127 @@ class progress_bar:
     def close(self) -> None:
         if self.drawn:
             sys.stderr.write("\n")
+
+
+# -- cost, audit, sql (appended) ---------------------------------------------------------
+
+COST_FIELDS = ["cost_usd", "cost_nano_usd", "cost_is_lower_bound", "invocations", "unknown_cost_invocations",
+               "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"]
+
+
+def cost_window(report: dict) -> str:
+    if report["since"] is None and report["until"] is None:
+        span = "all time"
+    else:
+        span = f"{report['since'] or 'the beginning'} → {report['until'] or 'now'}"
+    return f"window: {span} (periods and times in {report['tz']})"
+
+
+def cost_text(report: dict) -> str:
+    """A table of groups with a TOTAL line; unpriced work shown as a lower bound."""
+    by = report["by"]
+    head = [f"cost by {by}" if by else "cost", cost_window(report)]
+    if report.get("homes"):
+        head.append("homes: " + ", ".join(safe(h) for h in report["homes"]))
+    rows = [*report["rows"], {"key": "TOTAL", **report["total"]}]
+    body = [[safe(r["key"]), money(r["cost_nano_usd"], r["unknown_cost_invocations"]), str(r["invocations"]),
+             str(r["unknown_cost_invocations"]), tokens(r)] for r in rows]
+    label = (by or "").upper() or "GROUP"
+    table_text = table([label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"], body, right={2, 3})
+    notes = []
+    if not report["rows"] and by:
+        notes.append("no charges in this window")
+    if report["total"]["unknown_cost_invocations"]:
+        notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
+    return "\n".join([*head, "", table_text, *notes])
+
+
+def cost_csv(report: dict) -> str:
+    """CSV of the groups, then a final row with key TOTAL."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["key", *COST_FIELDS])
+    for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
+        writer.writerow([row["key"], *(row[f] for f in COST_FIELDS)])
+    return out.getvalue()
+
+
+def _section(title: str, lines: list[str], empty: str) -> list[str]:
+    return [f"\n{title}", *(lines or [f"  {empty}"])]
+
+
+def audit_text(report: dict) -> str:
+    out = ["audit " + (f"since {report['since']}" if report["since"] else "of all runs")]
+    prov = report["provenance"]
+    mix = ", ".join(f"{k} {v}" for k, v in prov["mix"].items())
+    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
+                    [f"  {r['run_id']}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
+                     f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in prov["runs_all_unverified"]],
+                    "no run has only self-reported/exit-only passes")
+    fails = report["failures"]
+    out += _section("FAILS JUDGED (engine's judged field)",
+                    [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                     + ("  [ours: reads like machinery]" if f["ours_likely_machinery"] else "")
+                     for f in fails["judged"]], "none")
+    out += _section("FAILS BY MACHINERY (judged absent)",
+                    [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                     for f in fails["machinery"]], "none")
+    budget = report["budget"]
+    out += _section("BUDGET OVERRUNS",
+                    [f"  {b['run_id']}  {safe(b['node_id'])}: post-hoc budget FAIL (artifact on disk)"
+                     for b in budget["budget_overrun"]]
+                    + [f"  {b['run_id']}  {safe(b['node_id'])}: spent {money(b['cost_nano_usd'])} of a "
+                       f"{money(b['budget_nano_usd'])} budget" for b in budget["spend_over_budget"]], "none")
+    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" for r in report["abandoned"]], "none")
+    paused = report["paused"]
+    out += _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
+                               for p in paused[kind]], "none")
+    out += _section("RECONCILIATION FINDINGS",
+                    [f"  {f['run_id']}  {f['kind']}: {safe(f['detail'])}" for f in report["findings"]], "none")
+    out += _section("INPUT PROBLEMS",
+                    [f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
+                     for p in report["problems"]], "none")
+    ev = report["build_evidence"]
+    counts = ", ".join(f"{k} {v}" for k, v in ev["counts"].items())
+    out += _section(f"BUILD EVIDENCE (auto runs): {counts} — declared and disclosed are never summed",
+                    [f"  {r['run_id']}  {r['answer']}" + (f" by {safe(r['declared_by'])}" if r["declared_by"] else "")
+                     for r in ev["runs"]], "no auto runs")
+    unknown = report["unknown_cost"]
+    out += _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
+                    f"{unknown['unrecorded_attempts']}",
+                    [f"  {safe(k)}: {v}" for k, v in unknown["by_runtime"].items()], "none")
+    verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
+        else "nothing needs attention"
+    out.append(f"\n{verdict}")
+    return "\n".join(out)
+
+
+def sql_text(result: dict) -> str:
+    if not result["columns"]:
+        return "(the statement returned no columns)"
+    rows = [["NULL" if row[c] is None else safe(row[c]) for c in result["columns"]] for row in result["rows"]]
+    return table(result["columns"], rows) + f"\n({len(rows)} row(s))"
+
+
+def sql_csv(result: dict) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(result["columns"])
+    for row in result["rows"]:
+        writer.writerow(["" if row[c] is None else row[c] for c in result["columns"]])
+    return out.getvalue()
+
+
+def saved_queries_text(queries: list) -> str:
+    if not queries:
+        return "no saved queries"
+    out = []
+    for q in queries:
+        out.append(f"{q.name}\n" + "\n".join(f"    {line}" if line else "" for line in q.header))
+    return "\n\n".join(out)

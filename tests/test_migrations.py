@@ -28,6 +28,12 @@ def test_schema_from_migrations_equals_schema_py(db_url):
     assert diff == []
 
 
+def test_the_packaged_head_constant_is_alembics_head():
+    from omg_ledger.db import HEAD_REVISION
+
+    assert HEAD_REVISION == head_revision()
+
+
 def test_new_database_is_at_head(tmp_path):
     engine = open_ledger(str(tmp_path / "new.sqlite"))
     with engine.connect() as conn:
