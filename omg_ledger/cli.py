@@ -364,5 +364,27 @@ def query(db, as_json, as_csv, listing, params, name) -> None:
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
+@main.command()
+@db_option
+@click.option("--to", "target", required=True, metavar="URL|PATH",
+              help="The new, empty ledger database (created and migrated if needed).")
+@ledger_errors
+def export(db, target) -> None:
+    """Copy the whole ledger into another database, e.g. SQLite into a shared PostgreSQL.
+
+    Unlike syncing the same homes into the new database, a copy keeps the history of
+    runs whose directories are gone. The target must be empty.
+
+    \b
+    Example:
+      omg-ledger export --db ~/.local/share/omg-ledger/ledger.sqlite \\
+                        --to postgresql+psycopg://ledger@db.internal/ledger
+    """
+    from .export import export_ledger
+
+    copied = export_ledger(open_db(db), open_db(target))
+    click.echo(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

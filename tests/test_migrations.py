@@ -31,7 +31,7 @@ def test_schema_from_migrations_equals_schema_py(db_url):
 def test_the_packaged_head_constant_is_alembics_head():
     from omg_ledger.db import HEAD_REVISION
 
-    assert HEAD_REVISION == head_revision()
+    assert head_revision() == HEAD_REVISION
 
 
 def test_new_database_is_at_head(tmp_path):

@@ -106,9 +106,8 @@ def test_unmarked_lock_files(tmp_path, ledger, lock, expected):
 def test_non_local_filesystem_is_running():
     facts = StatusFacts(any_leg=True, last_leg_open=True, last_leg_phase="run", last_outcome=None,
                         has_snapshot=True, all_nodes_passed=False)
-    from omg_ledger.liveness import probe_lock
-
     from omg_ledger import status
+    from omg_ledger.liveness import probe_lock
 
     # statfs injected to answer NFS: the probe reports unknown, and unknown is in flight.
     assert probe_lock("/", fs_type=lambda _path: 0x6969) is Liveness.UNKNOWN

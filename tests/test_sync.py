@@ -53,7 +53,8 @@ def test_sqlite_file_is_byte_identical_after_a_second_sync(tmp_path):
     engine = open_ledger(str(db))
     sync(engine, home)
     engine.dispose()
-    assert open(db, "rb").read() == first
+    with open(db, "rb") as f:
+        assert f.read() == first
 
 
 def test_appended_lines_are_read_from_the_offset_and_a_partial_line_waits(tmp_path):

@@ -1,0 +1,45 @@
+"""Copy a whole ledger into another database (e.g. SQLite → a shared PostgreSQL).
+
+Syncing the same homes into the new database rebuilds everything still on disk; only a
+copy keeps the history of runs whose directories are gone. The target must be empty
+(freshly migrated): merging two ledgers is what syncing into a shared one is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import func, select, text
+from sqlalchemy.engine import Engine
+
+from . import schema
+from .db import write_transaction
+from .errors import BadArgument
+
+BATCH_ROWS = 5_000
+
+
+def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
+    """Copy every table, keys included, in one transaction on the target."""
+    copied: dict[str, int] = {}
+    with write_transaction(target) as out, source.connect() as src:
+        if out.execute(select(func.count()).select_from(schema.homes)).scalar():
+            raise BadArgument("the target ledger is not empty; export only into a new database "
+                              "(to combine ledgers, sync each machine's homes into one database)")
+        for table in schema.metadata.sorted_tables:  # parents before children
+            count = 0
+            result = src.execution_options(stream_results=True).execute(select(table))
+            while batch := result.fetchmany(BATCH_ROWS):
+                out.execute(table.insert(), [dict(row._mapping) for row in batch])
+                count += len(batch)
+            copied[table.name] = count
+            if progress is not None:
+                progress(table.name, count)
+        if out.dialect.name == "postgresql":
+            # Explicit ids were inserted: move each sequence past them.
+            for table in schema.metadata.sorted_tables:
+                if "id" in table.c and list(table.primary_key.columns) == [table.c.id]:
+                    out.execute(text(
+                        f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
+                        f"COALESCE((SELECT MAX(id) FROM {table.name}), 0) + 1, false)"))
+    return copied
