@@ -1,0 +1,625 @@
+"""Issue 8's benchmark suite: `python -m benchmarks.run [--runs 1000 10000] [--backend sqlite|postgresql]`.
+
+Every scenario runs in a fresh child process (the `omg-ledger` CLI of this venv, or a
+small `python -m benchmarks.…` program for the baselines), reaped with wait4 so its
+own peak RSS is read. Figures are medians over repetitions and ratios to the floor
+measured in the same invocation on the same files. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+
+from . import corpus
+from .measure import Sample, machine, run_child
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "benchmarks"
+LONG_SCENARIO_SECONDS = 20.0  # a cold sync slower than this is measured once
+RSS_LIMIT_MB = 200.0
+RSS_FLAT_RATIO = 1.25  # "nearly flat": at most 25% more peak RSS at the largest size than at the smallest
+REPORT_LIMIT_S = 0.5
+NOOP_LIMIT_S = 1.0
+TARGET_RUNS = 10_000
+
+REPORTS = [
+    # (key, title, argv after the command name)
+    ("cost_day", "cost --since 7d --by day", ["cost", "--since", "7d", "--by", "day"]),
+    ("cost_node", "cost --by node (all time)", ["cost", "--by", "node"]),
+    ("runs_json", "runs --json (live lock probes)", ["runs", "--json"]),
+    ("audit", "audit", ["audit"]),
+]
+TITLES = {
+    "floor": "floor: raw load (sqlite3 + orjson)",
+    "cold": "sync, cold (empty ledger)",
+    "startup": "startup: `db upgrade` (open ledger, no work)",
+    "walk": "bare walk (stat only)",
+    "noop": "sync, no-op (nothing changed)",
+    "incremental": "sync, incremental (+1 leg on 1% of runs)",
+    **{key: title for key, title, _ in REPORTS},
+}
+ORDER = ["floor", "cold", "startup", "walk", "noop", "incremental", *[k for k, _, _ in REPORTS]]
+
+
+@dataclass
+class Result:
+    key: str
+    runs: int
+    samples: list[Sample] = field(default_factory=list)
+    inner: list[float] = field(default_factory=list)  # in-process seconds, when the child reports them
+    note: str = ""
+    unavailable: str | None = None
+    error: str | None = None
+
+    @property
+    def wall(self) -> float | None:
+        return statistics.median(s.wall for s in self.samples) if self.samples else None
+
+    @property
+    def cpu(self) -> float | None:
+        return statistics.median(s.cpu for s in self.samples) if self.samples else None
+
+    @property
+    def rss(self) -> float | None:
+        return max(s.rss_mb for s in self.samples) if self.samples else None
+
+    @property
+    def inner_median(self) -> float | None:
+        return statistics.median(self.inner) if self.inner else None
+
+
+# -- backends ----------------------------------------------------------------------------------
+
+
+class SqliteBackend:
+    name = "sqlite"
+
+    def __init__(self, work: Path) -> None:
+        self.dir = work / "ledgers"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def fresh(self, label: str) -> str:
+        path = self.dir / f"{label}.sqlite"
+        for suffix in ("", "-wal", "-shm", ".sync-lock"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        return str(path)
+
+    def close(self) -> None:
+        pass
+
+
+class PostgresBackend:
+    name = "postgresql"
+
+    def __init__(self, work: Path) -> None:
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))
+        from tests.pgserver import PostgresServer
+
+        self.server = PostgresServer(dbname="omg_ledger_bench").start()
+        self.made: list[str] = []
+
+    def fresh(self, label: str) -> str:
+        name = "b_" + "".join(c if c.isalnum() else "_" for c in label)
+        self.server.drop_database(name)
+        self.made.append(name)
+        return self.server.create_database(name)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+# -- the suite ------------------------------------------------------------------------------------
+
+
+class Suite:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.work = Path(args.work_dir).resolve()
+        self.repeat = 1 if args.quick else args.repeat
+        self.cli = self._find_cli()
+        self.env = {k: v for k, v in os.environ.items() if k not in (
+            "OMG_HOME", "OMG_LEDGER_DB", "OMG_LEDGER_INVOCATIONS")}
+        # Bytecode is cached as on any normal install, but under the work dir: the children
+        # must not recompile omg_ledger on every start (some sandboxes set
+        # PYTHONDONTWRITEBYTECODE), and nothing is written outside benchmarks/.
+        # (--quick, the smoke test, leaves the environment as it is and skips the warm-up.)
+        if not args.quick:
+            self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+            self.env["PYTHONPYCACHEPREFIX"] = str(self.work / "pycache")
+        self.load: list[float] = []
+        self.results: dict[int, dict[str, Result]] = {}
+        self.homes: dict[int, corpus.HomeInfo] = {}
+        self.ledgers: dict[int, str] = {}
+        self.available: dict[str, str | None] = {}
+        self.profiles: list[tuple[str, str]] = []
+        self.log_lines: list[str] = []
+
+    @staticmethod
+    def _find_cli() -> list[str]:
+        script = Path(sys.executable).parent / "omg-ledger"
+        if script.exists():
+            return [str(script)]
+        return [sys.executable, "-m", "omg_ledger.cli"]
+
+    def log(self, message: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    # -- children ---------------------------------------------------------------------------
+
+    def cli_run(self, argv: list[str]) -> Sample:
+        return run_child([*self.cli, *argv], cwd=self.work, env=self.env)
+
+    def py_run(self, module: str, *argv: str) -> Sample:
+        return run_child([sys.executable, "-m", module, *argv], cwd=REPO, env=self.env)
+
+    def command_available(self, argv: list[str]) -> str | None:
+        """None when the CLI knows this command and its options; else why not."""
+        key = argv[0]
+        if key not in self.available:
+            sample = self.cli_run([key, "--help"])
+            self.available[key] = None if sample.rc == 0 else (
+                f"not available: `omg-ledger {key}` does not exist yet")
+        return self.available[key]
+
+    # -- scenarios --------------------------------------------------------------------------
+
+    def warm_up(self, backend) -> None:
+        """Fill the bytecode cache for every module a scenario imports."""
+        empty = self.work / "empty-home"
+        (empty / "runs").mkdir(parents=True, exist_ok=True)
+        db = backend.fresh(f"{backend.name}-warmup")
+        self.cli_run(["sync", "--db", db, "--home", str(empty)])
+        for _key, _title, argv in REPORTS:
+            self.cli_run([*argv, "--db", db])
+        self.py_run("benchmarks.floor", str(empty), str(self.work / "ledgers" / "floor-warmup.sqlite"))
+
+    def run_size(self, n: int, backend) -> None:
+        self.log(f"home of {n} runs …")
+        home = corpus.build_home(self.work, n, regenerate=self.args.regenerate)
+        self.homes[n] = home
+        self.log(f"home ready ({'cached' if home.cached else f'built in {home.build_seconds:.1f}s'}): "
+                 f"{home.runs} runs, {home.events} events, {home.files} files, {home.bytes / 1e6:.1f} MB")
+        corpus.wait_until_settled(home)
+        results = self.results.setdefault(n, {})
+        home_arg = ["--home", str(home.path)]
+        try:
+            # floor
+            res = results["floor"] = Result("floor", n)
+            for _ in range(self.repeat):
+                db = self.work / "ledgers" / f"floor-n{n}.sqlite"
+                for suffix in ("", "-wal", "-shm"):
+                    Path(str(db) + suffix).unlink(missing_ok=True)
+                db.parent.mkdir(parents=True, exist_ok=True)
+                sample = self.py_run("benchmarks.floor", str(home.path), str(db))
+                if not self._record(res, sample):
+                    break
+                out = orjson.loads(sample.stdout)
+                res.inner.append(out["seconds"])
+                res.note = f"{out['lines']} lines of {out['runs']} runs"
+            self._done(res)
+
+            # cold sync
+            res = results["cold"] = Result("cold", n)
+            for i in range(self.repeat):
+                db = backend.fresh(f"{backend.name}-n{n}-cold{i}")
+                sample = self.cli_run(["sync", "--db", db, *home_arg, "--json"])
+                if not self._record(res, sample):
+                    break
+                report = orjson.loads(sample.stdout)
+                res.inner.append(report["seconds"])
+                self.ledgers[n] = db
+                res.note = (f"{report['runs_changed']} runs, {report['events_ingested']} events; "
+                            f"{1000 * sample.wall / n:.2f} ms/run")
+                if report["runs_changed"] != n:
+                    res.note += f" — expected {n} runs changed"
+                if sample.wall > LONG_SCENARIO_SECONDS:
+                    break
+            self._done(res)
+            db = self.ledgers.get(n)
+            if db is None:
+                return
+
+            # startup: open the ledger, check the migration head, nothing else
+            res = results["startup"] = Result("startup", n)
+            for _ in range(self.repeat):
+                if not self._record(res, self.cli_run(["db", "upgrade", "--db", db])):
+                    break
+            self._done(res)
+
+            # bare walk
+            res = results["walk"] = Result("walk", n)
+            for _ in range(self.repeat):
+                sample = self.py_run("benchmarks.walk", str(home.path))
+                if not self._record(res, sample):
+                    break
+                out = orjson.loads(sample.stdout)
+                res.inner.append(out["seconds"])
+                res.note = f"{out['stats']} stat calls + 1 listing"
+            self._done(res)
+
+            # no-op sync
+            res = results["noop"] = Result("noop", n)
+            for _ in range(self.repeat):
+                sample = self.cli_run(["sync", "--db", db, *home_arg, "--json"])
+                if not self._record(res, sample):
+                    break
+                report = orjson.loads(sample.stdout)
+                res.inner.append(report["seconds"])
+                res.note = f"{report['runs_changed']} runs changed"
+                if report["runs_changed"]:
+                    res.note += " — expected 0"
+            self._done(res)
+
+            # incremental sync: one more leg on 1% of the runs, each repetition
+            res = results["incremental"] = Result("incremental", n)
+            picked = corpus.pick_runs(home)
+            for i in range(self.repeat):
+                appended = corpus.append_legs(home, picked, rng_seed=i)
+                sample = self.cli_run(["sync", "--db", db, *home_arg, "--json"])
+                if not self._record(res, sample):
+                    break
+                report = orjson.loads(sample.stdout)
+                res.inner.append(report["seconds"])
+                res.note = (f"{report['runs_changed']} runs changed, {report['events_ingested']} events "
+                            f"(appended {appended} lines to {len(picked)} runs)")
+                if report["runs_changed"] != len(picked) or report["events_ingested"] != appended:
+                    res.note += " — MISMATCH"
+            self._done(res)
+
+            # reports
+            for key, _title, argv in REPORTS:
+                res = results[key] = Result(key, n)
+                why = self.command_available(argv)
+                if why is not None:
+                    res.unavailable = why
+                    self._done(res)
+                    continue
+                for _ in range(self.repeat):
+                    sample = self.cli_run([*argv, "--db", db])
+                    if sample.rc == 2 and ("No such option" in sample.stderr or "Invalid value" in sample.stderr):
+                        res.unavailable = "not available: " + _last_line(sample.stderr)
+                        break
+                    ok_codes = (0, 1) if key == "audit" else (0,)
+                    if not self._record(res, sample, ok_codes):
+                        break
+                    res.note = _report_note(key, sample)
+                self._done(res)
+        finally:
+            # Put the cached home back; the ledger notices the shrunk streams and rebuilds
+            # those runs on its next sync (profile_misses settles it before profiling).
+            corpus.restore_appended(home.path)
+
+    def _record(self, res: Result, sample: Sample, ok_codes: tuple[int, ...] = (0,)) -> bool:
+        self.load.append(os.getloadavg()[0])
+        if sample.rc not in ok_codes:
+            res.error = f"exit {sample.rc}: {_last_line(sample.stderr)}"
+            self.log(f"{TITLES[res.key]} @ {res.runs}: FAILED {res.error}")
+            self.log_lines.append(f"{res.key}@{res.runs}: {sample.stderr[-2000:]}")
+            return False
+        res.samples.append(sample)
+        return True
+
+    def _done(self, res: Result) -> None:
+        if res.unavailable:
+            self.log(f"{TITLES[res.key]} @ {res.runs}: {res.unavailable}")
+        elif res.samples:
+            self.log(f"{TITLES[res.key]} @ {res.runs}: median {res.wall:.3f}s (cpu {res.cpu:.3f}s) "
+                     f"over {len(res.samples)}, "
+                     f"peak RSS {res.rss:.0f} MiB  {res.note}")
+
+    # -- targets ------------------------------------------------------------------------------
+
+    def targets(self) -> list[tuple[str, str, str, str]]:
+        """(target, size, measured, verdict) rows."""
+        rows: list[tuple[str, str, str, str]] = []
+        sizes = sorted(self.results)
+        for n in sizes:
+            r = self.results[n]
+            cold, floor = r.get("cold"), r.get("floor")
+            if cold and cold.wall and floor and floor.wall:
+                ratio = cold.wall / floor.wall
+                inner = f"; CPU {cold.cpu / floor.cpu:.1f}×" + (
+                    f"; in-process {cold.inner_median / floor.inner_median:.1f}×" if cold.inner and floor.inner else "")
+                rows.append(("cold sync ≤ 3× floor", f"{n:,}",
+                             f"{ratio:.1f}× ({cold.wall:.2f}s vs {floor.wall:.2f}s{inner})", _verdict(ratio <= 3)))
+        big = self.results.get(TARGET_RUNS)
+        at = f"{TARGET_RUNS:,}"
+        if big is None:
+            rows.append((f"no-op / incremental / report targets (defined at {at} runs)", "—",
+                         f"not measured: sizes {', '.join(map(str, sizes))}", "n/a"))
+        else:
+            noop, walk, inc = big.get("noop"), big.get("walk"), big.get("incremental")
+            if noop and noop.wall:
+                inner = f"; CPU {noop.cpu:.3f}s" + (f"; in-process {noop.inner_median:.3f}s" if noop.inner else "")
+                rows.append(("no-op sync < 1 s", at, f"{noop.wall:.3f}s{inner}", _verdict(noop.wall < NOOP_LIMIT_S)))
+                if walk and walk.wall:
+                    ratio = noop.wall / walk.wall
+                    inner = (f"; in-process {noop.inner_median / walk.inner_median:.1f}× "
+                             f"({noop.inner_median:.3f}s vs {walk.inner_median:.3f}s)"
+                             if noop.inner and walk.inner else "")
+                    rows.append(("no-op sync ≤ 3× bare walk", at,
+                                 f"{ratio:.1f}× ({noop.wall:.3f}s vs {walk.wall:.3f}s{inner})", _verdict(ratio <= 3)))
+            if inc and inc.wall and noop and noop.wall:
+                ratio = inc.wall / noop.wall
+                inner = f"; CPU {inc.cpu / noop.cpu:.2f}×" + (
+                    f"; in-process {inc.inner_median / noop.inner_median:.1f}×" if inc.inner and noop.inner else "")
+                rows.append(("incremental (1%) ≤ 2× no-op", at, f"{ratio:.2f}× ({inc.wall:.3f}s vs {noop.wall:.3f}s{inner})",
+                             _verdict(ratio <= 2)))
+            for key, title, _ in REPORTS:
+                res = big.get(key)
+                if res is None:
+                    continue
+                if res.unavailable:
+                    rows.append((f"{title} < 0.5 s", at, res.unavailable, "not available"))
+                elif res.error:
+                    rows.append((f"{title} < 0.5 s", at, res.error, "error"))
+                elif res.wall is not None:
+                    rows.append((f"{title} < 0.5 s", at, f"{res.wall:.3f}s; CPU {res.cpu:.3f}s",
+                                 _verdict(res.wall < REPORT_LIMIT_S)))
+        worst = [(res.rss, key, n) for n in sizes for key, res in self.results[n].items() if res.rss]
+        if worst:
+            rss, key, n = max(worst)
+            rows.append((f"peak RSS < {RSS_LIMIT_MB:.0f} MB (every scenario)", "all",
+                         f"max {rss:.0f} MiB ({TITLES[key]} @ {n:,})", _verdict(rss < RSS_LIMIT_MB)))
+        if len(sizes) >= 2:
+            small, large = sizes[0], sizes[-1]
+            for key in ORDER:
+                a, b = self.results[small].get(key), self.results[large].get(key)
+                if a and b and a.rss and b.rss and key not in ("floor", "walk"):
+                    ratio = b.rss / a.rss
+                    rows.append((f"peak RSS nearly flat (≤ {RSS_FLAT_RATIO}×): {TITLES[key]}", f"{small:,}→{large:,}",
+                                 f"{a.rss:.0f} → {b.rss:.0f} MiB ({ratio:.2f}×)", _verdict(ratio <= RSS_FLAT_RATIO)))
+        return rows
+
+    # -- profiles -----------------------------------------------------------------------------
+
+    def profile_misses(self, backend) -> None:
+        verdicts = self.targets()
+        missed = {row[0] for row in verdicts if row[3] == "FAIL"}
+        if not missed:
+            return
+        sizes = sorted(self.results)
+        large = sizes[-1]
+        mid = next((n for n in sizes if n >= 1000), sizes[0])
+        if any(t.startswith("cold sync") for t in missed):
+            db = backend.fresh(f"{backend.name}-n{mid}-profile")
+            self._profile(f"cold sync of {mid:,} runs", ["sync", "--db", db, "--home", str(self.homes[mid].path)])
+        if any(t.startswith(("no-op", "incremental")) for t in missed):
+            db = self.ledgers[large]
+            home = self.homes[large]
+            settle = self.cli_run(["sync", "--db", db, "--home", str(home.path)])  # absorb the restore
+            if settle.rc != 0:
+                self.profiles.append(("no-op sync", f"settling sync failed: {_last_line(settle.stderr)}"))
+                return
+            self._profile(f"no-op sync of {large:,} runs", ["sync", "--db", db, "--home", str(home.path)])
+            self._importtime()
+            if any(t.startswith("incremental") for t in missed):
+                corpus.append_legs(home, corpus.pick_runs(home), rng_seed=99)
+                self._profile(f"incremental sync (1% of {large:,} runs)",
+                              ["sync", "--db", db, "--home", str(home.path)])
+        for _key, title, argv in REPORTS:
+            if f"{title} < 0.5 s" in missed:
+                self._profile(f"{title} over {large:,} runs", [*argv, "--db", self.ledgers[large]])
+        for home in self.homes.values():
+            corpus.restore_appended(home.path)
+
+    def _profile(self, title: str, argv: list[str]) -> None:
+        self.log(f"profiling {title} …")
+        out = self.work / "profile.out"
+        sample = run_child([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "omg_ledger.cli", *argv],
+                           cwd=self.work, env=self.env)
+        if sample.rc != 0 or not out.exists():
+            self.profiles.append((title, f"profile failed: exit {sample.rc}: {_last_line(sample.stderr)}"))
+            return
+        text = io.StringIO()
+        stats = pstats.Stats(str(out), stream=text)
+        stats.strip_dirs()
+        text.write(f"wall under cProfile: {sample.wall:.2f}s\n\n--- top 25 by own time (tottime) ---\n")
+        stats.sort_stats("tottime").print_stats(25)
+        text.write("\n--- top 30 by cumulative time ---\n")
+        stats.sort_stats("cumulative").print_stats(30)
+        self.profiles.append((title, _trim_pstats(text.getvalue())))
+        out.unlink()
+
+    def _importtime(self) -> None:
+        sample = run_child([sys.executable, "-X", "importtime", "-c", "import omg_ledger.cli, omg_ledger.db"],
+                           cwd=self.work, env=self.env)
+        rows = []
+        for line in sample.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[1].strip().isdigit():
+                rows.append((int(parts[1]), parts[2].rstrip()))
+        rows.sort(reverse=True)
+        text = "cumulative µs | module (python -X importtime, largest first)\n" + "\n".join(
+            f"{us:>12,} | {name}" for us, name in rows[:20])
+        self.profiles.append(("imports at startup (`import omg_ledger.cli, omg_ledger.db`)", text))
+
+    # -- output -------------------------------------------------------------------------------
+
+    def render(self, backend_name: str, started: datetime, seconds: float) -> str:
+        m = machine()
+        lines = [
+            f"# omg-ledger benchmarks — {backend_name}",
+            "",
+            f"- date: {started.strftime('%Y-%m-%d %H:%M UTC')} (suite took {seconds / 60:.1f} min)",
+            f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB RAM, {m['os']}",
+            f"- python {m['python']} ({m['implementation']}), SQLite {m['sqlite']}, backend **{backend_name}**",
+            f"- code: {_code_version()}",
+            f"- command: `python -m benchmarks.run {' '.join(self.args.argv)}`".rstrip(),
+            f"- load average (1 min) when scenarios ended: {_load_summary(self.load, m['nproc'])}",
+            f"- repetitions: {self.repeat} (median reported; cold syncs slower than {LONG_SCENARIO_SECONDS:.0f}s "
+            f"run once)",
+            "",
+            "Homes (copies of real engine runs, see benchmarks/README.md):",
+            "",
+        ]
+        for n, home in sorted(self.homes.items()):
+            lines.append(f"- {n:,} runs: {home.events:,} events, {home.files:,} files, "
+                         f"{home.bytes / 1e6:.1f} MB (built {home.built_at})")
+        lines += ["", "Every time is the wall time of a fresh child process (fork to exit), so each "
+                  "`omg-ledger` figure includes interpreter start-up, imports and opening the ledger "
+                  "(the `startup` row). *In-process* is the time the child reports for the work "
+                  "itself (sync's own `seconds`; the floor's and the walk's timers). ×floor = wall ÷ "
+                  "floor wall at the same size. CPU is the child's user + system time (wait4 rusage), "
+                  "less inflated than wall time when other processes compete for the CPUs (not immune: "
+                  "on a VM, steal and clock changes move it too). Peak RSS is the child's `ru_maxrss`.", ""]
+        lines += self.table()
+        lines += ["", "## Targets", "", "| target | runs | measured | verdict |", "|---|---|---|---|"]
+        for target, size, measured, verdict in self.targets():
+            lines.append(f"| {target} | {size} | {measured} | {verdict} |")
+        if backend_name != "sqlite":
+            lines += ["", "The targets are defined for SQLite; on PostgreSQL they are shown for comparison only."]
+        if self.profiles:
+            lines += ["", "## Where the time goes (cProfile of the missed targets)", ""]
+            for title, text in self.profiles:
+                lines += [f"### {title}", "", "```", text.rstrip(), "```", ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def table(self) -> list[str]:
+        lines = ["| scenario | runs | wall median (s) | min–max (s) | ×floor | CPU (s) | in-process (s) "
+                 "| peak RSS (MiB) | reps | check |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for n in sorted(self.results):
+            floor = self.results[n].get("floor")
+            for key in ORDER:
+                res = self.results[n].get(key)
+                if res is None:
+                    continue
+                title = TITLES[key]
+                if res.unavailable:
+                    lines.append(f"| {title} | {n:,} | — | — | — | — | — | — | 0 | {res.unavailable} |")
+                    continue
+                if not res.samples:
+                    lines.append(f"| {title} | {n:,} | — | — | — | — | — | — | 0 | error: {res.error} |")
+                    continue
+                walls = [s.wall for s in res.samples]
+                ratio = f"{res.wall / floor.wall:.1f}×" if floor and floor.wall else "—"
+                inner = f"{res.inner_median:.3f}" if res.inner else "—"
+                check = res.note + (f"; error: {res.error}" if res.error else "")
+                lines.append(f"| {title} | {n:,} | {res.wall:.3f} | {min(walls):.3f}–{max(walls):.3f} | {ratio} "
+                             f"| {res.cpu:.3f} | {inner} | {res.rss:.0f} | {len(res.samples)} | {check} |")
+        return lines
+
+
+def _code_version() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "omg_ledger", "migrations", "queries"],
+                               cwd=REPO, capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"git {head}" + (f" + {len(dirty)} uncommitted library files" if dirty else "")
+
+
+def _load_summary(load: list[float], nproc: int) -> str:
+    if not load:
+        return "n/a"
+    text = f"min {min(load):.2f}, median {statistics.median(load):.2f}, max {max(load):.2f} on {nproc} CPUs"
+    if max(load) > max(1.0, nproc * 0.75):
+        text += (" — **other processes competed for the CPUs**: wall times are inflated; "
+                 "compare the CPU column, and ratios taken within one run")
+    return text
+
+
+def _verdict(ok: bool) -> str:
+    return "pass" if ok else "FAIL"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else "(no output)"
+
+
+def _report_note(key: str, sample: Sample) -> str:
+    size = f"{len(sample.stdout) / 1024:.0f} KiB out"
+    if key == "runs_json":
+        try:
+            rows = orjson.loads(sample.stdout)
+        except orjson.JSONDecodeError:
+            return size
+        counts: dict[str, int] = {}
+        for row in rows:
+            counts[row["status"]] = counts.get(row["status"], 0) + 1
+        probed = sum(counts.get(s, 0) for s in ("ABANDONED", "RUNNING", "PLANNING"))
+        mix = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+        return f"{len(rows)} rows, {probed} open legs probed ({mix}); {size}"
+    if key == "audit" and sample.rc == 1:
+        return f"exit 1 (findings); {size}"
+    return size
+
+
+def _trim_pstats(text: str) -> str:
+    keep = []
+    for line in text.splitlines():
+        if line.strip().startswith(("Ordered by", "List reduced")) or not line.strip() and keep and not keep[-1]:
+            continue
+        keep.append(line.rstrip())
+    return "\n".join(keep)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, nargs="+", default=[1000, 10000], metavar="N",
+                        help="home sizes in runs (default: 1000 10000)")
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--out", default=None,
+                        help="Markdown results file (default: benchmarks/RESULTS.md; "
+                             "benchmarks/RESULTS-postgresql.md for --backend postgresql)")
+    parser.add_argument("--work-dir", default=str(BENCH / "work"),
+                        help="homes (cached per N), ledgers and sources (default: benchmarks/work, gitignored)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions of each scenario (default 3)")
+    parser.add_argument("--quick", action="store_true", help="one repetition, no profiling (smoke test)")
+    parser.add_argument("--regenerate", action="store_true", help="rebuild the homes even when cached")
+    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                        help="cProfile the scenarios that miss a target (default on; off with --quick)")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.out is None:
+        args.out = str(BENCH / ("RESULTS.md" if args.backend == "sqlite" else f"RESULTS-{args.backend}.md"))
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    suite = Suite(args)
+    suite.work.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC)
+    clock = time.monotonic()
+    backend = PostgresBackend(suite.work) if args.backend == "postgresql" else SqliteBackend(suite.work)
+    try:
+        if not args.quick:
+            suite.warm_up(backend)
+        for n in sorted(set(args.runs)):
+            suite.run_size(n, backend)
+        if args.profile and not args.quick:
+            suite.profile_misses(backend)
+    finally:
+        for home in suite.homes.values():
+            corpus.restore_appended(home.path)
+        backend.close()
+    text = suite.render(args.backend, started, time.monotonic() - clock)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(f"written to {out}", file=sys.stderr)
+    if suite.log_lines:
+        (suite.work / "errors.log").write_text("\n\n".join(suite.log_lines))
+        print(f"child errors logged in {suite.work / 'errors.log'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
