@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 
 from .db import default_database_path
-from .sync import Home
 
 ENV_DB = "OMG_LEDGER_DB"
 ENV_HOME = "OMG_HOME"
 ENV_INVOCATIONS = "OMG_LEDGER_INVOCATIONS"
+
+
+@dataclass(frozen=True)
+class Home:
+    label: str
+    path: str
+
+    @classmethod
+    def from_path(cls, path: str, label: str | None = None) -> Home:
+        absolute = os.path.abspath(os.path.expanduser(path))
+        return cls(label or f"{socket.gethostname()}:{absolute}", absolute)
 
 
 def resolve_db(flag: str | None) -> str:

@@ -231,7 +231,23 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _count_keys(value: object) -> int:
+def _count_keys(value: dict) -> int:
+    """Keys in an event object. Fast path for the engine's shape: scalars and one level
+    of objects (usage); anything deeper takes the general walk."""
+    total = len(value)
+    for item in value.values():
+        kind = type(item)
+        if kind is dict:
+            total += len(item)
+            for inner in item.values():
+                if type(inner) in (dict, list):
+                    return _count_keys_deep(value)
+        elif kind is list:
+            return _count_keys_deep(value)
+    return total
+
+
+def _count_keys_deep(value: object) -> int:
     # Iterative: a hostile line may nest ~1000 deep (orjson's limit is above Python's
     # recursion limit), and that must be a problem report, not a RecursionError.
     total, pending = 0, [value]

@@ -378,10 +378,14 @@ def reconcile(run: RunInput) -> RunRows:
     records: dict[str, dict] = snapshot.get("nodes") or {}
     last_event = run.events[-1] if run.events else None
 
-    node_ids = sorted(set(graph_nodes) | set(records) | {e.node_id for e in r.executions})
+    by_node: dict[str, list[Execution]] = {}
+    for execution in r.executions:
+        by_node.setdefault(execution.node_id, []).append(execution)
+    node_ids = sorted(set(graph_nodes) | set(records) | set(by_node))
     node_rows = []
     for node_id in node_ids:
-        node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event))
+        node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
+                                   by_node.get(node_id, [])))
 
     charges_by_node: dict[str, list[Charge]] = {}
     if run.assess is not None and isinstance(run.assess.get("assess_cost_usd"), int | float):
@@ -402,7 +406,7 @@ def reconcile(run: RunInput) -> RunRows:
         row["unknown_cost_invocations"] = sum(1 for c in mine if c.cost_unknown)
         row["unrecorded_attempts"] = sum(
             e.unrecorded_attempts + (1 if _ended_without_terminal(r, e) else 0)
-            for e in r.executions if e.node_id == row["node_id"]
+            for e in by_node.get(row["node_id"], ())
         )
 
     run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
@@ -420,7 +424,7 @@ def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
 
 
 def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, record: dict | None,
-              last_event: Event | None) -> dict:
+              last_event: Event | None, executions: list[Execution]) -> dict:
     terminals = r.terminals.get(node_id, [])
     latest = terminals[-1] if terminals else None
     verdict = provenance = session_id = detail = None
@@ -460,7 +464,6 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
             f"(dropped snapshot write)",
         ))
 
-    executions = [e for e in r.executions if e.node_id == node_id]
     state = _node_state(r, executions, verdict)
     name = artifact_name(node_id)
     has_artifact = name in run.artifacts

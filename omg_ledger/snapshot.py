@@ -20,7 +20,7 @@ from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS
 SUPPORTED_SNAPSHOT_SCHEMA = 3
 MAX_SNAPSHOT_BYTES = 64 << 20
 SNAPSHOT_NAMES = ("state.json", "assess.json", "rejected.json", "graph.json")
-MAX_NESTING = 64  # a real snapshot nests about 5 deep
+MAX_NESTING = 255  # orjson's own serialisation limit; a real snapshot nests about 5 deep
 
 
 @dataclass(frozen=True)
@@ -98,16 +98,16 @@ def _int(value: object, limit: int = 2**63 - 1) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
 
 
-def _depth_ok(value: object, limit: int = MAX_NESTING) -> bool:
-    """Iteratively: no deeper than ``limit`` (orjson re-serialises inputs/decisions with
-    a 255-level cap, and Python's own recursion stops near 1000)."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return False
-            pending.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+def _depth_ok(value: object) -> bool:
+    """Whether the document can be re-serialised (the ledger stores parts of it as JSON).
+
+    orjson refuses more than MAX_NESTING levels, in C and without Python recursion; a
+    real snapshot nests about 5 deep.
+    """
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
     return True
 
 

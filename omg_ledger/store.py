@@ -7,11 +7,11 @@ killed at any instant leaves either the old or the new state of that run, never 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 
 import orjson
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from . import schema
@@ -39,6 +39,8 @@ def _text_safe(row: dict) -> dict:
 
 
 def _insert(conn: Connection, table):
+    from sqlalchemy.dialects import postgresql, sqlite  # only the writers need them
+
     return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
@@ -62,14 +64,6 @@ def ensure_home(conn: Connection, label: str, path: str) -> int:
     return row.id
 
 
-def ensure_run(conn: Connection, home_id: int, run_id: str, dir_path: str) -> int:
-    upsert(conn, schema.runs, {"home_id": home_id, "run_id": run_id, "dir_path": dir_path},
-           ["home_id", "run_id"], [])
-    return conn.execute(
-        select(schema.runs.c.id).where(schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)
-    ).scalar_one()
-
-
 def load_events(conn: Connection, run_pk: int) -> list[Event]:
     """The run's stored events, re-parsed from their original lines, in file order."""
     rows = conn.execute(
@@ -85,49 +79,141 @@ def load_events(conn: Connection, run_pk: int) -> list[Event]:
     return events
 
 
+class _Statements:
+    """Driver-level SQL for the hot path, built once per dialect.
+
+    A cold sync writes ~15 statements per run; building each one through SQLAlchemy's
+    expression layer cost more than SQLite's own work. These are plain parameterised
+    statements (never values pasted into text), executed with tuples.
+    """
+
+    def __init__(self, dialect: str) -> None:
+        self.mark = "%s" if dialect == "postgresql" else "?"
+        self.columns = {t.name: [c.name for c in t.columns] for t in schema.metadata.sorted_tables}
+        self.defaults = {
+            t.name: {c.name: c.default.arg for c in t.columns if c.default is not None and c.default.is_scalar}
+            for t in schema.metadata.sorted_tables
+        }
+        # Every column with its default, so a row is one dict merge and one C-level
+        # itemgetter call, not a Python loop per column.
+        self._base = {t: {c: self.defaults[t].get(c) for c in cols} for t, cols in self.columns.items()}
+        self._getters = {t: operator.itemgetter(*cols) for t, cols in self.columns.items()}
+        self._cache: dict[tuple, str] = {}
+
+    def insert(self, table: str) -> str:
+        key = ("insert", table)
+        if key not in self._cache:
+            cols = self.columns[table]
+            self._cache[key] = (f"INSERT INTO {table} ({', '.join(cols)}) "
+                                f"VALUES ({', '.join([self.mark] * len(cols))})")
+        return self._cache[key]
+
+    def row(self, table: str, values: dict) -> tuple:
+        return self._getters[table]({**self._base[table], **values})
+
+    def insert_run(self) -> str:
+        key = ("insert_run",)
+        if key not in self._cache:
+            cols = [c for c in self.columns["runs"] if c != "id"]
+            self._cache[key] = (f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join([self.mark] * len(cols))}) "
+                                f"ON CONFLICT (home_id, run_id) DO NOTHING RETURNING id")
+        return self._cache[key]
+
+    def update_run(self, keys: tuple[str, ...]) -> str:
+        key = ("update_run", keys)
+        if key not in self._cache:
+            sets = ", ".join(f"{k} = {self.mark}" for k in keys)
+            self._cache[key] = f"UPDATE runs SET {sets} WHERE id = {self.mark}"
+        return self._cache[key]
+
+    def delete_run_rows(self, table: str) -> str:
+        return f"DELETE FROM {table} WHERE run_pk = {self.mark}"
+
+
+_STATEMENTS: dict[str, _Statements] = {}
+
+
+def _statements(conn: Connection) -> _Statements:
+    name = conn.dialect.name
+    if name not in _STATEMENTS:
+        _STATEMENTS[name] = _Statements(name)
+    return _STATEMENTS[name]
+
+
+def _scrub(row: tuple) -> tuple:
+    return tuple(v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in row)
+
+
 def write_run(
     conn: Connection,
-    run_pk: int,
+    run_pk: int | None,
+    home_id: int,
+    run_id: str,
     rows: RunRows,
     run_facts: dict,
     new_events: Sequence[Event],
     replace_events: bool,
     ingest: dict,
     snapshot_files: dict[str, dict | None],
-) -> None:
-    """Replace one run's derived rows and append its new events (caller's transaction)."""
-    conn.execute(update(schema.runs).where(schema.runs.c.id == run_pk).values(**_text_safe({**rows.run, **run_facts})))
-    if replace_events:
-        conn.execute(delete(schema.events).where(schema.events.c.run_pk == run_pk))
-    if new_events:
-        conn.execute(schema.events.insert(), [_text_safe(_event_row(run_pk, e)) for e in new_events])
-    for table in DERIVED_TABLES:
-        conn.execute(delete(table).where(table.c.run_pk == run_pk))
-    if rows.legs:
-        conn.execute(schema.legs.insert(), [_text_safe(_leg_row(run_pk, leg)) for leg in rows.legs])
-    if rows.nodes:
-        conn.execute(schema.nodes.insert(), [_text_safe({"run_pk": run_pk, **node}) for node in rows.nodes])
-    if rows.rounds:
-        conn.execute(schema.rounds.insert(), [_text_safe(_round_row(run_pk, e)) for e in rows.rounds])
-    if rows.charges:
-        conn.execute(schema.charges.insert(), [_text_safe(_charge_row(run_pk, c)) for c in rows.charges])
-    if rows.findings:
-        conn.execute(
-            schema.findings.insert(),
-            [_text_safe({"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id,
-                         "leg_ordinal": f.leg_ordinal, "detail": f.detail})
-             for i, f in enumerate(rows.findings, 1)],
-        )
-    if rows.goal_cycle is not None:
-        conn.execute(schema.goal_cycles.insert(), _text_safe({"run_pk": run_pk, **rows.goal_cycle}))
-    upsert(conn, schema.ingest_state, {"run_pk": run_pk, **ingest}, ["run_pk"], list(ingest))
+    scrub: bool = False,
+) -> int:
+    """Replace one run's derived rows and append its new events (caller's transaction).
+
+    ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
+    no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
+    PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
+    the two agree; events.raw keeps the exact escape. Returns the run's key.
+    """
+    sql = _statements(conn)
+    run_values = {**rows.run, **run_facts}
+    fix = _scrub if scrub else (lambda row: row)
+    if run_pk is None:
+        values = {**run_values, "home_id": home_id, "run_id": run_id}
+        full = sql.row("runs", values)[1:]  # every column but id
+        run_pk = conn.exec_driver_sql(sql.insert_run(), fix(full)).scalar()
+        if run_pk is None:  # it existed after all (not expected under the sync lock)
+            run_pk = conn.execute(select(schema.runs.c.id).where(
+                schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one()
+            fresh = False
+        else:
+            fresh = True
+    else:
+        fresh = False
+    if not fresh:
+        keys = tuple(run_values)
+        conn.exec_driver_sql(sql.update_run(keys), (*fix(tuple(run_values[k] for k in keys)), run_pk))
+        if replace_events:
+            conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
+        for table in DERIVED_TABLES:
+            conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
+
+    def insert(table: str, dicts: list[dict]) -> None:
+        if dicts:
+            conn.exec_driver_sql(sql.insert(table), [fix(sql.row(table, {"run_pk": run_pk, **d})) for d in dicts])
+
+    insert("events", [_event_row(run_pk, e) for e in new_events])
+    insert("legs", [_leg_row(run_pk, leg) for leg in rows.legs])
+    insert("nodes", rows.nodes)
+    insert("rounds", [_round_row(run_pk, e) for e in rows.rounds])
+    insert("charges", [_charge_row(run_pk, c) for c in rows.charges])
+    insert("findings", [{"seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
+                         "detail": f.detail} for i, f in enumerate(rows.findings, 1)])
+    insert("goal_cycles", [rows.goal_cycle] if rows.goal_cycle is not None else [])
+    if fresh:
+        insert("ingest_state", [ingest])
+    else:
+        upsert(conn, schema.ingest_state, {"run_pk": run_pk, **ingest}, ["run_pk"], list(ingest))
     for name, values in snapshot_files.items():
         if values is None:
             conn.execute(delete(schema.snapshot_files).where(
                 schema.snapshot_files.c.run_pk == run_pk, schema.snapshot_files.c.name == name))
+        elif fresh:
+            conn.exec_driver_sql(sql.insert("snapshot_files"),
+                                 _scrub(sql.row("snapshot_files", {"run_pk": run_pk, "name": name, **values})))
         else:
             upsert(conn, schema.snapshot_files, _text_safe({"run_pk": run_pk, "name": name, **values}),
                    ["run_pk", "name"], list(values))
+    return run_pk
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 from . import schema
+from .config import Home
 from .db import sync_lock, write_transaction
 from .discover import (
     DirListing,
@@ -33,7 +34,7 @@ from .errors import DatabaseUnavailable
 from .feed import HEAD_BYTES, NotARegularFile, open_stream, read_head, read_stream
 from .reconcile import RunInput, reconcile
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
-from .store import ensure_home, ensure_run, load_events, record_problem, write_run
+from .store import ensure_home, load_events, record_problem, write_run
 from .units import format_instant
 
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
@@ -43,17 +44,6 @@ HAS_COLUMN = {
     "rejected.json": "has_rejected",
     "assess.json": "has_assess",
 }
-
-
-@dataclass(frozen=True)
-class Home:
-    label: str
-    path: str
-
-    @classmethod
-    def from_path(cls, path: str, label: str | None = None) -> Home:
-        absolute = os.path.abspath(os.path.expanduser(path))
-        return cls(label or f"{socket.gethostname()}:{absolute}", absolute)
 
 
 @dataclass
@@ -170,20 +160,23 @@ class _HomeSync:
             .where(runs.c.home_id == self.home_id)
         )
         by_pk: dict[int, _Known] = {}
+        names = [c.name for c in ingest.c if c.name != "run_pk"]
+        offset_at = names.index("stream_offset")
         for row in rows:
-            mapping = row._mapping
-            state = {c.name: mapping[c.name] for c in ingest.c if c.name != "run_pk"}
-            item = _Known(row.id, row.gone, row.has_events, state if row.stream_offset is not None else None, {})
-            known[row.run_id] = by_pk[row.id] = item
+            values = row[4:]
+            state = dict(zip(names, values, strict=True)) if values[offset_at] is not None else None
+            item = _Known(row[0], row[2], row[3], state, {})
+            known[row[1]] = by_pk[row[0]] = item
         file_rows = conn.execute(
             select(files.c.run_pk, files.c.name, files.c.dev, files.c.inode, files.c.size, files.c.mtime_ns,
                    files.c.sha256, files.c.error)
             .select_from(files.join(runs, runs.c.id == files.c.run_pk))
             .where(runs.c.home_id == self.home_id)
         )
+        file_names = list(file_rows.keys())
         for row in file_rows:
-            if row.run_pk in by_pk:
-                by_pk[row.run_pk].files[row.name] = dict(row._mapping)
+            if row[0] in by_pk:
+                by_pk[row[0]].files[row[1]] = dict(zip(file_names, row, strict=True))
         return known
 
     # -- one run ----------------------------------------------------------------------
@@ -282,8 +275,8 @@ class _HomeSync:
             "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info),
         })
         with write_transaction(self.engine) as conn:
-            run_pk = known.run_pk if known else ensure_run(conn, self.home_id, run_id, path)
-            previous_events = [] if replace_events or known is None else load_events(conn, run_pk)
+            run_pk = known.run_pk if known else None
+            previous_events = [] if replace_events or run_pk is None else load_events(conn, run_pk)
             events = previous_events + chunk.events
             rows = reconcile(RunInput(
                 run_id=run_id,
@@ -293,7 +286,11 @@ class _HomeSync:
                 artifacts=listing.artifacts,
                 failed_outputs=listing.failed_outputs,
             ))
-            write_run(conn, run_pk, rows, run_facts, chunk.events, replace_events, new_ingest, file_rows)
+            # Text can only hold a NUL through a JSON \u0000 escape (a raw NUL is not JSON).
+            scrub = any("\\u0000" in e.raw for e in events) or any(
+                b"\\u0000" in orjson.dumps(doc) for doc in parsed.values() if doc is not None)
+            run_pk = write_run(conn, run_pk, self.home_id, run_id, rows, run_facts, chunk.events, replace_events,
+                               new_ingest, file_rows, scrub=scrub)
             for problem in problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
         self.report.runs_changed += 1

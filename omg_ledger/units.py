@@ -6,6 +6,7 @@ UTC text plus epoch microseconds.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
@@ -39,12 +40,34 @@ class BadTimestamp(ValueError):
     pass
 
 
+_ENGINE_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z")
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 in the proleptic Gregorian calendar (H. Hinnant's algorithm)."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
 def parse_timestamp(text: str) -> tuple[str, int]:
     """Parse an RFC 3339 timestamp (nanosecond precision allowed).
 
     Returns (normalized UTC text with microseconds, epoch microseconds). Nanoseconds
     beyond the microsecond are truncated: ts is a display clock, never a sort key.
     """
+    match = _ENGINE_TS.match(text) if isinstance(text, str) else None
+    if match is not None:
+        # The engine's own shape (UTC, 'Z'): every line has one, so skip datetime.
+        y, mo, d, h, mi, s, frac = match.groups()
+        year, month, day, hour, minute, second = int(y), int(mo), int(d), int(h), int(mi), int(s)
+        if 1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60 and second < 60:
+            micros = int((frac or "").ljust(6, "0")[:6])
+            epoch = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000
+            return f"{y}-{mo}-{d}T{h}:{mi}:{s}.{micros:06d}Z", epoch + micros
     if not isinstance(text, str) or len(text) < 20 or len(text) > 64:
         raise BadTimestamp(f"not an RFC 3339 timestamp: {text!r}")
     s = text.strip()
@@ -65,6 +88,12 @@ def parse_timestamp(text: str) -> tuple[str, int]:
         raise BadTimestamp(f"timestamp has no UTC offset: {text!r}")
     moment = moment.astimezone(UTC)
     return format_instant(moment), instant_to_us(moment)
+
+
+def _month_days(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
 
 
 def instant_to_us(moment: datetime) -> int:

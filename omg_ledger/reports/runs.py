@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import and_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.engine import Engine
 
 from .. import schema
 from ..errors import AmbiguousRun, RunNotFound
-from ..status import StatusFacts, hint, status_of
+from ..status import (
+    ABANDONED,
+    NOT_KNOWN_YET,
+    PAUSED,
+    PLANNING,
+    RUNNING,
+    StatusFacts,
+    hint,
+    status_of,
+)
 from ..units import nanos_to_usd
 
 RUN_COLUMNS = [c for c in schema.runs.c]
@@ -66,6 +75,8 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         conditions.append(runs.c.last_event_at_us >= since_us)
     if home_labels:
         conditions.append(homes.c.label.in_(home_labels))
+    if statuses:
+        conditions.append(or_(*(_could_be(status) for status in statuses)))
     if conditions:
         query = query.where(and_(*conditions))
     query = query.order_by(runs.c.run_id.desc(), homes.c.label)
@@ -79,6 +90,19 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
             continue
         result.append(run_summary(row, status, row.label, row.id in limited))
     return result
+
+
+def _could_be(status: str):
+    """A SQL pre-filter for one status; the exact status still comes from status_of
+    (the lock is probed live), so this only has to keep every run that could have it."""
+    r = schema.runs.c
+    if status in (ABANDONED, RUNNING, PLANNING):
+        return r.last_leg_open
+    if status == PAUSED:
+        return and_(r.last_leg_open.is_(False), r.last_outcome == "paused")
+    if status == NOT_KNOWN_YET:
+        return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None))
+    return r.last_leg_open.is_(False)  # PASS, FAIL
 
 
 def resolve_run(conn, run_id: str):
