@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -101,57 +102,73 @@ def read_head(fd: int, length: int) -> bytes:
     return os.pread(fd, length, 0)
 
 
+class CompleteLines:
+    """The complete lines of a file from a byte offset, in order, never buffering more
+    than one runaway line's worth: the one line splitter both streams share.
+
+    Yields ``(line_no, offset, end, line)``: ``end`` is the offset after the newline and
+    ``line`` the bytes without it (and without a CRLF's ``\\r``), or None for a line
+    longer than MAX_LINE_BYTES. Bytes after the last newline are a partial line: never
+    yielded, so a consumer's offset stays before them.
+    """
+
+    def __init__(self, fd: int, start_offset: int, start_line: int) -> None:
+        self.fd, self.start_offset, self.start_line = fd, start_offset, start_line
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, bytes | None]]:
+        line_no = self.start_line
+        position = self.start_offset  # where `buffer` starts in the file
+        buffer = b""
+        runaway_at: int | None = None
+        while True:
+            data = os.pread(self.fd, READ_CHUNK, position + len(buffer))
+            if not data:
+                return
+            self.bytes_read += len(data)
+            buffer += data
+            start = 0
+            while (newline := buffer.find(b"\n", start)) != -1:
+                end = position + newline + 1
+                if runaway_at is not None:
+                    yield line_no, runaway_at, end, None
+                    runaway_at = None
+                else:
+                    line = buffer[start:newline]
+                    if line.endswith(b"\r"):
+                        line = line[:-1]  # CRLF: the JSON is the same
+                    yield line_no, position + start, end, (line if len(line) <= MAX_LINE_BYTES else None)
+                line_no += 1
+                start = newline + 1
+            position += start
+            buffer = buffer[start:]
+            if len(buffer) > MAX_LINE_BYTES:
+                # A runaway line: remember where it began, drop what we hold, keep
+                # scanning for its end without buffering it.
+                if runaway_at is None:
+                    runaway_at = position
+                position += len(buffer)
+                buffer = b""
+
+
 def read_stream(fd: int, start_offset: int, start_line: int) -> StreamChunk:
     """Read complete lines from ``start_offset`` to EOF of an open file descriptor."""
     chunk = StreamChunk(offset=start_offset, next_line=start_line)
-    position = start_offset  # where `buffer` starts in the file
-    buffer = b""
-    skipping_long_line_at: int | None = None
-    while True:
-        data = os.pread(fd, READ_CHUNK, position + len(buffer))
-        if not data:
-            break
-        chunk.bytes_read += len(data)
-        buffer += data
-        start = 0
-        while True:
-            newline = buffer.find(b"\n", start)
-            if newline == -1:
-                break
-            line_offset = position + start
-            if skipping_long_line_at is not None:
-                chunk.problems.append(
-                    LineProblem(skipping_long_line_at, f"line longer than {MAX_LINE_BYTES} bytes; skipped")
-                )
-                skipping_long_line_at = None
-            else:
-                stop = _take_line(chunk, buffer[start:newline], line_offset)
-                if stop:
-                    return chunk
-            chunk.next_line += 1
-            start = newline + 1
-            chunk.offset = position + start
-        position += start
-        buffer = buffer[start:]
-        if len(buffer) > MAX_LINE_BYTES:
-            # A runaway line: remember where it began, drop what we hold, keep scanning
-            # for its end without buffering it.
-            if skipping_long_line_at is None:
-                skipping_long_line_at = position
-            position += len(buffer)
-            buffer = b""
+    lines = CompleteLines(fd, start_offset, start_line)
+    for line_no, offset, end, line in lines:
+        if line is None:
+            chunk.problems.append(LineProblem(offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
+        elif _take_line(chunk, line, offset, line_no):
+            break  # a newer schema: the offset stays before this line
+        chunk.offset, chunk.next_line = end, line_no + 1
+    chunk.bytes_read = lines.bytes_read
     return chunk
 
 
-def _take_line(chunk: StreamChunk, line: bytes, offset: int) -> bool:
+def _take_line(chunk: StreamChunk, line: bytes, offset: int, line_no: int) -> bool:
     """Validate one complete line into ``chunk``. Returns True to stop reading."""
-    if line.endswith(b"\r"):
-        line = line[:-1]  # CRLF: the JSON is the same
     if not line.strip():
         return False  # a blank line carries nothing
-    if len(line) > MAX_LINE_BYTES:
-        chunk.problems.append(LineProblem(offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
-        return False
     result = parse_event_line(line)
     if isinstance(result, str):
         chunk.problems.append(LineProblem(offset, result))
@@ -164,7 +181,7 @@ def _take_line(chunk: StreamChunk, line: bytes, offset: int) -> bool:
         )
         chunk.problems.append(LineProblem(offset, chunk.blocked_reason))
         return True
-    chunk.events.append(Event(chunk.next_line, offset, data, line.decode("utf-8"), ts, at_us))
+    chunk.events.append(Event(line_no, offset, data, line.decode("utf-8"), ts, at_us))
     return False
 
 

@@ -44,7 +44,7 @@ from sqlalchemy.exc import OperationalError
 from . import schema
 from .db import sync_lock, write_transaction
 from .errors import DatabaseUnavailable
-from .feed import HEAD_BYTES, MAX_LINE_BYTES, READ_CHUNK, NotARegularFile, open_stream, read_head
+from .feed import HEAD_BYTES, MAX_LINE_BYTES, CompleteLines, NotARegularFile, open_stream, read_head
 from .invocations import (
     InvocationLine,
     InvocationLineError,
@@ -80,54 +80,21 @@ class LineChunk:
 
 
 def read_lines(fd: int, start_offset: int, start_line: int) -> LineChunk:
-    """Every complete line from ``start_offset`` to EOF (the same rules as feed.read_stream).
+    """Every complete line from ``start_offset`` to EOF (feed.CompleteLines' rules).
 
-    The trailing ``\\n`` (and a ``\\r`` before it) is removed. Blank lines carry nothing
-    and are skipped without a problem; a line over :data:`feed.MAX_LINE_BYTES` is a
-    problem and skipped without being buffered. Both still count as a line. Bytes after
-    the last newline are a partial line: not consumed, ``offset`` stays before them.
+    Blank lines carry nothing and are skipped without a problem; a line over
+    :data:`feed.MAX_LINE_BYTES` is a problem and skipped. Both still count as a line.
     """
     chunk = LineChunk(offset=start_offset, next_line=start_line)
-    position = start_offset  # where `buffer` starts in the file
-    buffer = b""
-    skipping_long_line_at: int | None = None
-    while True:
-        data = os.pread(fd, READ_CHUNK, position + len(buffer))
-        if not data:
-            break
-        chunk.bytes_read += len(data)
-        buffer += data
-        start = 0
-        while True:
-            newline = buffer.find(b"\n", start)
-            if newline == -1:
-                break
-            line_offset = position + start
-            if skipping_long_line_at is not None:
-                chunk.problems.append((skipping_long_line_at, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
-                skipping_long_line_at = None
-            else:
-                line = buffer[start:newline]
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if len(line) > MAX_LINE_BYTES:
-                    chunk.problems.append((line_offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
-                elif line.strip():
-                    chunk.lines.append((chunk.next_line, line_offset, line))
-            chunk.next_line += 1
-            start = newline + 1
-            chunk.offset = position + start
-        position += start
-        buffer = buffer[start:]
-        if len(buffer) > MAX_LINE_BYTES:
-            if skipping_long_line_at is None:
-                skipping_long_line_at = position
-            position += len(buffer)
-            buffer = b""
+    lines = CompleteLines(fd, start_offset, start_line)
+    for line_no, offset, end, line in lines:
+        if line is None:
+            chunk.problems.append((offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
+        elif line.strip():
+            chunk.lines.append((line_no, offset, line))
+        chunk.offset, chunk.next_line = end, line_no + 1
+    chunk.bytes_read = lines.bytes_read
     return chunk
-
-
-# --------------------------------------------------------------------------- syncing
 
 
 def sync_invocation_files(
