@@ -135,8 +135,6 @@ def test_stored_escape_sequences_are_not_sent_to_the_terminal(tmp_path):
     assert any(r.get("detail") == "boom" + ESCAPES for r in detail["rounds"] + detail["nodes"])
 
 
-@pytest.mark.xfail(strict=True, reason="render.py prints run_id and the stream's verdict/provenance "
-                   "without render.safe (render.py belongs to another engineer; reported)")
 def test_escape_sequences_in_run_ids_and_stream_enums_are_not_sent_to_the_terminal(tmp_path):
     home = _escape_home(tmp_path, run_name="run" + ESCAPES.replace("\r", ""))
     run = next((home / "runs").iterdir())
