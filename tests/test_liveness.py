@@ -10,6 +10,7 @@ the gate against.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
@@ -415,12 +416,37 @@ def test_unmarked_lock_naming_a_live_child_is_unknown(run: Path, lock: Path) -> 
     assert probe_lock(run) is FREE
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can signal every process: no EPERM")
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_KILL = 24, 1, 2, 5
+
+
+def _probe_without(run: Path, *caps: int) -> str:
+    """Probe from a child that, though root, lacks ``caps``: removed from the bounding
+    set before exec, so kill(2) and file modes are enforced on it as on any user."""
+
+    def drop() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        for cap in caps:
+            if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    code = "import sys; from omg_ledger.liveness import probe_lock; print(probe_lock(sys.argv[1]).value)"
+    result = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=30,
+                            preexec_fn=drop if os.geteuid() == 0 else None, check=True)
+    return result.stdout.strip()
+
+
 def test_unmarked_lock_naming_another_users_process_is_unknown(run: Path, lock: Path) -> None:
-    if os.stat("/proc/1").st_uid == os.geteuid():
-        pytest.skip("pid 1 belongs to us here")
-    lock.write_bytes(b"1\n")
-    assert probe_lock(run) is UNKNOWN
+    # kill(pid, 0) on another user's live process answers EPERM: it names a process,
+    # so it proves nothing (never FREE). As root, a stranger is made: a process of
+    # uid 65534, probed by a child without CAP_KILL.
+    kwargs = {"user": 65534, "group": 65534, "extra_groups": []} if os.geteuid() == 0 else {}
+    stranger = subprocess.Popen(["sleep", "60"], **kwargs)
+    try:
+        lock.write_bytes(b"%d\n" % stranger.pid)
+        assert _probe_without(run, CAP_KILL) == "unknown"
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 @pytest.mark.parametrize(
@@ -563,14 +589,14 @@ def test_non_regular_lock_is_unknown_without_hanging(
     assert snapshot(lock) == before
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
 def test_unreadable_lock_is_unknown(run: Path, lock: Path) -> None:
     lock.write_bytes(marked())
     lock.chmod(0)
     try:
-        assert probe_lock(run) is UNKNOWN
+        assert _probe_without(run, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) == "unknown"
     finally:
         lock.chmod(0o600)
+    assert probe_lock(run) is FREE  # the same file, readable: the probe itself works
 
 
 # ---------------------------------------------------------------- read-only, no leaks
