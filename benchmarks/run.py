@@ -481,6 +481,9 @@ class Suite:
             lines.append(f"| {target} | {size} | {measured} | {verdict} |")
         if backend_name != "sqlite":
             lines += ["", "The targets are defined for SQLite; on PostgreSQL they are shown for comparison only."]
+        gaps = BENCH / "GAPS.md"  # the engineers' reading of the misses, kept across runs
+        if gaps.exists():
+            lines += ["", gaps.read_text().rstrip()]
         if self.profiles:
             lines += ["", "## Where the time goes (cProfile of the missed targets)", ""]
             for title, text in self.profiles:
