@@ -21,6 +21,14 @@ from ..status import (
 from ..units import nanos_to_usd
 
 RUN_COLUMNS = [c for c in schema.runs.c]
+# What a listing needs (the status facts and the summary), not every snapshot column:
+# over 10,000 runs, fetching the rest cost more than everything else `runs` does.
+LIST_COLUMNS = [schema.runs.c[name] for name in (
+    "id", "run_id", "dir_path", "gone", "snapshot_schema", "runtime", "graph_name", "node_count", "nodes_passed",
+    "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
+    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
+    "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
+    "all_nodes_passed")]
 
 
 def _money(nanos: int | None) -> float | None:
@@ -69,7 +77,7 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
               home_labels: tuple[str, ...] = ()) -> list[dict]:
     """Newest first. Only runs whose last leg is open get a live lock probe."""
     runs, homes = schema.runs, schema.homes
-    query = select(*RUN_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+    query = select(*LIST_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
     conditions = []
     if since_us is not None:
         conditions.append(runs.c.last_event_at_us >= since_us)
