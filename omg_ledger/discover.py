@@ -8,7 +8,6 @@ a link loop cannot hang the walk.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass
 
@@ -118,7 +117,3 @@ def list_run_dir(path: str) -> DirListing:
     except OSError:
         pass
     return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links))
-
-
-def is_regular(info: os.stat_result | None) -> bool:
-    return info is not None and stat.S_ISREG(info.st_mode)

@@ -31,7 +31,7 @@ from .discover import (
     trusted_mtime,
 )
 from .errors import DatabaseUnavailable
-from .feed import HEAD_BYTES, NotARegularFile, open_stream, read_head, read_stream
+from .feed import HEAD_BYTES, NotARegularFile, StreamChunk, open_stream, read_head, read_stream
 from .reconcile import RunInput, reconcile
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .store import ensure_home, load_events, record_problem, write_run
@@ -299,8 +299,6 @@ class _HomeSync:
 
     def _read_stream(self, stream_path: str, ingest: dict | None, problems: list[Problem]):
         """Returns (replace_events, chunk, new ingest state) for the run's stream."""
-        from .feed import StreamChunk
-
         blank = {"stream_dev": None, "stream_inode": None, "stream_size": None, "stream_mtime_ns": None,
                  "stream_offset": 0, "next_line": 1, "head_len": 0, "head_sha256": None, "blocked_reason": None}
         try:
