@@ -393,21 +393,22 @@ def test_two_syncs_started_together_both_succeed_without_duplicates(big_home, tm
 
 
 @pytest.mark.slow
-def test_second_sync_with_wait_0_exits_75_and_a_report_runs_during_sync(big_home, tmp_path):
+def test_second_sync_with_wait_0_is_refused_and_a_report_runs_during_sync(big_home, tmp_path):
     db = tmp_path / "ledger.sqlite"
     first = popen("sync", "--db", db, "--home", big_home, "--json")
     wait_for_lock(first, f"{db}.sync-lock")
-    second = popen("sync", "--db", db, "--home", big_home, "--wait", "0")
-    # Reports while the sync is writing (WAL: readers do not block and are not blocked).
-    # In-process, so each report takes milliseconds and many land inside the sync; one
-    # report through the CLI as well.
-    from omg_ledger.db import open_ledger
+    # A second sync while the first holds the ledger: refused at once with --wait 0
+    # (in-process, so it reaches the lock within milliseconds, well inside the first).
+    from omg_ledger.errors import LedgerBusy
     from omg_ledger.reports.runs import list_runs
 
-    overlapped = 0
-    cli_report = popen("runs", "--db", db, "--json")
     engine = open_ledger(str(db))
     try:
+        with pytest.raises(LedgerBusy, match="another sync holds"):
+            sync(engine, [Home.from_path(str(big_home))], wait_seconds=0)
+        # Reports while the sync is writing (WAL: readers do not block and are not blocked).
+        overlapped = 0
+        cli_report = popen("runs", "--db", db, "--json")
         while first.poll() is None:
             assert isinstance(list_runs(engine), list)
             overlapped += first.poll() is None
@@ -417,13 +418,35 @@ def test_second_sync_with_wait_0_exits_75_and_a_report_runs_during_sync(big_home
     assert cli_report.returncode == 0 and "Traceback" not in err, err
     assert isinstance(json.loads(out), list)
     assert overlapped >= 1, "the sync ended before any report did: the overlap was not tested"
-    out, err = second.communicate(timeout=60)
-    assert second.returncode == 75 and "Traceback" not in err, err
-    assert "another sync holds" in err, err
     out, err = first.communicate(timeout=120)
     assert first.returncode == 0 and "Traceback" not in err, err
     assert json.loads(out)["runs_changed"] == 150
     assert_same(dump(str(db)), clean_dump(tmp_path, big_home), "sync with a refused second sync")
+
+
+def test_cli_sync_while_another_holds_the_ledger_exits_75(big_home, tmp_path):
+    """What cron sees: the lock a running sync holds (taken here by a real process, so
+    the test does not depend on how long a sync takes), `--wait 0`, exit 75."""
+    db = tmp_path / "ledger.sqlite"
+    open_ledger(str(db)).dispose()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"), f"{db}.sync-lock"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        started = time.monotonic()
+        refused = cli("sync", "--db", db, "--home", big_home, "--wait", "0")
+        assert refused.returncode == 75 and "Traceback" not in refused.stderr, refused.stderr
+        assert "another sync holds" in refused.stderr
+        waited = cli("sync", "--db", db, "--home", big_home, "--wait", "0.5")
+        assert waited.returncode == 75 and time.monotonic() - started >= 0.5
+    finally:
+        holder.kill()
+        holder.wait()
+    assert_clean_exit(cli("sync", "--db", db, "--home", big_home))  # the lock died with its holder
 
 
 # -- files that change identity --------------------------------------------------------------
