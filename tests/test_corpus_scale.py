@@ -1,0 +1,76 @@
+"""The 305-run scale corpus: every run's status, graph, node count and state.json cost
+equal the real engine's own `runs list` (corpus-scale/truth-runs-list.txt)."""
+
+from __future__ import annotations
+
+import re
+import tarfile
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import select
+
+from omg_ledger import schema
+from omg_ledger.db import open_ledger
+from omg_ledger.reports.runs import list_runs
+from omg_ledger.sync import Home, sync
+
+from .conftest import CORPUS
+
+SCALE = CORPUS.parent / "corpus-scale"
+ROW = re.compile(r"^(\d{8}-\d{6}\.\d{9}-\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$")
+
+
+@pytest.fixture(scope="module")
+def scale_ledger(tmp_path_factory):
+    if not (SCALE / "home.tar.gz").exists():
+        pytest.fail(f"the scale corpus is missing at {SCALE}")
+    home = tmp_path_factory.mktemp("scale") / "home"
+    with tarfile.open(SCALE / "home.tar.gz") as archive:
+        archive.extractall(home, filter="data")
+    engine = open_ledger(str(home.parent / "ledger.sqlite"))
+    report = sync(engine, [Home.from_path(str(home), "scale")])
+    return engine, report
+
+
+def _truth() -> dict[str, tuple[str, ...]]:
+    rows = {}
+    for line in (SCALE / "truth-runs-list.txt").read_text().splitlines():
+        match = ROW.match(line)
+        if match:
+            rows[match.group(1)] = match.groups()[1:]
+    return rows
+
+
+def test_scale_corpus_indexes_cleanly_and_matches_the_engine(scale_ledger):
+    engine, report = scale_ledger
+    truth = _truth()
+    assert len(truth) == 305 and report.runs_seen == 305 and report.problems == []
+    ours = {r["run_id"]: r for r in list_runs(engine)}
+    assert set(ours) == set(truth)
+    for run_id, (graph, nodes, _cost, _tokens, status) in truth.items():
+        row = ours[run_id]
+        assert (row["status"], row["graph"] or "-") == (status, graph), run_id
+        assert (str(row["nodes_total"]) if row["nodes_total"] is not None else "-") == nodes, run_id
+    with engine.connect() as conn:
+        assert conn.execute(select(schema.findings)).all() == []  # stream and snapshot agree everywhere
+
+
+def test_scale_corpus_state_json_costs_match_the_engine(scale_ledger):
+    """The engine prints state.json sums rounded to 4 places; four runs whose exact sum
+    ends in 5 at the fifth place print either neighbour (corpus-scale/README.md), so a
+    printed value may differ from ours by at most half a unit in the last place."""
+    engine, _ = scale_ledger
+    truth = _truth()
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.runs.c.run_id, schema.runs.c.snapshot_cost_nano_usd,
+                                   schema.runs.c.snapshot_cost_unknown, schema.runs.c.cost_nano_usd)).all()
+    checked = 0
+    for run_id, snapshot_nanos, unknown, _ in rows:
+        printed = truth[run_id][2]
+        if printed == "unknown":
+            assert unknown, run_id
+        elif snapshot_nanos is not None:
+            assert abs(Decimal(snapshot_nanos).scaleb(-9) - Decimal(printed)) <= Decimal("0.00005"), run_id
+            checked += 1
+    assert checked > 250
