@@ -34,7 +34,7 @@ from .errors import DatabaseUnavailable
 from .feed import HEAD_BYTES, NotARegularFile, StreamChunk, open_stream, read_head, read_stream
 from .reconcile import RunInput, reconcile
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
-from .store import ensure_home, load_events, record_problem, write_run
+from .store import ensure_home, load_events, record_problem, upsert, write_run
 from .units import format_instant
 
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
@@ -273,6 +273,20 @@ class _HomeSync:
             "dir_mtime_ns": trusted_mtime(dir_info),
             "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info),
         })
+        if known is not None and self._only_identities_changed(known, chunk, replace_events, problems, file_rows,
+                                                               listing, run_facts):
+            # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
+            # is normal and is no reason to rebuild. Remember the new identities only.
+            with write_transaction(self.engine) as conn:
+                upsert(conn, schema.ingest_state, {"run_pk": known.run_pk, **new_ingest}, ["run_pk"],
+                       list(new_ingest))
+                for name, row in file_rows.items():
+                    identity = {k: row[k] for k in ("dev", "inode", "size", "mtime_ns")}
+                    conn.execute(update(schema.snapshot_files).where(
+                        schema.snapshot_files.c.run_pk == known.run_pk, schema.snapshot_files.c.name == name)
+                        .values(**identity))
+            self.report.bytes_read += chunk.bytes_read
+            return
         with write_transaction(self.engine) as conn:
             run_pk = known.run_pk if known else None
             previous_events = [] if replace_events or run_pk is None else load_events(conn, run_pk)
@@ -296,6 +310,28 @@ class _HomeSync:
         self.report.events_ingested += len(chunk.events)
         self.report.bytes_read += chunk.bytes_read
         self.report.problems.extend(problems)
+
+    def _only_identities_changed(self, known: _Known, chunk: StreamChunk, replace_events: bool,
+                                 problems: list[Problem], file_rows: dict[str, dict | None],
+                                 listing: DirListing, run_facts: dict) -> bool:
+        """True when nothing reconcile reads has changed: no new event, every re-read
+        file has the bytes already stored, and the directory facts (file presence,
+        every node's .out and failed/ reply) are what the ledger holds."""
+        if known.gone or replace_events or chunk.events or problems:
+            return False
+        for name, row in file_rows.items():
+            previous = known.files.get(name)
+            if row is None or previous is None or row["sha256"] is None or row["sha256"] != previous["sha256"]:
+                return False
+        runs, nodes = schema.runs, schema.nodes
+        with self.engine.connect() as conn:
+            stored = conn.execute(select(*[runs.c[k] for k in run_facts]).where(runs.c.id == known.run_pk)).one()
+            node_files = conn.execute(select(nodes.c.artifact_name, nodes.c.has_artifact, nodes.c.has_failed_output)
+                                      .where(nodes.c.run_pk == known.run_pk)).all()
+        if tuple(stored) != tuple(run_facts.values()):
+            return False
+        return all((name in listing.artifacts, name in listing.failed_outputs) == (bool(out), bool(failed))
+                   for name, out, failed in node_files)
 
     def _read_stream(self, stream_path: str, ingest: dict | None, problems: list[Problem]):
         """Returns (replace_events, chunk, new ingest state) for the run's stream."""
@@ -403,8 +439,6 @@ class _HomeSync:
         gone = [pid for pid, row in existing.items() if pid not in seen and not row.gone]
         if not changed and not gone:
             return
-        from .store import upsert
-
         with write_transaction(self.engine) as conn:
             for row in changed:
                 upsert(conn, schema.plans, row, ["home_id", "plan_id"],

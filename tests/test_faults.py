@@ -542,6 +542,7 @@ def test_state_json_atomic_rename_same_content_is_not_a_rebuild(home, tmp_path):
     assert_clean_exit(result)
     report = json.loads(result.stdout)
     assert report["events_ingested"] == 0 and report["problems"] == []
+    assert report["runs_changed"] == 0  # nothing reconcile reads changed: not a rebuild
     after = dump(str(db))
     for table in after:
         if table != "snapshot_files":  # its identity columns record the new inode
