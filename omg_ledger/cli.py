@@ -25,6 +25,15 @@ def _emit_json(value: object) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
 
 
+def _emit_json_array(items) -> None:
+    """One JSON array, written item by item: a long listing is never all in memory."""
+    out = sys.stdout
+    out.write("[")
+    for n, item in enumerate(items):
+        out.write(("," if n else "") + "\n  " + orjson.dumps(item, option=orjson.OPT_NON_STR_KEYS).decode())
+    out.write("\n]\n")
+
+
 def db_option(f: Callable) -> Callable:
     return click.option(
         "--db", "db", metavar="URL|PATH", envvar=config.ENV_DB, default=None,
@@ -141,16 +150,16 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
-    from .reports.runs import list_runs
+    from .reports.runs import iter_runs
     from .timespec import parse_since
 
     engine = open_db(db)
-    rows = list_runs(engine, since_us=parse_since(since), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=parse_since(since), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     if as_json:
-        _emit_json(rows)
+        _emit_json_array(rows)
     else:
-        click.echo(render.runs_table(rows))
+        click.echo(render.runs_table(list(rows)))
 
 
 @main.command()

@@ -180,3 +180,16 @@ def test_runs_json_over_many_runs_probes_only_open_legs(tmp_path, ledger, monkey
     rows = list_runs(ledger)
     assert len(rows) == 201 and time.monotonic() - started < 30
     assert [os.path.basename(p) for p in probed] == ["open-1"]
+
+
+def test_paused_rows_name_how_to_resume(ledger):
+    from .conftest import CORPUS_HOME
+
+    sync(ledger, [Home.from_path(str(CORPUS_HOME), "corpus")])
+    rows = {r["run_id"]: r for r in list_runs(ledger, statuses=("PAUSED",))}
+    assert set(rows) == {"20261129-181518.826010212-1", "20261129-181524.604560538-1"}
+    # s16 stopped at a session limit: resume with --retry-failed once it resets.
+    assert "session limit" in rows["20261129-181518.826010212-1"]["hint"]
+    assert "--retry-failed" in rows["20261129-181518.826010212-1"]["hint"]
+    # s39 stopped at two gates; state.json's gate.paused_at names gate-b, the one to decide.
+    assert "--approve gate-b" in rows["20261129-181524.604560538-1"]["hint"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import orjson
 from sqlalchemy import and_, or_, select
 from sqlalchemy.engine import Engine
@@ -36,12 +38,14 @@ def _money(nanos: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _session_limited_runs(conn, run_pks: list[int]) -> set[int]:
-    if not run_pks:
-        return set()
+def _session_limited_runs(conn) -> set[int]:
+    """Runs whose last leg was paused by a session limit (few): their hint differs from
+    a gate's."""
     legs = schema.legs
-    rows = conn.execute(select(legs.c.run_pk).where(legs.c.run_pk.in_(run_pks), legs.c.session_limited))
-    return {r.run_pk for r in rows}
+    later = legs.alias("later")
+    last_leg = ~select(later.c.ordinal).where(later.c.run_pk == legs.c.run_pk,
+                                              later.c.ordinal > legs.c.ordinal).exists()
+    return set(conn.execute(select(legs.c.run_pk).where(legs.c.session_limited, last_leg)).scalars())
 
 
 def run_summary(row, status: str, home_label: str, session_limited: bool) -> dict:
@@ -73,9 +77,10 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
     }
 
 
-def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
-              home_labels: tuple[str, ...] = ()) -> list[dict]:
-    """Newest first. Only runs whose last leg is open get a live lock probe."""
+def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
+              home_labels: tuple[str, ...] = ()) -> Iterator[dict]:
+    """Newest first, one summary at a time (10,000 runs are never all in memory).
+    Only runs whose last leg is open get a live lock probe."""
     runs, homes = schema.runs, schema.homes
     query = select(*LIST_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
     conditions = []
@@ -89,15 +94,17 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         query = query.where(and_(*conditions))
     query = query.order_by(runs.c.run_id.desc(), homes.c.label)
     with engine.connect() as conn:
-        rows = conn.execute(query).all()
-        limited = _session_limited_runs(conn, [r.id for r in rows if r.last_outcome == "paused"])
-    result = []
-    for row in rows:
-        status = status_of(StatusFacts.from_row(row), row.dir_path)
-        if statuses and status not in statuses:
-            continue
-        result.append(run_summary(row, status, row.label, row.id in limited))
-    return result
+        limited = _session_limited_runs(conn)
+        for row in conn.execution_options(stream_results=True, yield_per=500).execute(query):
+            status = status_of(StatusFacts.from_row(row), row.dir_path)
+            if statuses and status not in statuses:
+                continue
+            yield run_summary(row, status, row.label, row.id in limited)
+
+
+def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
+              home_labels: tuple[str, ...] = ()) -> list[dict]:
+    return list(iter_runs(engine, since_us, statuses, home_labels))
 
 
 def _could_be(status: str):
