@@ -186,10 +186,13 @@ class _HomeSync:
             return  # vanished between listing and now; the next sync marks it gone
         stream_path = f"{path}/events.jsonl"  # path comes from scandir: no trailing slash
         stream_info = stat_or_none(stream_path)
-        failed_info = stat_or_none(f"{path}/failed")
         ingest = known.ingest if known else None
-        failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
         dir_changed = ingest is None or ingest["dir_mtime_ns"] != dir_info.st_mtime_ns
+        if not dir_changed and ingest["failed_dir_mtime_ns"] == ABSENT:
+            failed_info = None  # creating failed/ would have changed the directory's mtime
+        else:
+            failed_info = stat_or_none(f"{path}/failed")
+        failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
         failed_changed = ingest is None or ingest["failed_dir_mtime_ns"] != failed_now
         stream_changed = ingest is None or _stream_identity(stream_info) != (
             ingest["stream_dev"], ingest["stream_inode"], ingest["stream_size"], ingest["stream_mtime_ns"])

@@ -139,3 +139,42 @@ def test_runs_are_keyed_by_home_and_run_id(tmp_path):
 def test_default_home_label_names_the_host_and_path(tmp_path):
     home = Home.from_path(str(tmp_path))
     assert home.label.endswith(f":{tmp_path}") and home.label.split(":")[0]
+
+
+def _age(tree, seconds_ago: int = 3600) -> None:
+    """Old mtimes everywhere, so the sync trusts them (a fresh mtime is 'racy')."""
+    import time
+
+    then = time.time() - seconds_ago
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (then, then))
+    os.utime(tree, (then, then))
+
+
+def test_a_new_failed_reply_is_seen_whether_or_not_failed_dir_existed(tmp_path):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "r1", [ev("run_started"), ev("node_failed", node_id="a", cost_usd=0.1),
+                                     ev("node_failed", node_id="b", cost_usd=0.1),
+                                     ev("run_finished", outcome="failed")],
+                        state={"graph": graph("a", "b"), "nodes": {"a": {"verdict": "FAIL", "cost_usd": 0.1},
+                                                                   "b": {"verdict": "FAIL", "cost_usd": 0.1}}})
+    engine = open_ledger(str(tmp_path / "l.sqlite"))
+    homes = [Home.from_path(str(home), "h")]
+    _age(home)
+    sync(engine, homes)
+
+    def failed_outputs():
+        with engine.connect() as conn:
+            return {r.node_id: r.has_failed_output for r in conn.execute(select(schema.nodes))}
+
+    assert failed_outputs() == {"a": False, "b": False}
+    (run_dir / "failed").mkdir()  # creating failed/ changes the run directory's mtime
+    (run_dir / "failed" / "a.out").write_text("why a failed")
+    assert sync(engine, homes).runs_changed == 1
+    assert failed_outputs() == {"a": True, "b": False}
+    _age(home)
+    assert sync(engine, homes).runs_changed == 0
+    (run_dir / "failed" / "b.out").write_text("why b failed")  # only failed/'s mtime changes
+    assert sync(engine, homes).runs_changed == 1
+    assert failed_outputs() == {"a": True, "b": True}
