@@ -8,6 +8,7 @@ schema stops reading *before* it, so a newer omg-ledger can resume at that byte.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -100,6 +101,34 @@ def open_stream(path: str) -> int:
 
 def read_head(fd: int, length: int) -> bytes:
     return os.pread(fd, length, 0)
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What a previous sync remembered about an append-only file."""
+
+    dev: int | None
+    inode: int | None
+    offset: int
+    next_line: int
+    head_len: int
+    head_sha256: str | None
+
+
+def where_to_resume(fd: int, info: os.stat_result, stored: ResumePoint | None) -> tuple[int, int, bool]:
+    """(offset, line number, replace) for reading an open file again.
+
+    The same file (device and inode), no shorter than the stored offset, whose first
+    ``head_len`` bytes still hash the same, resumes at the stored offset. Anything else
+    — truncated, replaced, rewritten — is read from zero and its rows replaced.
+    """
+    if stored is None or (stored.head_sha256 is None and not stored.offset):
+        return 0, 1, False
+    if stored.head_sha256 is not None and (info.st_dev, info.st_ino) == (stored.dev, stored.inode) \
+            and info.st_size >= stored.offset \
+            and hashlib.sha256(read_head(fd, stored.head_len)).hexdigest() == stored.head_sha256:
+        return stored.offset, stored.next_line, False
+    return 0, 1, True
 
 
 class CompleteLines:

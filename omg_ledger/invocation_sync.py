@@ -44,7 +44,16 @@ from sqlalchemy.exc import OperationalError
 from . import schema
 from .db import sync_lock, write_transaction
 from .errors import DatabaseUnavailable
-from .feed import HEAD_BYTES, MAX_LINE_BYTES, CompleteLines, NotARegularFile, open_stream, read_head
+from .feed import (
+    HEAD_BYTES,
+    MAX_LINE_BYTES,
+    CompleteLines,
+    NotARegularFile,
+    ResumePoint,
+    open_stream,
+    read_head,
+    where_to_resume,
+)
 from .invocations import (
     InvocationLine,
     InvocationLineError,
@@ -156,15 +165,10 @@ def sync_invocation_file(engine: Engine, path: str, report: SyncReport, now: str
         identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         if known is not None and identity == (known["dev"], known["inode"], known["size"], known["mtime_ns"]):
             return  # unchanged since the last sync (a pending partial line stores size -1)
-        replace = False
-        start, line_no = 0, 1
-        if known is not None and known["head_sha256"] is not None:
-            same_file = (info.st_dev, info.st_ino) == (known["dev"], known["inode"])
-            head_ok = hashlib.sha256(read_head(fd, known["head_len"])).hexdigest() == known["head_sha256"]
-            if same_file and info.st_size >= known["stream_offset"] and head_ok:
-                start, line_no = known["stream_offset"], known["next_line"]
-            else:
-                replace = True  # truncated, replaced or rewritten: re-read from zero
+        stored = None if known is None else ResumePoint(
+            known["dev"], known["inode"], known["stream_offset"], known["next_line"], known["head_len"],
+            known["head_sha256"])
+        start, line_no, replace = where_to_resume(fd, info, stored)
         chunk = read_lines(fd, start, line_no)
         head_len = min(HEAD_BYTES, chunk.offset)
         state = {

@@ -31,7 +31,16 @@ from .discover import (
     trusted_mtime,
 )
 from .errors import DatabaseUnavailable
-from .feed import HEAD_BYTES, NotARegularFile, StreamChunk, open_stream, read_head, read_stream
+from .feed import (
+    HEAD_BYTES,
+    NotARegularFile,
+    ResumePoint,
+    StreamChunk,
+    open_stream,
+    read_head,
+    read_stream,
+    where_to_resume,
+)
 from .reconcile import RunInput, reconcile
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .store import ensure_home, load_events, record_problem, upsert, write_run
@@ -354,17 +363,10 @@ class _HomeSync:
             return False, StreamChunk(offset=state["stream_offset"], next_line=state["next_line"]), state
         try:
             info = os.fstat(fd)
-            replace = False
-            start, line = 0, 1
-            if ingest is not None and ingest.get("head_sha256") is not None:
-                same_file = (info.st_dev, info.st_ino) == (ingest["stream_dev"], ingest["stream_inode"])
-                head_ok = hashlib.sha256(read_head(fd, ingest["head_len"])).hexdigest() == ingest["head_sha256"]
-                if same_file and info.st_size >= ingest["stream_offset"] and head_ok:
-                    start, line = ingest["stream_offset"], ingest["next_line"]
-                else:
-                    replace = True  # truncated, replaced or rewritten: re-read from zero
-            elif ingest is not None and ingest.get("stream_offset"):
-                replace = True
+            stored = None if ingest is None else ResumePoint(
+                ingest["stream_dev"], ingest["stream_inode"], ingest["stream_offset"], ingest["next_line"],
+                ingest["head_len"], ingest["head_sha256"])
+            start, line, replace = where_to_resume(fd, info, stored)
             chunk = read_stream(fd, start, line)
             head_len = min(HEAD_BYTES, chunk.offset)
             state = {
