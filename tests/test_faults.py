@@ -212,6 +212,7 @@ def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_after: flo
     """Run one sync; SIGKILL it ``kill_after`` seconds after it started. Returns its exit code."""
     args = ["sync", "--db", str(db), "--home", str(home)]
     errors = Path(f"{db}.stderr")
+    errors.write_bytes(b"")  # a kill may land before the child opens it
     if cold:
         proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=errors.open("wb"))
         pid = proc.pid
