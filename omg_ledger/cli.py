@@ -194,7 +194,12 @@ def db_group() -> None:
 @db_option
 @ledger_errors
 def db_upgrade(db) -> None:
-    """Bring the ledger database to the newest schema (every command does this too)."""
+    """Bring the ledger database to the newest schema (every command does this too).
+
+    \b
+    Example:
+      omg-ledger db upgrade --db postgresql+psycopg://ledger@db.internal/ledger
+    """
     from .db import current_revision
 
     engine = open_db(db)
@@ -206,7 +211,12 @@ def db_upgrade(db) -> None:
 @db_option
 @ledger_errors
 def db_current(db) -> None:
-    """Print the ledger database's revision and this omg-ledger's head, without changing anything."""
+    """Print the ledger database's revision and this omg-ledger's head, without changing anything.
+
+    \b
+    Example:
+      omg-ledger db current --db ~/.local/share/omg-ledger/ledger.sqlite
+    """
     from .db import create_ledger_engine, current_revision, head_revision
 
     engine = create_ledger_engine(config.resolve_db(db))

@@ -27,6 +27,7 @@ def test_every_command_has_a_summary_and_help(path, command):
     assert command.help and command.get_short_help_str().strip(), f"{' '.join(path)} lacks help"
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0
+    assert "Example" in result.output, f"{' '.join(path)} --help shows no example"
 
 
 def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_path):
