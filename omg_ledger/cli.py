@@ -16,6 +16,7 @@ import orjson
 from . import config, render
 from .db import open_ledger, stderr_say
 from .errors import BadArgument, LedgerError
+from .status import STATUSES
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
@@ -137,9 +138,9 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
 @json_option
 @click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
 @click.option("--status", "statuses", multiple=True, metavar="S",
-              type=click.Choice(["PLANNING", "RUNNING", "ABANDONED", "PAUSED", "PASS", "FAIL", "NOT-KNOWN-YET"],
+              type=click.Choice(STATUSES,
                                 case_sensitive=False),
-              help="Only runs with this status (repeatable).")
+              help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
 @ledger_errors
 def runs(db, as_json, since, statuses, home_labels) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import orjson
+
 from .feed import TOKEN_FIELDS, Event
 from .units import usd_to_nanos
 
@@ -644,8 +646,6 @@ SNAPSHOT_COLUMNS = (
 def _json(value: object) -> str | None:
     if value is None or value == {} or value == []:
         return None
-    import orjson
-
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 

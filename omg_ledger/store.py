@@ -29,13 +29,15 @@ DERIVED_TABLES = (
 )
 
 
-def _text_safe(row: dict) -> dict:
+def _no_nul(value: object) -> object:
     """NUL cannot be stored in a PostgreSQL text column; a JSON string may carry one
-    (\u0000). It becomes U+FFFD in derived text on every database, so SQLite and
+    (\\u0000). It becomes U+FFFD in derived text on every database, so SQLite and
     PostgreSQL ledgers agree; the event's raw line keeps the exact escape."""
-    if not any(isinstance(v, str) and "\x00" in v for v in row.values()):
-        return row
-    return {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v for k, v in row.items()}
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
+
+
+def _text_safe(row: dict) -> dict:
+    return {k: _no_nul(v) for k, v in row.items()}
 
 
 def _insert(conn: Connection, table):
@@ -141,7 +143,7 @@ def _statements(conn: Connection) -> _Statements:
 
 
 def _scrub(row: tuple) -> tuple:
-    return tuple(v.replace("\x00", "\ufffd") if isinstance(v, str) else v for v in row)
+    return tuple(_no_nul(v) for v in row)
 
 
 def write_run(
