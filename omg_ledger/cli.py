@@ -104,22 +104,21 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
     Reads <home>/runs/* and <home>/plans/* read-only; only new complete stream lines
     and changed files are read, so running it every few minutes from cron is cheap.
     Problems in the input are listed on stderr and kept in the ledger's problems table.
+    Runs whose rows were derived by an older omg-ledger are then re-derived from the
+    ledger's stored facts (gone runs included), so a corrected rule reaches all history.
 
     \b
     Example:
       omg-ledger sync --home ~/.oh-my-graph --json
     Exit codes: 0 done; 1 done with problems (--strict only); 3 database trouble;
-    75 another sync holds the ledger.
+    75 another sync holds the ledger for longer than --wait.
     """
     from .sync import sync as run_sync
 
     engine = open_db(db)
-    progress = render.progress_bar("sync") if (sys.stderr.isatty() and not as_json) else None
-    report = run_sync(engine, config.resolve_homes(homes), wait_seconds=wait_seconds, progress=progress)
-    if invocation_files:
-        from .invocation_sync import sync_invocation_files
-
-        sync_invocation_files(engine, list(invocation_files), report)
+    progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
+    report = run_sync(engine, config.resolve_homes(homes), invocation_files=list(invocation_files),
+                      wait_seconds=wait_seconds, progress=progress)
     if progress is not None:
         progress.close()
     for problem in report.problems:
@@ -131,6 +130,42 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
         click.echo(render.sync_summary(report))
     if strict and report.problems:
         sys.exit(EXIT_PROBLEMS)
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", help="Only this run (repeatable; exact run id).")
+@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
+@ledger_errors
+def rebuild(db, as_json, run_ids, wait_seconds) -> None:
+    """Re-derive runs from the facts stored in the ledger; no home is read.
+
+    Every derived row (legs, nodes, rounds, charges, findings, goal cycles, a run's
+    totals, paired invocations) is a function of the stored stream lines, JSON files
+    and directory facts. `sync` re-derives by itself whatever an older omg-ledger
+    derived; rebuild does it on demand for every run (or those given), even when
+    their directories are gone.
+
+    \b
+    Example:
+      omg-ledger rebuild --json
+      omg-ledger rebuild --run 20261129-181518.678721711-1
+    Exit codes: 0 done; 3 database trouble; 4 no such run; 75 the ledger is busy.
+    """
+    from .sync import rebuild as run_rebuild
+
+    engine = open_db(db)
+    progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
+    report = run_rebuild(engine, list(run_ids), wait_seconds=wait_seconds, progress=progress)
+    if progress is not None:
+        progress.close()
+    if as_json:
+        _emit_json(report.as_dict())
+    else:
+        click.echo(f"re-derived {report.runs_rederived} run(s) and {report.streams_rederived} invocation "
+                   f"stream(s) from stored facts in {report.seconds:.1f}s")
 
 
 @main.command()

@@ -8,11 +8,8 @@ one is upgraded with a message; one from a newer omg-ledger is refused).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sys
-import time
-import zlib
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
@@ -21,15 +18,15 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from .errors import DatabaseTooNew, DatabaseUnavailable, LedgerBusy
+from .backend import backend_of
+from .errors import DatabaseTooNew, DatabaseUnavailable
 
 # The newest migration this package ships. Every command compares the database's
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
 
 
 def migrations_dir() -> Path:
@@ -155,9 +152,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
     head = script.get_current_head()
     try:
         with write_transaction(engine) as conn:
-            if conn.dialect.name == "postgresql":
-                # Two first-time syncs must not both migrate.
-                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            backend_of(conn).lock_migrations(conn)
             current = current_revision(conn)
             if current == head:
                 return
@@ -195,50 +190,9 @@ def default_database_path() -> str:
     return os.path.join(base, "omg-ledger", "ledger.sqlite")
 
 
-@contextlib.contextmanager
-def sync_lock(engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
-    """Exclusive right to sync ``scope`` (a home label) into this ledger.
-
-    SQLite: an flock on a file beside the database (never inside a home). PostgreSQL:
-    a session advisory lock per scope, so different homes sync in parallel.
-    """
-    deadline = time.monotonic() + wait_seconds
-    if engine.dialect.name == "postgresql":
-        key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
-        with engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            while not conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar():
-                if time.monotonic() >= deadline:
-                    raise LedgerBusy(f"another sync of {scope} into this ledger is running; gave up after "
-                                     f"{wait_seconds:g}s (use --wait to wait longer)")
-                time.sleep(0.2)
-            try:
-                yield
-            finally:
-                conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
-        return
-    path = make_url(str(engine.url)).database
-    if not path or path == ":memory:":
-        yield
-        return
-    lock_path = path + ".sync-lock"
-    try:
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise DatabaseUnavailable(f"cannot create the sync lock {lock_path}: {exc.strerror or exc}") from exc
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LedgerBusy(f"another sync holds this ledger ({lock_path}); gave up after "
-                                     f"{wait_seconds:g}s (use --wait to wait longer)") from None
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)
+def sync_lock(engine: Engine, scope: str, wait_seconds: float) -> contextlib.AbstractContextManager:
+    """Exclusive right to sync ``scope`` into this ledger (backend.py says how)."""
+    return backend_of(engine).sync_lock(engine, scope, wait_seconds)
 
 
 def stderr_say(message: str) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from . import schema
+from .backend import backend_of
 from .db import write_transaction
 from .errors import BadArgument
 
@@ -35,11 +36,7 @@ def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int],
             copied[table.name] = count
             if progress is not None:
                 progress(table.name, count)
-        if out.dialect.name == "postgresql":
-            # Explicit ids were inserted: move each sequence past them.
-            for table in schema.metadata.sorted_tables:
-                if "id" in table.c and list(table.primary_key.columns) == [table.c.id]:
-                    out.execute(text(
-                        f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), "
-                        f"COALESCE((SELECT MAX(id) FROM {table.name}), 0) + 1, false)"))
+        # Explicit ids were inserted: a sequence must move past them.
+        backend_of(out).after_explicit_ids(out, [t.name for t in schema.metadata.sorted_tables
+                                                 if "id" in t.c and list(t.primary_key.columns) == [t.c.id]])
     return copied

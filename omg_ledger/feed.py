@@ -1,30 +1,24 @@
-"""events.jsonl reader: complete lines from a byte offset, validated one by one.
+"""events.jsonl lines: each complete line validated into an event (tail.py reads them).
 
-The stream is append-only and crash-safe (RUN-FEED.md): a partial last line is not an
-event yet, so the offset we hand back always sits just after the last complete line.
 Bad lines are reported with their byte offset and skipped; a line written in a newer
 schema stops reading *before* it, so a newer omg-ledger can resume at that byte.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import re
-import stat
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
+from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "parse_event_line", "parse_stream_line"]
+
 SUPPORTED_SCHEMA = 3
-MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
-READ_CHUNK = 1 << 20
-HEAD_BYTES = 1024  # fingerprinted head: a replaced file is noticed even at equal size
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
 # would overflow the ledger's 64-bit sums (costs are kept as integer nano-dollars) and
 # 32-bit counters; such a line is a problem, never a crash.
@@ -68,150 +62,18 @@ class Event:
         return self.data["event"]
 
 
-@dataclass(frozen=True)
-class LineProblem:
-    byte_offset: int
-    reason: str
-
-
-@dataclass
-class StreamChunk:
-    """What one read of a stream produced."""
-
-    events: list[Event] = field(default_factory=list)
-    problems: list[LineProblem] = field(default_factory=list)
-    offset: int = 0  # byte offset after the last complete line consumed
-    next_line: int = 1
-    bytes_read: int = 0
-    blocked_reason: str | None = None  # set when a newer schema stopped reading
-
-
-class NotARegularFile(OSError):
-    pass
-
-
-def open_stream(path: str) -> int:
-    """Open read-only without following a symlink and without hanging on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise NotARegularFile(f"{path} is not a regular file")
-    return fd
-
-
-def read_head(fd: int, length: int) -> bytes:
-    return os.pread(fd, length, 0)
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """What a previous sync remembered about an append-only file."""
-
-    dev: int | None
-    inode: int | None
-    offset: int
-    next_line: int
-    head_len: int
-    head_sha256: str | None
-
-
-def where_to_resume(fd: int, info: os.stat_result, stored: ResumePoint | None) -> tuple[int, int, bool]:
-    """(offset, line number, replace) for reading an open file again.
-
-    The same file (device and inode), no shorter than the stored offset, whose first
-    ``head_len`` bytes still hash the same, resumes at the stored offset. Anything else
-    — truncated, replaced, rewritten — is read from zero and its rows replaced.
-    """
-    if stored is None or (stored.head_sha256 is None and not stored.offset):
-        return 0, 1, False
-    if stored.head_sha256 is not None and (info.st_dev, info.st_ino) == (stored.dev, stored.inode) \
-            and info.st_size >= stored.offset \
-            and hashlib.sha256(read_head(fd, stored.head_len)).hexdigest() == stored.head_sha256:
-        return stored.offset, stored.next_line, False
-    return 0, 1, True
-
-
-class CompleteLines:
-    """The complete lines of a file from a byte offset, in order, never buffering more
-    than one runaway line's worth: the one line splitter both streams share.
-
-    Yields ``(line_no, offset, end, line)``: ``end`` is the offset after the newline and
-    ``line`` the bytes without it (and without a CRLF's ``\\r``), or None for a line
-    longer than MAX_LINE_BYTES. Bytes after the last newline are a partial line: never
-    yielded, so a consumer's offset stays before them.
-    """
-
-    def __init__(self, fd: int, start_offset: int, start_line: int) -> None:
-        self.fd, self.start_offset, self.start_line = fd, start_offset, start_line
-        self.bytes_read = 0
-
-    def __iter__(self) -> Iterator[tuple[int, int, int, bytes | None]]:
-        line_no = self.start_line
-        position = self.start_offset  # where `buffer` starts in the file
-        buffer = b""
-        runaway_at: int | None = None
-        while True:
-            data = os.pread(self.fd, READ_CHUNK, position + len(buffer))
-            if not data:
-                return
-            self.bytes_read += len(data)
-            buffer += data
-            start = 0
-            while (newline := buffer.find(b"\n", start)) != -1:
-                end = position + newline + 1
-                if runaway_at is not None:
-                    yield line_no, runaway_at, end, None
-                    runaway_at = None
-                else:
-                    line = buffer[start:newline]
-                    if line.endswith(b"\r"):
-                        line = line[:-1]  # CRLF: the JSON is the same
-                    yield line_no, position + start, end, (line if len(line) <= MAX_LINE_BYTES else None)
-                line_no += 1
-                start = newline + 1
-            position += start
-            buffer = buffer[start:]
-            if len(buffer) > MAX_LINE_BYTES:
-                # A runaway line: remember where it began, drop what we hold, keep
-                # scanning for its end without buffering it.
-                if runaway_at is None:
-                    runaway_at = position
-                position += len(buffer)
-                buffer = b""
-
-
-def read_stream(fd: int, start_offset: int, start_line: int) -> StreamChunk:
-    """Read complete lines from ``start_offset`` to EOF of an open file descriptor."""
-    chunk = StreamChunk(offset=start_offset, next_line=start_line)
-    lines = CompleteLines(fd, start_offset, start_line)
-    for line_no, offset, end, line in lines:
-        if line is None:
-            chunk.problems.append(LineProblem(offset, f"line longer than {MAX_LINE_BYTES} bytes; skipped"))
-        elif _take_line(chunk, line, offset, line_no):
-            break  # a newer schema: the offset stays before this line
-        chunk.offset, chunk.next_line = end, line_no + 1
-    chunk.bytes_read = lines.bytes_read
-    return chunk
-
-
-def _take_line(chunk: StreamChunk, line: bytes, offset: int, line_no: int) -> bool:
-    """Validate one complete line into ``chunk``. Returns True to stop reading."""
-    if not line.strip():
-        return False  # a blank line carries nothing
+def parse_stream_line(line: bytes, line_no: int, offset: int) -> Event | Rejected | Paused:
+    """One complete line of a run stream, for the tail: an event, bad input, or a
+    line of a newer schema that pauses reading before it."""
     result = parse_event_line(line)
     if isinstance(result, str):
-        chunk.problems.append(LineProblem(offset, result))
-        return False
+        return Rejected(result)
     data, ts, at_us = result
     if data["schema"] > SUPPORTED_SCHEMA:
-        chunk.blocked_reason = (
+        return Paused(data["schema"], (
             f"event schema {data['schema']} is newer than this omg-ledger understands "
-            f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"
-        )
-        chunk.problems.append(LineProblem(offset, chunk.blocked_reason))
-        return True
-    chunk.events.append(Event(line_no, offset, data, line.decode("utf-8"), ts, at_us))
-    return False
+            f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
+    return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
 
 
 def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:

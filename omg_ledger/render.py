@@ -123,21 +123,24 @@ def sync_summary(report) -> str:
 
 
 class progress_bar:
-    """A one-line progress bar on stderr, redrawn at most 10 times a second."""
+    """A one-line progress bar per stage on stderr, redrawn at most 10 times a second."""
 
-    def __init__(self, label: str) -> None:
-        self.label = label
+    def __init__(self) -> None:
         self.last = 0.0
+        self.stage: str | None = None
         self.drawn = False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if done != total and now - self.last < 0.1:
+        if stage == self.stage and done != total and now - self.last < 0.1:
             return
+        if stage != self.stage and self.drawn:
+            sys.stderr.write("\n")
+        self.stage = stage
         self.last = now
         width = 30
         filled = int(width * done / total) if total else width
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.write(f"\r{stage} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
         sys.stderr.flush()
         self.drawn = True
 

@@ -120,6 +120,8 @@ runs = Table(
     Column("last_outcome", Text),  # outcome of the last closed leg
     Column("last_detail", Text),
     Column("stream_paused", Boolean, nullable=False, default=False),  # newer schema: ingestion waits
+    # the DERIVATION_VERSION whose rules wrote this run's derived rows (0 = before versions)
+    Column("derivation_version", Integer, nullable=False, default=0, server_default="0"),
     # money, summed from charges (all legs, assessment included)
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),  # known spend only
     Column("invocations", Integer, nullable=False, default=0),
@@ -129,6 +131,7 @@ runs = Table(
     UniqueConstraint("home_id", "run_id"),
     Index("ix_runs_first_event_at_us", "first_event_at_us"),
     Index("ix_runs_last_leg_open", "last_leg_open"),
+    Index("ix_runs_derivation_version", "derivation_version"),
 )
 
 # One row per leg bracket, in file order. A planning leg (phase 'planning') is closed by
@@ -272,25 +275,59 @@ events = Table(
     Column("raw", Text, nullable=False),  # the line exactly as written (unknown fields kept)
 )
 
-# Resume point per run directory: the directory's own mtimes (a new .out, a renamed
-# state.json or a new failed/ reply shows there) and the stream's identity, size,
-# offset after the last complete line, and a fingerprint of its head so a replaced
-# or rewritten stream is noticed.
+# The directory change cache of a run: its own mtimes (a new .out, a renamed
+# state.json or a new failed/ reply shows there). Not a fact: only what lets an
+# unchanged directory cost a few stat calls.
 ingest_state = Table(
     "ingest_state",
     metadata,
     _run_fk(),
     Column("dir_mtime_ns", BigInteger),  # NULL = must rescan (racy or never scanned)
     Column("failed_dir_mtime_ns", BigInteger),
-    Column("stream_dev", BigInteger),
-    Column("stream_inode", BigInteger),
-    Column("stream_size", BigInteger),
-    Column("stream_mtime_ns", BigInteger),
-    Column("stream_offset", BigInteger, nullable=False, default=0),
+)
+
+# One row per stream file ever read, of every kind: a run's events.jsonl (kind 'run',
+# source 'home:<homes.id>') or a runner's invocation stream (kind 'invocations',
+# source 'machine:<id>' of the machine that read it). Identity and resume point: the
+# offset after the last complete line, fingerprints of the file's head and of the
+# bytes just before that offset (a file truncated and regrown is noticed), where a
+# runaway line's scan stopped, and the schema that paused reading.
+streams = Table(
+    "streams",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", Text, nullable=False),  # 'run' | 'invocations'
+    Column("source", Text, nullable=False),
+    Column("path", Text, nullable=False),  # absolute path where it was read
+    Column("run_pk", Integer, ForeignKey("runs.id", ondelete="CASCADE")),  # kind 'run' only
+    Column("dev", BigInteger),
+    Column("inode", BigInteger),
+    Column("size", BigInteger),  # -1 = look again next time (a partial last line waits)
+    Column("mtime_ns", BigInteger),
+    Column("ctime_ns", BigInteger),  # no user can set it back: a rewrite with mtime restored shows here
+    Column("end_offset", BigInteger, nullable=False, default=0),  # after the last complete line
     Column("next_line", Integer, nullable=False, default=1),
     Column("head_len", Integer, nullable=False, default=0),
     Column("head_sha256", Text),
-    Column("blocked_reason", Text),  # e.g. a newer event schema: ingestion waits at stream_offset
+    Column("tail_len", Integer, nullable=False, default=0),  # bytes just before end_offset
+    Column("tail_sha256", Text),
+    Column("scan_offset", BigInteger),  # a runaway line (no newline yet) was scanned up to here
+    Column("scan_line", Integer),
+    Column("paused_schema", Integer),  # a line of this newer schema waits at end_offset
+    Column("paused_reason", Text),
+    Column("derivation_version", Integer, nullable=False, default=0),  # kind 'invocations': of its rows
+    UniqueConstraint("kind", "source", "path"),
+    UniqueConstraint("run_pk"),
+)
+
+# The '*.out' names a run directory holds: place '' (flat, a node's artifact) or
+# 'failed' (a reply kept under failed/). A directory fact derivation reads.
+run_files = Table(
+    "run_files",
+    metadata,
+    _run_fk(),
+    Column("place", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
 )
 
 # The small JSON files of a run (state.json, assess.json, rejected.json, graph.json):
@@ -355,32 +392,13 @@ plans = Table(
 # ``events.jsonl`` beside the runner's ledger, one line per invocation start and end.
 # Indexed by `omg-ledger sync --invocations PATH` (invocation_sync.py).
 
-# One row per invocation stream given to sync: its identity and resume point, exactly
-# as ingest_state keeps them for run streams (stream_offset sits after the last
-# complete line; stream_size -1 forces a re-look while a partial last line waits).
-invocation_files = Table(
-    "invocation_files",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("path", Text, nullable=False),  # absolute path on the syncing machine
-    Column("dev", BigInteger),
-    Column("inode", BigInteger),
-    Column("size", BigInteger),
-    Column("mtime_ns", BigInteger),
-    Column("stream_offset", BigInteger, nullable=False, default=0),
-    Column("next_line", Integer, nullable=False, default=1),
-    Column("head_len", Integer, nullable=False, default=0),
-    Column("head_sha256", Text),
-    UniqueConstraint("path"),
-)
-
 # Every valid line of an invocation stream, in file order. Pairing needs starts that are
 # still open across syncs, so the paired rows below are re-derived from all of a file's
 # stored lines whenever the file changes.
 invocation_lines = Table(
     "invocation_lines",
     metadata,
-    Column("file_pk", Integer, ForeignKey("invocation_files.id", ondelete="CASCADE"), primary_key=True),
+    Column("file_pk", Integer, ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True),
     Column("line_no", Integer, primary_key=True),  # 1-based physical line number
     Column("byte_offset", BigInteger, nullable=False),
     Column("ts", Text, nullable=False),  # normalized UTC
@@ -399,7 +417,7 @@ invocation_lines = Table(
 invocations = Table(
     "invocations",
     metadata,
-    Column("file_pk", Integer, ForeignKey("invocation_files.id", ondelete="CASCADE"), primary_key=True),
+    Column("file_pk", Integer, ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),  # 0-based, ordered by start (or end) line
     Column("role", Text),
     Column("milestone", Text),

@@ -1,22 +1,28 @@
-"""Writing to the ledger: upserts, a run's rows replaced atomically, offsets.
+"""The ledger's reads and writes for sync and rebuild: facts, derived rows, checkpoints.
 
-Everything one run contributes — its derived rows, its new events, its resume offsets
-— is written by :func:`write_run` inside the caller's single transaction, so a sync
-killed at any instant leaves either the old or the new state of that run, never a mix.
+Everything one run contributes — its new facts (events, JSON files, directory facts,
+stream checkpoint) and the rows derived from them — is written by :func:`write_run`
+inside the caller's single transaction, so a sync killed at any instant leaves either
+the old or the new state of that run, never a mix. :func:`load_run_facts` reads back
+exactly what derivation needs, so a run is re-derived without its home.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.engine import Connection
 
 from . import schema
+from .backend import backend_of
+from .derive import RunFacts
 from .feed import Event
 from .reconcile import RunRows
+from .tail import Checkpoint
 from .units import parse_timestamp
 
 DERIVED_TABLES = (
@@ -40,29 +46,15 @@ def _text_safe(row: dict) -> dict:
     return {k: _no_nul(v) for k, v in row.items()}
 
 
-def _insert(conn: Connection, table):
-    from sqlalchemy.dialects import postgresql, sqlite  # only the writers need them
-
-    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
-
-
 def upsert(conn: Connection, table, values: dict, keys: Sequence[str], update_columns: Iterable[str]) -> None:
-    statement = _insert(conn, table).values(**values)
-    columns = list(update_columns)
-    if columns:
-        statement = statement.on_conflict_do_update(
-            index_elements=list(keys), set_={c: statement.excluded[c] for c in columns}
-        )
-    else:
-        statement = statement.on_conflict_do_nothing(index_elements=list(keys))
-    conn.execute(statement)
+    backend_of(conn).upsert(conn, table, values, keys, update_columns)
 
 
 def ensure_home(conn: Connection, label: str, path: str) -> int:
     upsert(conn, schema.homes, {"label": label, "path": path}, ["label"], [])
     row = conn.execute(select(schema.homes.c.id, schema.homes.c.path).where(schema.homes.c.label == label)).one()
     if row.path != path:
-        conn.execute(update(schema.homes).where(schema.homes.c.id == row.id).values(path=path))
+        conn.execute(schema.homes.update().where(schema.homes.c.id == row.id).values(path=path))
     return row.id
 
 
@@ -89,9 +81,11 @@ class _Statements:
     statements (never values pasted into text), executed with tuples.
     """
 
-    def __init__(self, dialect: str) -> None:
-        self.mark = "%s" if dialect == "postgresql" else "?"
-        self.columns = {t.name: [c.name for c in t.columns] for t in schema.metadata.sorted_tables}
+    def __init__(self, backend) -> None:
+        self.mark = backend.mark
+        # A surrogate `id` is the database's to assign: never in an insert.
+        self.columns = {t.name: [c.name for c in t.columns if not (c.name == "id" and c.autoincrement is True)]
+                        for t in schema.metadata.sorted_tables}
         self.defaults = {
             t.name: {c.name: c.default.arg for c in t.columns if c.default is not None and c.default.is_scalar}
             for t in schema.metadata.sorted_tables
@@ -116,7 +110,7 @@ class _Statements:
     def insert_run(self) -> str:
         key = ("insert_run",)
         if key not in self._cache:
-            cols = [c for c in self.columns["runs"] if c != "id"]
+            cols = self.columns["runs"]
             self._cache[key] = (f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join([self.mark] * len(cols))}) "
                                 f"ON CONFLICT (home_id, run_id) DO NOTHING RETURNING id")
         return self._cache[key]
@@ -136,30 +130,32 @@ _STATEMENTS: dict[str, _Statements] = {}
 
 
 def _statements(conn: Connection) -> _Statements:
-    name = conn.dialect.name
-    if name not in _STATEMENTS:
-        _STATEMENTS[name] = _Statements(name)
-    return _STATEMENTS[name]
+    backend = backend_of(conn)
+    if backend.name not in _STATEMENTS:
+        _STATEMENTS[backend.name] = _Statements(backend)
+    return _STATEMENTS[backend.name]
 
 
 def _scrub(row: tuple) -> tuple:
     return tuple(_no_nul(v) for v in row)
 
 
-def write_run(
-    conn: Connection,
-    run_pk: int | None,
-    home_id: int,
-    run_id: str,
-    rows: RunRows,
-    run_facts: dict,
-    new_events: Sequence[Event],
-    replace_events: bool,
-    ingest: dict,
-    snapshot_files: dict[str, dict | None],
-    scrub: bool = False,
-) -> int:
-    """Replace one run's derived rows and append its new events (caller's transaction).
+@dataclass
+class RunWrite:
+    """The new facts of one run directory, as ingest read them."""
+
+    dir_facts: dict  # dir_path, gone, has_* , stream_paused: columns of `runs`
+    new_events: Sequence[Event]
+    replace_events: bool
+    stream: tuple[str, str, Checkpoint] | None  # (source, path, checkpoint); None: keep the stored one
+    dir_cache: dict  # ingest_state columns
+    snapshot_files: dict[str, dict | None]  # changed files only: name -> row (None: gone)
+    run_files: set[tuple[str, str]] | None  # (place, name) of every '*.out'; None: unchanged
+
+
+def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
+              rows: RunRows, version: int, scrub: bool = False) -> int:
+    """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
@@ -167,59 +163,124 @@ def write_run(
     the two agree; events.raw keeps the exact escape. Returns the run's key.
     """
     sql = _statements(conn)
-    run_values = {**rows.run, **run_facts}
-    fix = _scrub if scrub else (lambda row: row)
+    run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
+    fix = _scrub if scrub else _same
+    fresh = False
     if run_pk is None:
         values = {**run_values, "home_id": home_id, "run_id": run_id}
-        full = sql.row("runs", values)[1:]  # every column but id
-        run_pk = conn.exec_driver_sql(sql.insert_run(), fix(full)).scalar()
+        run_pk = conn.exec_driver_sql(sql.insert_run(), fix(sql.row("runs", values))).scalar()
         if run_pk is None:  # it existed after all (not expected under the sync lock)
             run_pk = conn.execute(select(schema.runs.c.id).where(
                 schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one()
-            fresh = False
         else:
             fresh = True
-    else:
-        fresh = False
     if not fresh:
-        keys = tuple(run_values)
-        conn.exec_driver_sql(sql.update_run(keys), (*fix(tuple(run_values[k] for k in keys)), run_pk))
-        if replace_events:
+        backend_of(conn).lock_run(conn, run_pk)
+        _update_run(conn, sql, run_pk, run_values, fix)
+        if facts.replace_events:
             conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
-        for table in DERIVED_TABLES:
-            conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
-
-    def insert(table: str, dicts: list[dict]) -> None:
-        if dicts:
-            conn.exec_driver_sql(sql.insert(table), [fix(sql.row(table, {"run_pk": run_pk, **d})) for d in dicts])
-
-    insert("events", [_event_row(run_pk, e) for e in new_events])
-    insert("legs", [_leg_row(run_pk, leg) for leg in rows.legs])
-    insert("nodes", rows.nodes)
-    insert("rounds", [_round_row(run_pk, e) for e in rows.rounds])
-    insert("charges", [_charge_row(run_pk, c) for c in rows.charges])
-    insert("findings", [{"seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
-                         "detail": f.detail} for i, f in enumerate(rows.findings, 1)])
-    insert("goal_cycles", [rows.goal_cycle] if rows.goal_cycle is not None else [])
+        _delete_derived(conn, sql, run_pk)
+    _insert_rows(conn, sql, "events", [_event_row(run_pk, e) for e in facts.new_events], _same)
+    _insert_derived(conn, sql, run_pk, rows, fix)
+    if facts.stream is not None:
+        source, path, checkpoint = facts.stream
+        row = {"kind": "run", "source": source, "path": path, "run_pk": run_pk, **checkpoint.as_row()}
+        if fresh:
+            _insert_rows(conn, sql, "streams", [row], _scrub)
+        else:
+            upsert(conn, schema.streams, _text_safe(row), ["run_pk"], [k for k in row if k != "run_pk"])
     if fresh:
-        insert("ingest_state", [ingest])
+        _insert_rows(conn, sql, "ingest_state", [{"run_pk": run_pk, **facts.dir_cache}], _same)
     else:
-        upsert(conn, schema.ingest_state, {"run_pk": run_pk, **ingest}, ["run_pk"], list(ingest))
-    for name, values in snapshot_files.items():
+        upsert(conn, schema.ingest_state, {"run_pk": run_pk, **facts.dir_cache}, ["run_pk"], list(facts.dir_cache))
+    write_snapshot_files(conn, run_pk, facts.snapshot_files, fresh)
+    if facts.run_files is not None:
+        if not fresh:
+            conn.exec_driver_sql(sql.delete_run_rows("run_files"), (run_pk,))
+        _insert_rows(conn, sql, "run_files", [{"run_pk": run_pk, "place": place, "name": name}
+                                               for place, name in sorted(facts.run_files)], _same)
+    return run_pk
+
+
+def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | None], fresh: bool = False) -> None:
+    sql = _statements(conn)
+    for name, values in files.items():
         if values is None:
             conn.execute(delete(schema.snapshot_files).where(
                 schema.snapshot_files.c.run_pk == run_pk, schema.snapshot_files.c.name == name))
         elif fresh:
-            conn.exec_driver_sql(sql.insert("snapshot_files"),
-                                 _scrub(sql.row("snapshot_files", {"run_pk": run_pk, "name": name, **values})))
+            _insert_rows(conn, sql, "snapshot_files", [{"run_pk": run_pk, "name": name, **values}], _scrub)
         else:
             upsert(conn, schema.snapshot_files, _text_safe({"run_pk": run_pk, "name": name, **values}),
                    ["run_pk", "name"], list(values))
-    return run_pk
+
+
+def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, scrub: bool = False) -> None:
+    """Re-derivation: the run's derived rows and columns only; its facts stay."""
+    sql = _statements(conn)
+    fix = _scrub if scrub else _same
+    backend_of(conn).lock_run(conn, run_pk)
+    _update_run(conn, sql, run_pk, {**rows.run, "derivation_version": version}, fix)
+    _delete_derived(conn, sql, run_pk)
+    _insert_derived(conn, sql, run_pk, rows, fix)
+
+
+def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
+    """Exactly what derivation reads about one run, from the ledger alone."""
+    run_id = conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.id == run_pk)).scalar_one()
+    contents = load_file_contents(conn, run_pk)
+    listed = conn.execute(select(schema.run_files.c.place, schema.run_files.c.name).where(
+        schema.run_files.c.run_pk == run_pk)).all()
+    return RunFacts(
+        run_id=run_id,
+        events=load_events(conn, run_pk),
+        files=contents,
+        artifacts=frozenset(name for place, name in listed if place == ""),
+        failed_outputs=frozenset(name for place, name in listed if place == "failed"),
+    )
+
+
+def load_file_contents(conn: Connection, run_pk: int) -> dict[str, str]:
+    """The stored text of a run's readable JSON files."""
+    files = schema.snapshot_files
+    return {name: content for name, content in conn.execute(
+        select(files.c.name, files.c.content).where(
+            files.c.run_pk == run_pk, files.c.error.is_(None), files.c.content.is_not(None)))}
+
+
+def _same(row: tuple) -> tuple:
+    return row
+
+
+def _update_run(conn: Connection, sql: _Statements, run_pk: int, values: dict, fix) -> None:
+    keys = tuple(values)
+    conn.exec_driver_sql(sql.update_run(keys), (*fix(tuple(values[k] for k in keys)), run_pk))
+
+
+def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
+    for table in DERIVED_TABLES:
+        conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
+
+
+def _insert_rows(conn: Connection, sql: _Statements, table: str, dicts: list[dict], fix) -> None:
+    if dicts:
+        conn.exec_driver_sql(sql.insert(table), [fix(sql.row(table, d)) for d in dicts])
+
+
+def _insert_derived(conn: Connection, sql: _Statements, run_pk: int, rows: RunRows, fix) -> None:
+    _insert_rows(conn, sql, "legs", [_leg_row(run_pk, leg) for leg in rows.legs], fix)
+    _insert_rows(conn, sql, "nodes", [{"run_pk": run_pk, **n} for n in rows.nodes], fix)
+    _insert_rows(conn, sql, "rounds", [_round_row(run_pk, e) for e in rows.rounds], fix)
+    _insert_rows(conn, sql, "charges", [_charge_row(run_pk, c) for c in rows.charges], fix)
+    _insert_rows(conn, sql, "findings", [
+        {"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
+         "detail": f.detail} for i, f in enumerate(rows.findings, 1)], fix)
+    if rows.goal_cycle is not None:
+        _insert_rows(conn, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
-    statement = _insert(conn, schema.problems).values(**_text_safe(dict(
+    statement = backend_of(conn).insert(schema.problems).values(**_text_safe(dict(
         run_pk=run_pk, path=path, byte_offset=offset, reason=reason, first_seen_at=now, last_seen_at=now
     )))
     statement = statement.on_conflict_do_update(

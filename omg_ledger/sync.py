@@ -1,68 +1,66 @@
-"""`omg-ledger sync`: discover → read → reconcile → store, one transaction per run.
+"""`omg-ledger sync` and `omg-ledger rebuild`: ingest → derive → store.
 
-Only what changed is read: a run directory whose mtime, stream identity/size and JSON
-file identities match what the ledger remembers costs three or four stat calls. A
-stream that grew is read from its stored offset; one that shrank, changed inode, or
-whose head changed is re-read from zero and its run rebuilt (never duplicated).
+``sync`` indexes homes and runner streams: for every run directory whose facts may
+have changed (the change check costs a few stat calls), ingest reads the new facts,
+derive rebuilds the run's rows from all of its facts, and the store commits both in
+one transaction. Then every run and stream whose rows were derived by older rules
+(``DERIVATION_VERSION``) is re-derived from stored facts alone, gone runs included,
+in batches that each commit (a killed sync resumes where it stopped).
+
+``rebuild`` is that second stage on demand: it needs no home at all.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import orjson
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
-from . import schema
+from . import derive, schema
+from .backend import backend_of
 from .config import Home
 from .db import sync_lock, write_transaction
-from .discover import (
-    DirListing,
-    list_entries,
-    list_run_dir,
-    stat_or_none,
-    trusted_mtime,
+from .derive import RunFacts, derive_run
+from .discover import DirListing, list_entries, list_run_dir, stat_or_none, trusted_mtime
+from .errors import DatabaseUnavailable, RunNotFound
+from .ingest import (
+    Problem,
+    RunDirRead,
+    file_identity,
+    read_invocation_stream,
+    read_run_dir,
+    run_stream_needs_reading,
+    stored_identity,
 )
-from .errors import DatabaseUnavailable
-from .feed import (
-    HEAD_BYTES,
-    NotARegularFile,
-    ResumePoint,
-    StreamChunk,
-    open_stream,
-    read_head,
-    read_stream,
-    where_to_resume,
-)
-from .reconcile import RunInput, reconcile
+from .invocation_sync import rederive_stream, store_lines
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
-from .store import ensure_home, load_events, record_problem, upsert, write_run
+from .store import (
+    RunWrite,
+    ensure_home,
+    load_events,
+    load_file_contents,
+    load_run_facts,
+    record_problem,
+    replace_derived,
+    upsert,
+    write_run,
+    write_snapshot_files,
+)
+from .tail import Checkpoint, machine_source, needs_reading
 from .units import format_instant
 
+__all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
+
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
-HAS_COLUMN = {
-    "state.json": "has_state",
-    "graph.json": "has_graph_json",
-    "rejected.json": "has_rejected",
-    "assess.json": "has_assess",
-}
-
-
-@dataclass
-class Problem:
-    path: str
-    offset: int
-    reason: str
-
-    def as_dict(self) -> dict:
-        return {"path": self.path, "offset": self.offset, "reason": self.reason}
+DERIVE_BATCH = 100  # runs re-derived per transaction
+INVOCATIONS_SCOPE = "invocations:"
+DERIVE_SCOPE = "derive"
 
 
 @dataclass
@@ -70,16 +68,19 @@ class SyncReport:
     runs_seen: int = 0
     runs_changed: int = 0
     runs_gone: int = 0
+    runs_rederived: int = 0
     events_ingested: int = 0
     bytes_read: int = 0
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
+    runs_listed: int = 0  # run directories that went past the stat-only change check
 
     def as_dict(self) -> dict:
         return {
             "runs_seen": self.runs_seen,
             "runs_changed": self.runs_changed,
             "runs_gone": self.runs_gone,
+            "runs_rederived": self.runs_rederived,
             "events_ingested": self.events_ingested,
             "bytes_read": self.bytes_read,
             "problems": [p.as_dict() for p in self.problems],
@@ -87,26 +88,124 @@ class SyncReport:
         }
 
 
-Progress = Callable[[int, int], None]
+@dataclass
+class RebuildReport:
+    runs_rederived: int = 0
+    streams_rederived: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"runs_rederived": self.runs_rederived, "streams_rederived": self.streams_rederived,
+                "seconds": round(self.seconds, 3)}
 
 
-def sync(engine: Engine, homes: list[Home], *, wait_seconds: float = 60.0,
-         progress: Progress | None = None) -> SyncReport:
-    """Index every home into the ledger. Safe to run again at any time."""
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[str] = (),
+         wait_seconds: float = 60.0, progress: Progress | None = None,
+         clock_ns: Callable[[], int] = time.time_ns) -> SyncReport:
+    """Index every home and runner stream, then bring every outdated derivation up to
+    date. Safe to run again at any time. ``wait_seconds`` bounds the whole wait for
+    other syncs holding the ledger; ``clock_ns`` is the wall clock the change check
+    trusts directory mtimes by (tests set it)."""
     report = SyncReport()
     started = time.monotonic()
-    for home in homes:
-        with sync_lock(engine, home.label, wait_seconds):
-            try:
-                _HomeSync(engine, home, report, progress).run()
-            except OperationalError as exc:
-                # Disk full, I/O error, read-only or lost database: the open transaction
-                # rolled back (every run is all-or-nothing), so say what and stop.
-                raise DatabaseUnavailable(
-                    f"cannot write the ledger database while syncing {home.path}: {exc.orig}; "
-                    f"runs committed so far are kept, the next sync carries on") from exc
+    deadline = started + wait_seconds
+    now = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
+    try:
+        for home in homes:
+            with sync_lock(engine, home.label, _left(deadline)):
+                _HomeSync(engine, home, report, progress, now, clock_ns).run()
+        seen: set[str] = set()
+        for given in invocation_files:
+            path = os.path.abspath(os.path.expanduser(given))
+            if path not in seen:
+                seen.add(path)
+                with sync_lock(engine, INVOCATIONS_SCOPE + path, _left(deadline)):
+                    _sync_invocation_stream(engine, path, report, now)
+        with sync_lock(engine, DERIVE_SCOPE, _left(deadline)):
+            report.runs_rederived = _rederive(engine, None, progress).runs_rederived
+    except OperationalError as exc:
+        # Disk full, I/O error, read-only or lost database: the open transaction
+        # rolled back (every run is all-or-nothing), so say what and stop.
+        raise DatabaseUnavailable(
+            f"cannot write the ledger database: {exc.orig}; runs committed so far are kept, "
+            f"the next sync carries on") from exc
     report.seconds = time.monotonic() - started
     return report
+
+
+def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float = 60.0,
+            progress: Progress | None = None) -> RebuildReport:
+    """Re-derive runs (all, or those with these run ids) and runner streams from stored
+    facts alone: no home is read."""
+    started = time.monotonic()
+    try:
+        with sync_lock(engine, DERIVE_SCOPE, wait_seconds):
+            report = _rederive(engine, list(run_ids) if run_ids else None, progress, everything=True)
+    except OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; runs re-derived so far are "
+                                  f"kept, run rebuild again to finish") from exc
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+# -- derive from stored facts ---------------------------------------------------------
+
+
+def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | None,
+              everything: bool = False) -> RebuildReport:
+    """Re-derive outdated runs and streams (``everything``: all of them, or the runs
+    named), a batch per transaction."""
+    runs, streams = schema.runs, schema.streams
+    report = RebuildReport()
+    with engine.connect() as conn:
+        query = select(runs.c.id)
+        if run_ids is not None:
+            query = query.where(runs.c.run_id.in_(run_ids))
+        elif not everything:
+            query = query.where(runs.c.derivation_version < derive.DERIVATION_VERSION)
+        run_pks = [pk for (pk,) in conn.execute(query.order_by(runs.c.id))]
+        if run_ids is not None:
+            found = {r for (r,) in conn.execute(select(runs.c.run_id).where(runs.c.run_id.in_(run_ids)))}
+            missing = [r for r in run_ids if r not in found]
+            if missing:
+                raise RunNotFound(f"no run {', '.join(missing)} in this ledger (omg-ledger runs lists them)")
+        stream_query = select(streams.c.id).where(streams.c.kind == "invocations")
+        if not everything:
+            stream_query = stream_query.where(streams.c.derivation_version < derive.DERIVATION_VERSION)
+        stream_pks = [] if run_ids is not None else [pk for (pk,) in conn.execute(stream_query.order_by(streams.c.id))]
+    total = len(run_pks)
+    for start in range(0, total, DERIVE_BATCH):
+        with write_transaction(engine) as conn:
+            for run_pk in run_pks[start:start + DERIVE_BATCH]:
+                if _rederive_run(conn, run_pk, force=everything):
+                    report.runs_rederived += 1
+        if progress is not None:
+            progress("derive", min(start + DERIVE_BATCH, total), total)
+    for stream_pk in stream_pks:
+        with write_transaction(engine) as conn:
+            rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
+        report.streams_rederived += 1
+    return report
+
+
+def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
+    backend_of(conn).lock_run(conn, run_pk)
+    version = conn.execute(select(schema.runs.c.derivation_version).where(schema.runs.c.id == run_pk)).scalar()
+    if version is None or (version >= derive.DERIVATION_VERSION and not force):
+        return False  # gone from the ledger, or another writer got there first
+    rows, scrub = derive_run(load_run_facts(conn, run_pk))
+    replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
+    return True
+
+
+# -- ingest one home ------------------------------------------------------------------
 
 
 @dataclass
@@ -115,22 +214,25 @@ class _Known:
 
     run_pk: int
     gone: bool
-    has_events: bool
-    ingest: dict | None
-    files: dict[str, dict]  # snapshot file name -> identity + sha256 (content loaded lazily)
+    dir_cache: dict | None  # ingest_state columns, None when never scanned
+    checkpoint: Checkpoint | None
+    files: dict[str, dict]  # snapshot file name -> identity + sha256
 
 
 class _HomeSync:
-    def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None) -> None:
+    def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
+                 clock_ns: Callable[[], int]) -> None:
         self.engine = engine
         self.home = home
         self.report = report
         self.progress = progress
-        self.now = format_instant(datetime.now(UTC))
+        self.now = now
+        self.clock_ns = clock_ns
 
     def run(self) -> None:
         with write_transaction(self.engine) as conn:
             self.home_id = ensure_home(conn, self.home.label, self.home.path)
+        self.source = f"home:{self.home_id}"
         with self.engine.connect() as conn:
             known = self._load_known(conn)
         runs_dir = os.path.join(self.home.path, "runs")
@@ -148,7 +250,7 @@ class _HomeSync:
             self._sync_run(entry.run_id, entry.path, known.get(entry.run_id))
             self.report.runs_seen += 1
             if self.progress is not None:
-                self.progress(done, len(entries))
+                self.progress("sync", done, len(entries))
         seen = {entry.run_id for entry in entries}
         vanished = [k.run_pk for run_id, k in known.items() if run_id not in seen and not k.gone]
         if vanished:
@@ -158,25 +260,24 @@ class _HomeSync:
             self.report.runs_gone += len(vanished)
         self._sync_plans()
 
-    # -- what the ledger remembers --------------------------------------------------
-
     def _load_known(self, conn: Connection) -> dict[str, _Known]:
         """Everything the change check compares, for every run of this home, in two
         plain queries (tuples, not ORM-ish rows: a no-op sync of 10,000 runs is mostly
         this and the stat calls)."""
-        names = [c.name for c in schema.ingest_state.c if c.name != "run_pk"]
-        offset_at = names.index("stream_offset")
-        mark = "%s" if conn.dialect.name == "postgresql" else "?"
+        mark = backend_of(conn).mark
+        names = Checkpoint.COLUMNS
         rows = conn.exec_driver_sql(
-            f"SELECT runs.id, runs.run_id, runs.gone, runs.has_events, {', '.join('i.' + n for n in names)} "
-            f"FROM runs LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id WHERE runs.home_id = {mark}",
+            f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
+            f"{', '.join('s.' + n for n in names)} FROM runs "
+            f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
+            f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}",
             (self.home_id,)).fetchall()
         known: dict[str, _Known] = {}
         by_pk: dict[int, _Known] = {}
         for row in rows:
-            values = row[4:]
-            state = dict(zip(names, values, strict=True)) if values[offset_at] is not None else None
-            item = _Known(row[0], bool(row[2]), bool(row[3]), state, {})
+            cache = {"dir_mtime_ns": row[4], "failed_dir_mtime_ns": row[5]} if row[3] is not None else None
+            checkpoint = Checkpoint(*row[7:]) if row[6] is not None else None
+            item = _Known(row[0], bool(row[2]), cache, checkpoint, {})
             known[row[1]] = by_pk[row[0]] = item
         file_names = ["run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256", "error"]
         file_rows = conn.exec_driver_sql(
@@ -190,21 +291,22 @@ class _HomeSync:
     # -- one run ----------------------------------------------------------------------
 
     def _sync_run(self, run_id: str, path: str, known: _Known | None) -> None:
+        """The change check: stat calls only, unless something may have changed."""
         dir_info = stat_or_none(path)
         if dir_info is None:
             return  # vanished between listing and now; the next sync marks it gone
-        stream_path = f"{path}/events.jsonl"  # path comes from scandir: no trailing slash
-        stream_info = stat_or_none(stream_path)
-        ingest = known.ingest if known else None
-        dir_changed = ingest is None or ingest["dir_mtime_ns"] != dir_info.st_mtime_ns
-        if not dir_changed and ingest["failed_dir_mtime_ns"] == ABSENT:
+        cache = known.dir_cache if known else None
+        dir_changed = cache is None or cache["dir_mtime_ns"] != dir_info.st_mtime_ns
+        if not dir_changed and cache["failed_dir_mtime_ns"] == ABSENT:
             failed_info = None  # creating failed/ would have changed the directory's mtime
         else:
             failed_info = stat_or_none(f"{path}/failed")
         failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
-        failed_changed = ingest is None or ingest["failed_dir_mtime_ns"] != failed_now
-        stream_changed = ingest is None or _stream_identity(stream_info) != (
-            ingest["stream_dev"], ingest["stream_inode"], ingest["stream_size"], ingest["stream_mtime_ns"])
+        failed_changed = cache is None or cache["failed_dir_mtime_ns"] != failed_now
+        checkpoint = known.checkpoint if known else None
+        stream_info = stat_or_none(f"{path}/events.jsonl")
+        stream_changed = known is None or (
+            (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(stream_info, checkpoint))
         file_infos = {}
         files_changed = False
         for name in SNAPSHOT_NAMES:
@@ -213,197 +315,101 @@ class _HomeSync:
             info = stat_or_none(f"{path}/{name}")
             file_infos[name] = info
             previous = known.files.get(name) if known else None
-            if _file_identity(info) != (_stored_identity(previous) if previous else None):
+            if file_identity(info) != (stored_identity(previous) if previous else None):
                 files_changed = True
-        if known is not None and known.gone is False and not (
-            dir_changed or failed_changed or stream_changed or files_changed
-        ):
+        if known is not None and not known.gone and not (
+                dir_changed or failed_changed or stream_changed or files_changed):
             return
-        self._ingest_run(run_id, path, known, dir_info, stream_path, failed_info, file_infos)
-
-    def _ingest_run(self, run_id, path, known, dir_info, stream_path, failed_info, file_infos) -> None:
-        problems: list[Problem] = []
+        self.report.runs_listed += 1
         try:
-            listing = list_run_dir(path)
+            read = read_run_dir(path, checkpoint, known.files if known else {}, file_infos, stream_changed)
         except OSError as exc:
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
             return
-        for name in sorted(listing.symlinks):
-            problems.append(Problem(os.path.join(path, name), 0, "symlink not followed (omg-ledger never leaves the home)"))
+        self._store_run(run_id, path, known, read, dir_info, failed_info)
 
-        # The stream: new complete lines from the stored offset, or all of it again.
-        ingest = dict(known.ingest) if known and known.ingest else None
-        stream = self._read_stream(stream_path, ingest, problems)
-        replace_events, chunk, new_ingest = stream
-
-        # The small JSON files: re-read only when their identity changed.
-        parsed: dict[str, dict | None] = {}
-        file_rows: dict[str, dict | None] = {}
-        for name in SNAPSHOT_NAMES:
-            file_path = os.path.join(path, name)
-            info = file_infos[name] if name in file_infos else stat_or_none(file_path)
-            previous = known.files.get(name) if known else None
-            if info is None or name not in listing.names:
-                if previous is not None:
-                    file_rows[name] = None
-                parsed[name] = None
-                continue
-            if previous is not None and _file_identity(info) == _stored_identity(previous):
-                parsed[name] = self._parse_stored(known.run_pk, name, previous)
-                continue
-            try:
-                small = read_small_file(file_path)
-            except UnreadableFile as exc:
-                problems.append(Problem(file_path, 0, f"{name}: {exc}"))
-                # Remember its identity so an unchanged unreadable file is not re-reported.
-                file_rows[name] = {"dev": info.st_dev, "inode": info.st_ino, "size": info.st_size,
-                                   "mtime_ns": info.st_mtime_ns, "sha256": None, "content": None,
-                                   "error": str(exc)}
-                parsed[name] = None
-                continue
-            error = None
-            try:
-                parsed[name] = PARSERS[name](small.content)
-            except BadSnapshot as exc:
-                error = str(exc)
-                problems.append(Problem(file_path, 0, error))
-                parsed[name] = None
-            ident = small.identity
-            file_rows[name] = {"dev": ident.dev, "inode": ident.inode, "size": ident.size,
-                               "mtime_ns": ident.mtime_ns, "sha256": small.sha256,
-                               "content": small.content.decode("utf-8", "replace"), "error": error}
-
-        run_facts = {
-            "dir_path": path,
-            "gone": False,
-            "has_events": "events.jsonl" in listing.names,
-            "has_lock": "resume.lock" in listing.names,
-            **{column: name in listing.names for name, column in HAS_COLUMN.items()},
-        }
-        new_ingest.update({
-            "dir_mtime_ns": trusted_mtime(dir_info),
-            "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info),
-        })
-        if known is not None and self._only_identities_changed(known, chunk, replace_events, problems, file_rows,
-                                                               listing, run_facts):
-            # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
-            # is normal and is no reason to rebuild. Remember the new identities only.
-            with write_transaction(self.engine) as conn:
-                upsert(conn, schema.ingest_state, {"run_pk": known.run_pk, **new_ingest}, ["run_pk"],
-                       list(new_ingest))
-                for name, row in file_rows.items():
-                    identity = {k: row[k] for k in ("dev", "inode", "size", "mtime_ns")}
-                    conn.execute(update(schema.snapshot_files).where(
-                        schema.snapshot_files.c.run_pk == known.run_pk, schema.snapshot_files.c.name == name)
-                        .values(**identity))
-            self.report.bytes_read += chunk.bytes_read
-            return
+    def _store_run(self, run_id: str, path: str, known: _Known | None, read: RunDirRead,
+                   dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
+        stream = read.stream
+        if stream is not None:
+            checkpoint = stream.checkpoint
+        else:
+            checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
+        now_ns = self.clock_ns()
+        facts = RunWrite(
+            dir_facts={**read.dir_facts(path),
+                       "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
+            new_events=stream.items if stream else [],
+            replace_events=stream.replace if stream else False,
+            stream=(self.source, f"{path}/events.jsonl", checkpoint) if checkpoint is not None else None,
+            dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
+                       "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
+            snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
+            run_files=read.run_files(),
+        )
+        bytes_read = stream.bytes_read if stream else 0
         with write_transaction(self.engine) as conn:
+            if known is not None and self._only_identities_changed(conn, known, read, facts):
+                # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
+                # is normal and is no reason to re-derive. Remember the new identities only.
+                if facts.stream is not None:
+                    source, stream_path, cp = facts.stream
+                    upsert(conn, schema.streams, {"kind": "run", "source": source, "path": stream_path,
+                                                  "run_pk": known.run_pk, **cp.as_row()},
+                           ["run_pk"], ["source", "path", *cp.as_row()])
+                upsert(conn, schema.ingest_state, {"run_pk": known.run_pk, **facts.dir_cache}, ["run_pk"],
+                       list(facts.dir_cache))
+                write_snapshot_files(conn, known.run_pk, facts.snapshot_files)
+                self.report.bytes_read += bytes_read
+                return
             run_pk = known.run_pk if known else None
-            previous_events = [] if replace_events or run_pk is None else load_events(conn, run_pk)
-            events = previous_events + chunk.events
-            rows = reconcile(RunInput(
-                run_id=run_id,
-                events=events,
-                snapshot=parsed.get("state.json"),
-                assess=parsed.get("assess.json"),
-                artifacts=listing.artifacts,
-                failed_outputs=listing.failed_outputs,
-            ))
-            # Text can only hold a NUL through a JSON \u0000 escape (a raw NUL is not JSON).
-            scrub = any("\\u0000" in e.raw for e in events) or any(
-                b"\\u0000" in orjson.dumps(doc) for doc in parsed.values() if doc is not None)
-            run_pk = write_run(conn, run_pk, self.home_id, run_id, rows, run_facts, chunk.events, replace_events,
-                               new_ingest, file_rows, scrub=scrub)
-            for problem in problems:
+            previous = [] if facts.replace_events or run_pk is None else load_events(conn, run_pk)
+            contents = load_file_contents(conn, run_pk) if run_pk is not None else {}
+            parsed = {}
+            for name, r in read.files.items():
+                contents.pop(name, None)
+                if r is not None and r.row["error"] is None and r.row["content"] is not None:
+                    contents[name] = r.row["content"]
+                    parsed[name] = r.parsed
+            rows, scrub = derive_run(RunFacts(
+                run_id=run_id, events=previous + list(facts.new_events), files=contents,
+                artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
+            run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub)
+            for problem in read.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
         self.report.runs_changed += 1
-        self.report.events_ingested += len(chunk.events)
-        self.report.bytes_read += chunk.bytes_read
-        self.report.problems.extend(problems)
+        self.report.events_ingested += len(facts.new_events)
+        self.report.bytes_read += bytes_read
+        self.report.problems.extend(read.problems)
 
-    def _only_identities_changed(self, known: _Known, chunk: StreamChunk, replace_events: bool,
-                                 problems: list[Problem], file_rows: dict[str, dict | None],
-                                 listing: DirListing, run_facts: dict) -> bool:
-        """True when nothing reconcile reads has changed: no new event, every re-read
-        file has the bytes already stored, and the directory facts (file presence,
-        every node's .out and failed/ reply) are what the ledger holds."""
-        if known.gone or replace_events or chunk.events or problems:
+    @staticmethod
+    def _only_identities_changed(conn: Connection, known: _Known, read: RunDirRead, facts: RunWrite) -> bool:
+        """True when no fact derivation reads has changed: no new event, every re-read
+        file has the bytes already stored, the directory facts and '.out' names are what
+        the ledger holds, and the run's rows are of the current derivation."""
+        if known.gone or read.problems:
             return False
-        for name, row in file_rows.items():
+        if facts.replace_events:
+            # Re-read from zero (a touched or renamed-over stream): unchanged if every line is.
+            stored = [(e.line_no, e.byte_offset, e.raw) for e in load_events(conn, known.run_pk)]
+            if stored != [(e.line_no, e.byte_offset, e.raw) for e in facts.new_events]:
+                return False
+        elif facts.new_events:
+            return False
+        for name, row in facts.snapshot_files.items():
             previous = known.files.get(name)
             if row is None or previous is None or row["sha256"] is None or row["sha256"] != previous["sha256"]:
                 return False
-        runs, nodes = schema.runs, schema.nodes
-        with self.engine.connect() as conn:
-            stored = conn.execute(select(*[runs.c[k] for k in run_facts]).where(runs.c.id == known.run_pk)).one()
-            node_files = conn.execute(select(nodes.c.artifact_name, nodes.c.has_artifact, nodes.c.has_failed_output)
-                                      .where(nodes.c.run_pk == known.run_pk)).all()
-        if tuple(stored) != tuple(run_facts.values()):
+        runs = schema.runs
+        columns = list(facts.dir_facts)
+        stored = conn.execute(select(*[runs.c[k] for k in columns], runs.c.derivation_version)
+                              .where(runs.c.id == known.run_pk)).one()
+        if tuple(stored[:-1]) != tuple(facts.dir_facts[k] for k in columns) or stored[-1] != derive.DERIVATION_VERSION:
             return False
-        return all((name in listing.artifacts, name in listing.failed_outputs) == (bool(out), bool(failed))
-                   for name, out, failed in node_files)
-
-    def _read_stream(self, stream_path: str, ingest: dict | None, problems: list[Problem]):
-        """Returns (replace_events, chunk, new ingest state) for the run's stream."""
-        blank = {"stream_dev": None, "stream_inode": None, "stream_size": None, "stream_mtime_ns": None,
-                 "stream_offset": 0, "next_line": 1, "head_len": 0, "head_sha256": None, "blocked_reason": None}
-        try:
-            fd = open_stream(stream_path)
-        except FileNotFoundError:
-            # No stream (yet): the run has said nothing. Keep what was ingested before.
-            state = dict(ingest) if ingest else dict(blank)
-            state.update({"stream_dev": None, "stream_inode": None, "stream_size": None, "stream_mtime_ns": None})
-            return False, StreamChunk(offset=state["stream_offset"], next_line=state["next_line"]), state
-        except (NotARegularFile, OSError) as exc:
-            reason = str(exc) if isinstance(exc, NotARegularFile) else f"cannot open: {exc.strerror or exc}"
-            problems.append(Problem(stream_path, 0, f"events.jsonl: {reason}"))
-            state = dict(ingest) if ingest else dict(blank)
-            return False, StreamChunk(offset=state["stream_offset"], next_line=state["next_line"]), state
-        try:
-            info = os.fstat(fd)
-            stored = None if ingest is None else ResumePoint(
-                ingest["stream_dev"], ingest["stream_inode"], ingest["stream_offset"], ingest["next_line"],
-                ingest["head_len"], ingest["head_sha256"])
-            start, line, replace = where_to_resume(fd, info, stored)
-            chunk = read_stream(fd, start, line)
-            head_len = min(HEAD_BYTES, chunk.offset)
-            state = {
-                "stream_dev": info.st_dev,
-                "stream_inode": info.st_ino,
-                "stream_size": info.st_size,
-                "stream_mtime_ns": info.st_mtime_ns,
-                "stream_offset": chunk.offset,
-                "next_line": chunk.next_line,
-                "head_len": head_len,
-                "head_sha256": hashlib.sha256(read_head(fd, head_len)).hexdigest(),
-                "blocked_reason": chunk.blocked_reason,
-            }
-            if chunk.offset < info.st_size and chunk.blocked_reason is None:
-                # A partial last line (or a runaway one) is not an event yet: remember a
-                # size that forces the next sync to look again.
-                state["stream_size"] = -1
-            for problem in chunk.problems:
-                problems.append(Problem(stream_path, problem.byte_offset, problem.reason))
-            return replace, chunk, state
-        finally:
-            os.close(fd)
-
-    def _parse_stored(self, run_pk: int, name: str, previous: dict) -> dict | None:
-        if previous.get("error"):
-            return None
-        with self.engine.connect() as conn:
-            content = conn.execute(
-                select(schema.snapshot_files.c.content).where(
-                    schema.snapshot_files.c.run_pk == run_pk, schema.snapshot_files.c.name == name)
-            ).scalar_one_or_none()
-        if content is None:
-            return None
-        try:
-            return PARSERS[name](content.encode("utf-8"))
-        except BadSnapshot:
-            return None
+        listed = {(place, name) for place, name in conn.execute(
+            select(schema.run_files.c.place, schema.run_files.c.name).where(schema.run_files.c.run_pk == known.run_pk))}
+        return listed == facts.run_files
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
         with write_transaction(self.engine) as conn:
@@ -453,17 +459,49 @@ class _HomeSync:
                     schema.plans.c.home_id == self.home_id, schema.plans.c.plan_id.in_(gone)).values(gone=True))
 
 
-def _stream_identity(info: os.stat_result | None) -> tuple | None:
-    if info is None:
-        return (None, None, None, None)
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+# -- runner invocation streams ----------------------------------------------------------
 
 
-def _file_identity(info: os.stat_result | None) -> tuple | None:
-    if info is None:
-        return None
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: str) -> None:
+    """One runner stream (absolute ``path``); the caller holds the sync lock for it."""
+    streams = schema.streams
+    source = machine_source()
+    with engine.connect() as conn:
+        row = conn.execute(select(streams).where(
+            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == path)).mappings().first()
+    checkpoint = Checkpoint.from_row(row) if row is not None else None
+    if checkpoint is not None and not needs_reading(stat_or_none(path), checkpoint):
+        return  # unchanged since the last sync
+    read = read_invocation_stream(path, checkpoint)
+    if read is None:
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            _problems_now(engine, report, [Problem(path, 0, f"invocation stream: directory {parent} does not exist")],
+                          now)
+        # else: the runner has not appended yet (the file is created lazily); keep what we have.
+        return
+    if read.tail is None:
+        _problems_now(engine, report, read.problems, now)
+        return
+    with write_transaction(engine) as conn:
+        if row is None:
+            upsert(conn, streams, {"kind": "invocations", "source": source, "path": path}, ["kind", "source", "path"],
+                   [])
+        stream_pk = conn.execute(select(streams.c.id).where(
+            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == path)).scalar_one()
+        store_lines(conn, stream_pk, read.items, read.replace)
+        conn.execute(streams.update().where(streams.c.id == stream_pk).values(**read.checkpoint.as_row()))
+        if read.replace or read.items or row is None:
+            rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
+        for problem in read.problems:
+            record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
+    report.events_ingested += len(read.items)
+    report.bytes_read += read.bytes_read
+    report.problems.extend(read.problems)
 
 
-def _stored_identity(row: dict) -> tuple:
-    return (row["dev"], row["inode"], row["size"], row["mtime_ns"])
+def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str) -> None:
+    with write_transaction(engine) as conn:
+        for problem in problems:
+            record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
+    report.problems.extend(problems)

@@ -44,7 +44,7 @@ CACHE_HINTS = {"ingest_state": {"dir_mtime_ns", "failed_dir_mtime_ns"}}
 NATURAL_KEYS = {
     "homes": ("label",),
     "runs": ("home_id", "run_id"),
-    "invocation_files": ("path",),
+    "streams": ("kind", "source", "path"),
 }
 
 
@@ -57,14 +57,15 @@ def dump(target: str | Engine, *, cache_hints: bool = False) -> dict[str, list[t
             unexpected = present - set(schema.metadata.tables) - {"alembic_version"}
             assert not unexpected, f"tables the dump does not know how to normalise: {unexpected}"
             natural: dict[str, dict] = {}
-            for name in ("homes", "runs", "invocation_files"):  # homes before runs
+            for name in ("homes", "runs", "streams"):  # homes before runs before streams
                 if name not in present:
                     continue
                 table = schema.metadata.tables[name]
                 mapping = {}
                 for row in conn.execute(select(table)):
                     m = row._mapping
-                    key = tuple(natural["homes"][m[c]] if c == "home_id" else m[c] for c in NATURAL_KEYS[name])
+                    key = tuple(natural["homes"][m[c]] if c == "home_id" else _source(m[c], natural) if c == "source"
+                                else m[c] for c in NATURAL_KEYS[name])
                     mapping[m["id"]] = key[0] if len(key) == 1 else key
                 natural[name] = mapping
             out: dict[str, list[tuple]] = {}
@@ -89,6 +90,8 @@ def dump(target: str | Engine, *, cache_hints: bool = False) -> dict[str, list[t
                             continue
                         if column in refs and value is not None:
                             value = refs[column][value]
+                        elif name == "streams" and column == "source":
+                            value = _source(value, natural)
                         items.append((column, value))
                     rows.append(tuple(items))
                 rows.sort(key=repr)  # canonical, cheap, and total (no None-vs-int comparisons)
@@ -100,6 +103,13 @@ def dump(target: str | Engine, *, cache_hints: bool = False) -> dict[str, list[t
     finally:
         if not isinstance(target, Engine):
             engine.dispose()
+
+
+def _source(value: str, natural: dict) -> str:
+    """A run stream's source names its home by surrogate id: dump the label instead."""
+    if value.startswith("home:"):
+        return "home:" + str(natural["homes"].get(int(value[5:]), value))
+    return value
 
 
 def runs_of(dumped: dict[str, list[tuple]]) -> dict[tuple, dict[str, list[tuple]]]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
 import pytest
@@ -25,7 +26,8 @@ from sqlalchemy import select
 
 from omg_ledger import schema
 from omg_ledger.db import open_ledger
-from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA, open_stream, read_stream
+from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA
+from omg_ledger.ingest import read_run_stream
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
@@ -377,8 +379,8 @@ def test_newer_schema_line_pauses_ingestion_there(tmp_path, sqlite_url):
     assert _problems(engine) == {str(run / "events.jsonl"): {offset}}
     assert _event_offsets(engine)["r-newer"] == [0, len(GOOD_HEAD[0])]
     with engine.connect() as conn:
-        state = conn.execute(select(schema.ingest_state)).one()
-    assert state.stream_offset == offset and state.blocked_reason
+        state = conn.execute(select(schema.streams)).one()
+    assert state.end_offset == offset and state.paused_schema == SUPPORTED_SCHEMA + 1 and state.paused_reason
     engine.dispose()
 
 
@@ -660,11 +662,9 @@ def test_property_mutated_real_lines_feed(tmp_path, case):
     lines, mutated = case
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"".join(lines))
-    fd = open_stream(str(path))
-    try:
-        chunk = read_stream(fd, 0, 1)
-    finally:
-        os.close(fd)
+    read = read_run_stream(str(path), None)
+    chunk = SimpleNamespace(events=read.items, offset=read.checkpoint.end_offset,
+                            problems=[SimpleNamespace(byte_offset=p.offset, reason=p.reason) for p in read.problems])
     _check_chunk(lines, mutated, chunk)
 
 

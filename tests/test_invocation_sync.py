@@ -31,10 +31,10 @@ from sqlalchemy import select, text
 from omg_ledger import schema
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
-from omg_ledger.invocation_sync import sync_invocation_files
 from omg_ledger.invocations import classify_status
 from omg_ledger.reports.invocations import invocation_report, to_csv, to_text
 from omg_ledger.sync import SyncReport
+from omg_ledger.sync import sync as sync_ledger
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -82,9 +82,7 @@ def stream(tmp_path):
 
 
 def sync(engine, *paths) -> SyncReport:
-    report = SyncReport()
-    sync_invocation_files(engine, [str(p) for p in paths], report)
-    return report
+    return sync_ledger(engine, [], invocation_files=[str(p) for p in paths])
 
 
 def invocation_rows(engine) -> list[tuple]:
@@ -96,7 +94,7 @@ def invocation_rows(engine) -> list[tuple]:
 
 
 def dump(engine) -> dict[str, list[tuple]]:
-    tables = (schema.invocation_files, schema.invocation_lines, schema.invocations, schema.problems)
+    tables = (schema.streams, schema.invocation_lines, schema.invocations, schema.problems)
     with engine.connect() as conn:
         return {t.name: [tuple(r) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]
                 for t in tables}
@@ -249,7 +247,7 @@ def test_start_in_one_sync_end_in_the_next(engine, stream):
     assert invocation_rows(engine) == [("paired", "zen", "M1", "NO-GO", 60000, "reported", 1, 2)]
     assert invocation_report(engine, now=NOW)["dangling"] == []
     with engine.connect() as conn:
-        offset = conn.execute(select(schema.invocation_files.c.stream_offset)).scalar_one()
+        offset = conn.execute(select(schema.streams.c.end_offset)).scalar_one()
     assert offset == len(first) + len(second)
 
 
@@ -267,7 +265,7 @@ def test_appended_between_syncs_equals_one_read(engine, stream, tmp_path):
     sync(engine, other)
     t = schema.invocations
     with engine.connect() as conn:
-        ids = dict(conn.execute(select(schema.invocation_files.c.path, schema.invocation_files.c.id)).all())
+        ids = dict(conn.execute(select(schema.streams.c.path, schema.streams.c.id)).all())
         at_once = [tuple(r)[1:] for r in conn.execute(
             select(t.c.file_pk, t.c.outcome, t.c.role, t.c.milestone, t.c.status, t.c.duration_ms,
                    t.c.duration_source, t.c.start_line, t.c.end_line)
@@ -289,17 +287,17 @@ def test_half_written_last_line_waits(engine, stream):
     report = sync(engine, stream)
     assert (report.events_ingested, report.problems) == (1, [])
     assert invocation_rows(engine) == [("dangling", "bulldozer", "M1", None, None, None, 1, None)]
-    f = schema.invocation_files
+    f = schema.streams
     with engine.connect() as conn:
-        state = conn.execute(select(f.c.stream_offset, f.c.next_line, f.c.size)).one()
-    assert tuple(state) == (len(whole), 2, -1)  # size -1: look again next time
+        state = conn.execute(select(f.c.end_offset, f.c.next_line, f.c.size)).one()
+    assert tuple(state) == (len(whole), 2, len(whole) + 20)  # the offset waits before the partial line
 
     append(stream, tail[20:])
     report = sync(engine, stream)
     assert (report.events_ingested, report.problems) == (1, [])
     assert invocation_rows(engine) == [("paired", "bulldozer", "M1", "DONE", 1000, "reported", 1, 2)]
     with engine.connect() as conn:
-        state = conn.execute(select(f.c.stream_offset, f.c.next_line, f.c.size)).one()
+        state = conn.execute(select(f.c.end_offset, f.c.next_line, f.c.size)).one()
     assert tuple(state) == (len(whole) + len(tail), 3, len(whole) + len(tail))
 
 
@@ -324,7 +322,7 @@ def test_replaced_file_is_rebuilt_without_duplicates(engine, stream):
     ]
     assert _line_count(engine) == 3
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT COUNT(*) FROM invocation_files")).scalar_one() == 1
+        assert conn.execute(text("SELECT COUNT(*) FROM streams WHERE kind = 'invocations'")).scalar_one() == 1
 
 
 def test_truncated_file_is_rebuilt(engine, stream):
@@ -527,7 +525,7 @@ def test_head_fingerprint_is_of_the_file_head(engine, stream):
     data = start("zen", "M1", ts(0)) * 40  # longer than the 1024-byte head
     stream.write_bytes(data)
     sync(engine, stream)
-    f = schema.invocation_files
+    f = schema.streams
     with engine.connect() as conn:
         head_len, sha = conn.execute(select(f.c.head_len, f.c.head_sha256)).one()
     assert head_len == 1024

@@ -59,7 +59,7 @@ def invocation_report(
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, got {by!r}")
-    inv, files = schema.invocations, schema.invocation_files
+    inv, files = schema.invocations, schema.streams
     at_us = func.coalesce(inv.c.started_at_us, inv.c.ended_at_us)
     query = select(inv).order_by(inv.c.file_pk, inv.c.seq)
     if since_us is not None:

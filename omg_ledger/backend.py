@@ -1,0 +1,141 @@
+"""The backend seam: everything that differs between SQLite and PostgreSQL, one object
+per dialect. The rest of the code asks ``backend_of(engine_or_connection)`` and never
+branches on a dialect name.
+
+What differs: the DB-API placeholder, the upsert statement, the exclusive right to
+sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL),
+the migration lock, and how a run's rows are locked before a re-derivation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine, make_url
+
+from .errors import DatabaseUnavailable, LedgerBusy
+
+MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
+
+
+class Backend:
+    name: str
+    mark: str  # DB-API placeholder
+
+    def insert(self, table):
+        raise NotImplementedError
+
+    def upsert(self, conn: Connection, table, values: dict, keys: Sequence[str],
+               update_columns: Iterable[str]) -> None:
+        statement = self.insert(table).values(**values)
+        columns = list(update_columns)
+        if columns:
+            statement = statement.on_conflict_do_update(
+                index_elements=list(keys), set_={c: statement.excluded[c] for c in columns})
+        else:
+            statement = statement.on_conflict_do_nothing(index_elements=list(keys))
+        conn.execute(statement)
+
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> contextlib.AbstractContextManager:
+        raise NotImplementedError
+
+    def lock_migrations(self, conn: Connection) -> None:
+        """Inside the migrating transaction: two first-time syncs must not both migrate."""
+
+    def lock_run(self, conn: Connection, run_pk: int) -> None:
+        """Inside a write transaction: no other writer re-derives this run meanwhile."""
+
+    def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
+        """Rows with explicit ids were inserted into ``tables``: new ids must come after them."""
+
+
+class SQLiteBackend(Backend):
+    name = "sqlite"
+    mark = "?"
+
+    def insert(self, table):
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table)
+
+    @contextlib.contextmanager
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
+        """An flock on a file beside the database (never inside a home): one writer
+        per ledger file (SQLite has one writer anyway)."""
+        path = make_url(str(engine.url)).database
+        if not path or path == ":memory:":
+            yield
+            return
+        lock_path = path + ".sync-lock"
+        try:
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise DatabaseUnavailable(f"cannot create the sync lock {lock_path}: {exc.strerror or exc}") from exc
+        deadline = time.monotonic() + wait_seconds
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LedgerBusy(f"another sync holds this ledger ({lock_path}); gave up after "
+                                         f"{wait_seconds:g}s (use --wait to wait longer)") from None
+                    time.sleep(0.1)
+            yield
+        finally:
+            os.close(fd)
+
+
+class PostgresBackend(Backend):
+    name = "postgresql"
+    mark = "%s"
+
+    def insert(self, table):
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+
+    @contextlib.contextmanager
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
+        """A session advisory lock per scope, so different homes sync in parallel."""
+        key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
+        deadline = time.monotonic() + wait_seconds
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            while not conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar():
+                if time.monotonic() >= deadline:
+                    raise LedgerBusy(f"another sync of {scope} into this ledger is running; gave up after "
+                                     f"{wait_seconds:g}s (use --wait to wait longer)")
+                time.sleep(0.2)
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
+
+    def lock_migrations(self, conn: Connection) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+
+    def lock_run(self, conn: Connection, run_pk: int) -> None:
+        conn.exec_driver_sql("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_pk,))
+
+    def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
+        for table in tables:  # names from schema.py, never user input
+            conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                              f"COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"))
+
+
+_BACKENDS: dict[str, Backend] = {"sqlite": SQLiteBackend(), "postgresql": PostgresBackend()}
+
+
+def backend_of(bind: Engine | Connection) -> Backend:
+    name = bind.dialect.name
+    if name not in _BACKENDS:
+        raise DatabaseUnavailable(f"omg-ledger supports SQLite and PostgreSQL ledgers, not {name}")
+    return _BACKENDS[name]

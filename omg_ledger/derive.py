@@ -1,0 +1,67 @@
+"""Derive: the ledger's derived rows as a pure function of its stored facts.
+
+The stored facts are the record: a run's stream lines (``events``), the bytes of its
+small JSON files (``snapshot_files``), its directory facts (file presence on the
+``runs`` row, ``.out`` names in ``run_files``), and a runner stream's lines
+(``invocation_lines``). Everything else — legs, nodes, rounds, charges, findings,
+goal cycles, a run's totals, paired invocations — is derived here, with no I/O.
+
+Every derived row set carries the :data:`DERIVATION_VERSION` that produced it. Any
+change to a rule that alters derived rows bumps it; the next ``sync`` (or
+``omg-ledger rebuild``) then re-derives every run and stream whose rows are older,
+gone runs included, so a rule fix reaches all history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .feed import Event
+from .invocations import InvocationLine, PairedInvocation, pair_invocations
+from .reconcile import RunInput, RunRows, reconcile
+from .snapshot import PARSERS, BadSnapshot
+
+DERIVATION_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Everything derivation reads about one run: the stored facts, nothing else."""
+
+    run_id: str
+    events: Sequence[Event]
+    files: Mapping[str, str] = field(default_factory=dict)  # readable JSON file name -> stored text
+    artifacts: frozenset[str] = frozenset()  # flat '*.out' names
+    failed_outputs: frozenset[str] = frozenset()  # '*.out' names under failed/
+
+
+def parse_file(name: str, content: str) -> dict | None:
+    try:
+        return PARSERS[name](content.encode("utf-8"))
+    except BadSnapshot:
+        return None  # recorded as a problem when it was read
+
+
+def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None) -> tuple[RunRows, bool]:
+    """(rows, scrub) for one run. ``parsed`` may hand over the JSON files already parsed
+    from the same text (ingest just validated them); it never changes the result.
+    ``scrub``: some text holds a NUL (only a JSON \\u0000 escape can), which the
+    store turns into U+FFFD in derived text on every backend."""
+    docs = {name: (parsed[name] if parsed is not None and name in parsed else parse_file(name, text))
+            for name, text in facts.files.items()}
+    rows = reconcile(RunInput(
+        run_id=facts.run_id,
+        events=facts.events,
+        snapshot=docs.get("state.json"),
+        assess=docs.get("assess.json"),
+        artifacts=facts.artifacts,
+        failed_outputs=facts.failed_outputs,
+    ))
+    scrub = any("\\u0000" in e.raw for e in facts.events) or any("\\u0000" in text for text in facts.files.values())
+    return rows, scrub
+
+
+def derive_invocations(lines: Sequence[InvocationLine]) -> list[PairedInvocation]:
+    """A runner stream's invocations from all of its stored lines, in file order."""
+    return pair_invocations(lines)

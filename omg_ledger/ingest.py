@@ -1,0 +1,189 @@
+"""Ingest: the only code that reads homes and runner streams.
+
+It reads what changed since the ledger's memory of it and hands back facts —
+new stream lines (through the one tail, tail.py), the bytes of changed JSON files,
+the directory's facts — for the store to keep. It never touches the database;
+what the ledger remembers comes in as arguments.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+
+from . import feed
+from .discover import DirListing, list_run_dir, stat_or_none
+from .feed import parse_stream_line
+from .invocation_sync import parse_tail_line
+from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
+from .tail import Checkpoint, NotARegularFile, TailRead, needs_reading, read_new_lines
+
+HAS_COLUMN = {
+    "state.json": "has_state",
+    "graph.json": "has_graph_json",
+    "rejected.json": "has_rejected",
+    "assess.json": "has_assess",
+}
+
+
+@dataclass
+class Problem:
+    path: str
+    offset: int
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "offset": self.offset, "reason": self.reason}
+
+
+def file_identity(info: os.stat_result | None) -> tuple | None:
+    if info is None:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def stored_identity(row: dict) -> tuple:
+    return (row["dev"], row["inode"], row["size"], row["mtime_ns"])
+
+
+@dataclass
+class StreamRead:
+    """A stream as ingest found it: new lines, or why it could not be read."""
+
+    tail: TailRead | None  # None: nothing read (absent or unreadable)
+    checkpoint: Checkpoint  # what to remember
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def replace(self) -> bool:
+        return self.tail is not None and self.tail.replace
+
+    @property
+    def items(self) -> list:
+        return self.tail.items if self.tail is not None else []
+
+    @property
+    def bytes_read(self) -> int:
+        return self.tail.bytes_read if self.tail is not None else 0
+
+
+def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str) -> StreamRead | None:
+    """New lines of one stream. None when the file does not exist (a fact, not damage:
+    a run that said nothing yet, a runner that has not appended yet)."""
+    stored = checkpoint or Checkpoint()
+    try:
+        tail = read_new_lines(path, checkpoint, parse)
+    except FileNotFoundError:
+        return None
+    except NotARegularFile as exc:
+        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {exc}")])
+    except OSError as exc:
+        reason = ("is a symlink (not followed; give the real path)" if exc.errno == errno.ELOOP
+                  else f"cannot open: {exc.strerror or exc}")
+        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {reason}")])
+    problems = [Problem(path, offset, reason) for offset, reason in tail.problems]
+    return StreamRead(tail, tail.checkpoint, problems)
+
+
+def read_run_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
+    return read_stream(path, checkpoint, parse_stream_line, "events.jsonl")
+
+
+def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
+    return read_stream(path, checkpoint, parse_tail_line, "invocation stream")
+
+
+def run_stream_needs_reading(info: os.stat_result | None, checkpoint: Checkpoint | None) -> bool:
+    return needs_reading(info, checkpoint, feed.SUPPORTED_SCHEMA)  # read now: an upgrade raises it
+
+
+@dataclass
+class SnapshotRead:
+    """One small JSON file read now: the row to store and its parsed document."""
+
+    row: dict
+    parsed: dict | None
+
+
+def read_snapshot_file(path: str, name: str, info: os.stat_result) -> tuple[SnapshotRead, Problem | None]:
+    try:
+        small = read_small_file(path)
+    except UnreadableFile as exc:
+        # Its identity is remembered, so an unchanged unreadable file is not re-reported.
+        row = {"dev": info.st_dev, "inode": info.st_ino, "size": info.st_size, "mtime_ns": info.st_mtime_ns,
+               "sha256": None, "content": None, "error": str(exc)}
+        return SnapshotRead(row, None), Problem(path, 0, f"{name}: {exc}")
+    problem = None
+    parsed = None
+    error = None
+    text = small.content.decode("utf-8", "replace")
+    try:
+        parsed = PARSERS[name](small.content)
+    except BadSnapshot as exc:
+        error = str(exc)
+        problem = Problem(path, 0, error)
+    ident = small.identity
+    row = {"dev": ident.dev, "inode": ident.inode, "size": ident.size, "mtime_ns": ident.mtime_ns,
+           "sha256": small.sha256, "content": text, "error": error}
+    return SnapshotRead(row, parsed), problem
+
+
+@dataclass
+class RunDirRead:
+    """What ingest found in one run directory."""
+
+    listing: DirListing
+    stream: StreamRead | None  # None: no events.jsonl
+    files: dict[str, SnapshotRead | None]  # changed files only; None = gone
+    problems: list[Problem]
+
+    def dir_facts(self, path: str) -> dict:
+        names = self.listing.names
+        return {
+            "dir_path": path,
+            "gone": False,
+            "has_events": "events.jsonl" in names,
+            "has_lock": "resume.lock" in names,
+            **{column: name in names for name, column in HAS_COLUMN.items()},
+        }
+
+    def run_files(self) -> set[tuple[str, str]]:
+        return {("", n) for n in self.listing.artifacts} | {("failed", n) for n in self.listing.failed_outputs}
+
+
+def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str, dict],
+                 file_infos: dict[str, os.stat_result | None], stream_changed: bool = True) -> RunDirRead:
+    """Read a run directory's new facts. Raises OSError when it cannot be listed.
+
+    ``known_files``: the stored identity of each JSON file; a file whose identity is
+    unchanged is not read again. ``file_infos``: stat results already taken.
+    ``stream_changed`` False: the stream's identity is what the checkpoint holds, so it
+    is not read (a paused stream is not re-read line by line to find the same pause).
+    """
+    listing = list_run_dir(path)
+    problems = [Problem(os.path.join(path, name), 0, "symlink not followed (omg-ledger never leaves the home)")
+                for name in sorted(listing.symlinks)]
+    if stream_changed or checkpoint is None:
+        stream = read_run_stream(f"{path}/events.jsonl", checkpoint)
+    else:
+        stream = StreamRead(None, checkpoint)
+    if stream is not None:
+        problems.extend(stream.problems)
+    files: dict[str, SnapshotRead | None] = {}
+    for name in SNAPSHOT_NAMES:
+        file_path = os.path.join(path, name)
+        info = file_infos[name] if name in file_infos else stat_or_none(file_path)
+        previous = known_files.get(name)
+        if info is None or name not in listing.names:
+            if previous is not None:
+                files[name] = None
+            continue
+        if previous is not None and file_identity(info) == stored_identity(previous):
+            continue
+        read, problem = read_snapshot_file(file_path, name, info)
+        files[name] = read
+        if problem is not None:
+            problems.append(problem)
+    return RunDirRead(listing, stream, files, problems)
+

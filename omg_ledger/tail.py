@@ -1,0 +1,281 @@
+"""The one tail: new complete lines of an append-only file since its checkpoint.
+
+Every stream kind (a run's ``events.jsonl``, a runner's invocation stream) is read
+here, with one checkpoint shape (the ``streams`` table) and one set of rules:
+
+* **Resume** only where the file is provably the one read before: same device and
+  inode, not shorter than the stored offset, the same first bytes (head) and the same
+  bytes just before the stored offset (tail; a file truncated in place and regrown
+  past the offset has another line there), and not changed at its old size (an
+  append changes the size: a new mtime or ctime at the same size is an in-place
+  rewrite). Anything else is read from zero and its rows replaced, never duplicated.
+* **Change check** by identity: device, inode, size, mtime and ctime (which no user
+  can set back, so an in-place rewrite with its mtime restored still shows).
+* **A partial last line** is not a line yet: the offset stays before it.
+* **A runaway line** (over MAX_LINE_BYTES) is skipped as a problem, once, and the
+  scan position is remembered, so later reads cost what was appended, never the
+  whole line again.
+* **A line of a newer schema** pauses reading before it; the checkpoint keeps the
+  schema, and reading resumes by itself once the code understands it.
+
+Read-only: files are opened ``O_RDONLY|O_NOFOLLOW|O_NONBLOCK`` after an ``lstat``
+shows a regular file (a FIFO is never opened: that would release a writer blocked in
+``open()``). Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
+READ_CHUNK = 1 << 20
+HEAD_BYTES = 1024  # fingerprinted head: a replaced file is noticed even at equal size
+TAIL_BYTES = 1024  # fingerprinted bytes before the stored offset
+RUNAWAY_REASON = f"line longer than {MAX_LINE_BYTES} bytes; skipped"
+
+
+class NotARegularFile(OSError):
+    pass
+
+
+def machine_source() -> str:
+    """The source of a stream read on this machine: its machine id where the system
+    has one (stable across hostname changes and container restarts that keep it),
+    else the hostname."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, encoding="ascii") as f:
+                value = f.read().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if value:
+            return f"machine:{value}"
+    return f"host:{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the ledger remembers about one stream file (a row of ``streams``)."""
+
+    dev: int | None = None
+    inode: int | None = None
+    size: int | None = None
+    mtime_ns: int | None = None
+    ctime_ns: int | None = None
+    end_offset: int = 0
+    next_line: int = 1
+    head_len: int = 0
+    head_sha256: str | None = None
+    tail_len: int = 0
+    tail_sha256: str | None = None
+    scan_offset: int | None = None
+    scan_line: int | None = None
+    paused_schema: int | None = None
+    paused_reason: str | None = None
+
+    COLUMNS = ("dev", "inode", "size", "mtime_ns", "ctime_ns", "end_offset", "next_line", "head_len",
+               "head_sha256", "tail_len", "tail_sha256", "scan_offset", "scan_line", "paused_schema",
+               "paused_reason")
+
+    @classmethod
+    def from_row(cls, row: dict) -> Checkpoint:
+        return cls(**{name: row[name] for name in cls.COLUMNS})
+
+    def as_row(self) -> dict:
+        return {name: getattr(self, name) for name in self.COLUMNS}
+
+    def without_file(self) -> Checkpoint:
+        """The file is absent: keep the resume point (what was read stays), forget the identity."""
+        return replace(self, dev=None, inode=None, size=None, mtime_ns=None, ctime_ns=None)
+
+
+def identity(info: os.stat_result | None) -> tuple:
+    if info is None:
+        return (None, None, None, None, None)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def needs_reading(info: os.stat_result | None, checkpoint: Checkpoint | None,
+                  supported_schema: int | None = None) -> bool:
+    """Whether the file may hold something the checkpoint has not seen."""
+    if checkpoint is None:
+        return True
+    if checkpoint.paused_schema is not None and supported_schema is not None \
+            and checkpoint.paused_schema <= supported_schema:
+        return True  # this code understands what paused an older one
+    stored = (checkpoint.dev, checkpoint.inode, checkpoint.size, checkpoint.mtime_ns, checkpoint.ctime_ns)
+    return identity(info) != stored
+
+
+def open_regular(path: str) -> int:
+    """Open read-only a regular file, refusing symlinks and never opening a FIFO."""
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotARegularFile(f"{path} is not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between lstat and open
+        os.close(fd)
+        raise NotARegularFile(f"{path} is not a regular file")
+    return fd
+
+
+def _sha(fd: int, start: int, length: int) -> str:
+    return hashlib.sha256(os.pread(fd, length, start)).hexdigest()
+
+
+def where_to_resume(fd: int, info: os.stat_result, stored: Checkpoint | None) -> tuple[int, int, bool]:
+    """(offset, line number, replace) for reading an open file again."""
+    if stored is None or (stored.head_sha256 is None and not stored.end_offset):
+        return 0, 1, False
+    rewritten = info.st_size == stored.size and (info.st_mtime_ns, info.st_ctime_ns) != (
+        stored.mtime_ns, stored.ctime_ns)  # an append changes the size; this was written in place
+    if stored.head_sha256 is not None and (info.st_dev, info.st_ino) == (stored.dev, stored.inode) \
+            and info.st_size >= stored.end_offset and not rewritten \
+            and _sha(fd, 0, stored.head_len) == stored.head_sha256 \
+            and (stored.tail_sha256 is None
+                 or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256):
+        return stored.end_offset, stored.next_line, False
+    return 0, 1, True
+
+
+class CompleteLines:
+    """The complete lines of a file from a byte offset, in order, never buffering more
+    than one runaway line's worth.
+
+    Yields ``(line_no, offset, end, line)``: ``end`` is the offset after the newline and
+    ``line`` the bytes without it (and without a CRLF's ``\\r``), or None for a line
+    longer than MAX_LINE_BYTES. Bytes after the last newline are a partial line: never
+    yielded. When the file ends inside a runaway line, ``runaway_at`` is where that line
+    began and ``scanned_to`` where the scan stopped, so a later read can go on from there.
+    """
+
+    def __init__(self, fd: int, start_offset: int, start_line: int, runaway_at: int | None = None,
+                 scan_from: int | None = None) -> None:
+        self.fd, self.start_offset, self.start_line = fd, start_offset, start_line
+        self.bytes_read = 0
+        self.runaway_at = runaway_at
+        self.scan_from = scan_from
+        self.scanned_to: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, bytes | None]]:
+        line_no = self.start_line
+        runaway_at = self.runaway_at
+        # Resuming inside a runaway line: its bytes up to scan_from are known to hold no newline.
+        position = self.scan_from if runaway_at is not None and self.scan_from is not None else self.start_offset
+        buffer = b""
+        while True:
+            data = os.pread(self.fd, READ_CHUNK, position + len(buffer))
+            if not data:
+                self.runaway_at = runaway_at
+                self.scanned_to = position + len(buffer) if runaway_at is not None else None
+                return
+            self.bytes_read += len(data)
+            buffer += data
+            start = 0
+            while (newline := buffer.find(b"\n", start)) != -1:
+                end = position + newline + 1
+                if runaway_at is not None:
+                    yield line_no, runaway_at, end, None
+                    runaway_at = None
+                else:
+                    line = buffer[start:newline]
+                    if line.endswith(b"\r"):
+                        line = line[:-1]  # CRLF: the JSON is the same
+                    yield line_no, position + start, end, (line if len(line) <= MAX_LINE_BYTES else None)
+                line_no += 1
+                start = newline + 1
+            position += start
+            buffer = buffer[start:]
+            if len(buffer) > MAX_LINE_BYTES:
+                # A runaway line: remember where it began, drop what we hold, keep
+                # scanning for its end without buffering it.
+                if runaway_at is None:
+                    runaway_at = position
+                position += len(buffer)
+                buffer = b""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A complete line that is bad input: skipped, recorded as a problem."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Paused:
+    """A line this code cannot read yet (a newer schema): reading stops before it."""
+
+    schema: int
+    reason: str
+
+
+ParseLine = Callable[[bytes, int, int], object]  # (line, line_no, offset) -> item | Rejected | Paused
+
+
+@dataclass
+class TailRead:
+    items: list = field(default_factory=list)
+    problems: list[tuple[int, str]] = field(default_factory=list)  # (byte offset, reason)
+    replace: bool = False  # the file is not the one read before: its rows are rebuilt
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    bytes_read: int = 0
+
+
+def read_new_lines(path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> TailRead:
+    """Read what was appended to ``path`` since ``checkpoint``.
+
+    Raises FileNotFoundError when there is no file, NotARegularFile or OSError when it
+    cannot be read (the caller records that as a problem and keeps the checkpoint).
+    """
+    fd = open_regular(path)
+    try:
+        info = os.fstat(fd)
+        start, line_no, replace_rows = where_to_resume(fd, info, checkpoint)
+        resuming_runaway = not replace_rows and checkpoint is not None and checkpoint.scan_offset is not None \
+            and start == checkpoint.end_offset
+        lines = CompleteLines(fd, start, line_no,
+                              runaway_at=start if resuming_runaway else None,
+                              scan_from=checkpoint.scan_offset if resuming_runaway else None)
+        result = TailRead(replace=replace_rows)
+        end_offset, next_line = start, line_no
+        paused: Paused | None = None
+        for number, offset, end, line in lines:
+            if line is None:
+                if not resuming_runaway or offset != start:
+                    result.problems.append((offset, RUNAWAY_REASON))
+                resuming_runaway = False
+            elif line.strip():
+                item = parse(line, number, offset)
+                if isinstance(item, Paused):
+                    paused = item
+                    result.problems.append((offset, item.reason))
+                    break
+                if isinstance(item, Rejected):
+                    result.problems.append((offset, item.reason))
+                else:
+                    result.items.append(item)
+            end_offset, next_line = end, number + 1
+        scan_offset = scan_line = None
+        if paused is None and lines.runaway_at is not None:
+            if not resuming_runaway:  # first seen without its end: recorded once
+                result.problems.append((lines.runaway_at, RUNAWAY_REASON))
+            scan_offset, scan_line = lines.scanned_to, next_line
+        head_len = min(HEAD_BYTES, end_offset)
+        tail_len = min(TAIL_BYTES, end_offset)
+        result.checkpoint = Checkpoint(
+            dev=info.st_dev, inode=info.st_ino, size=info.st_size, mtime_ns=info.st_mtime_ns,
+            ctime_ns=info.st_ctime_ns, end_offset=end_offset, next_line=next_line,
+            head_len=head_len, head_sha256=_sha(fd, 0, head_len),
+            tail_len=tail_len, tail_sha256=_sha(fd, end_offset - tail_len, tail_len),
+            scan_offset=scan_offset, scan_line=scan_line,
+            paused_schema=paused.schema if paused else None, paused_reason=paused.reason if paused else None)
+        result.bytes_read = lines.bytes_read
+        return result
+    finally:
+        os.close(fd)

@@ -1,0 +1,186 @@
+"""The tail is not fooled by what log shippers get wrong (real corpus runs, real files).
+
+Each case changes a real run's events.jsonl after a first sync the way a careless
+tool or a hostile user would; the ledger after the next sync must equal a clean sync
+of the final files (same events, same charges, same money), and nothing may be
+counted twice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from decimal import Decimal
+
+import orjson
+import pytest
+from sqlalchemy import func, select
+
+from omg_ledger import schema
+from omg_ledger.db import open_ledger
+from omg_ledger.sync import Home, sync
+from omg_ledger.tail import MAX_LINE_BYTES, RUNAWAY_REASON
+
+from .conftest import CORPUS
+from .ledger_dump import diff, dump
+
+RUN = "20261129-181518.678721711-1"  # s15-retry-failed: three legs, a paid retry
+COMPARED = ("events", "legs", "nodes", "rounds", "charges", "findings", "goal_cycles")
+
+
+def _charge(second: int, cost: float) -> bytes:
+    return orjson.dumps({"schema": 3, "ts": f"2026-11-29T18:20:{second:02d}.000000000Z", "run_id": RUN,
+                         "event": "node_passed", "node_id": "late", "verdict": "PASS",
+                         "cost_usd": cost, "usage": {"input_tokens": 1, "output_tokens": 1}}) + b"\n"
+
+
+def _truncate_and_regrow(path):
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    keep, size = [], 0
+    for line in lines:  # keep at least the fingerprinted head
+        keep.append(line)
+        size += len(line)
+        if size > 1100:
+            break
+    with open(path, "r+b") as f:  # in place: same inode
+        f.truncate(size)
+        f.seek(size)
+        while f.tell() <= len(data):
+            f.write(_charge(f.tell() % 60, 2.4967))
+
+
+def _rewrite_same_size_mtime_restored(path):
+    info = os.stat(path)
+    data = path.read_bytes()
+    at = data.rindex(b'"cost_usd":0.')
+    digits = at + len(b'"cost_usd":')
+    changed = data[:digits] + b"9" + data[digits + 1:]  # 0.0xx -> 9.0xx, same length
+    with open(path, "r+b") as f:
+        f.write(changed)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+def _replace_by_rename(path):
+    data = path.read_bytes()
+    tmp = path.with_name("events.tmp")
+    tmp.write_bytes(data + _charge(1, 0.5))
+    os.replace(tmp, path)
+
+
+def _append(path):
+    with open(path, "ab") as f:
+        f.write(_charge(2, 0.75))
+
+
+def _shrink(path):
+    data = path.read_bytes()
+    lines = data.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-2]))
+
+
+CASES = {
+    "truncate in place, regrow past the offset, head unchanged": _truncate_and_regrow,
+    "same-size in-place rewrite, mtime restored": _rewrite_same_size_mtime_restored,
+    "replaced by rename (new inode)": _replace_by_rename,
+    "appended": _append,
+    "shrunk": _shrink,
+}
+
+
+def _rows(engine, label: str) -> dict[str, list[tuple]]:
+    data = dump(engine)
+    return {name: data[name] for name in COMPARED} | {
+        "runs": [tuple(kv for kv in row if kv[0] not in ("dir_path",)) for row in data["runs"]]}
+
+
+@pytest.mark.parametrize("change", list(CASES), ids=list(CASES))
+def test_the_tail_is_not_fooled(tmp_path, db_url, change):
+    home = tmp_path / "home"
+    (home / "runs" / RUN).mkdir(parents=True)
+    stream = home / "runs" / RUN / "events.jsonl"
+    shutil.copyfile(CORPUS / "home" / "runs" / RUN / "events.jsonl", stream)  # the stream alone: no snapshot
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+        CASES[change](stream)
+        sync(engine, [Home.from_path(str(home), "h")])
+        incremental = _rows(engine, "h")
+    finally:
+        engine.dispose()
+    clean = open_ledger(str(tmp_path / "clean.sqlite"))
+    try:
+        sync(clean, [Home.from_path(str(home), "h")])
+        expected = _rows(clean, "h")
+    finally:
+        clean.dispose()
+    assert incremental == expected, diff(expected, incremental)
+    # The money is what the final file says, line by line.
+    paid = sum(Decimal(str(orjson.loads(line)["cost_usd"])) for line in stream.read_bytes().splitlines()
+               if b'"cost_usd"' in line)
+    (run,) = incremental["runs"]
+    assert dict(run)["cost_nano_usd"] == int(paid * 10**9)
+
+
+def test_a_fifo_stream_is_never_opened(tmp_path):
+    """Opening a FIFO would release a writer blocked in open() (which then dies of SIGPIPE)."""
+    run_dir = tmp_path / "home" / "runs" / RUN
+    run_dir.mkdir(parents=True)
+    fifo = run_dir / "events.jsonl"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([sys.executable, "-c", f"open({str(fifo)!r}, 'w').write('x')"])
+    try:
+        engine = open_ledger(str(tmp_path / "ledger.sqlite"))
+        report = sync(engine, [Home.from_path(str(tmp_path / "home"), "h")])
+        engine.dispose()
+        assert any("not a regular file" in p.reason and p.path == str(fifo) for p in report.problems)
+        # Still blocked: our open releases it now, and what it writes arrives (had the sync
+        # opened the FIFO, the writer would have died of SIGPIPE and we would read EOF).
+        fd = os.open(fifo, os.O_RDONLY)
+        try:
+            assert os.read(fd, 1) == b"x"
+        finally:
+            os.close(fd)
+        assert writer.wait() == 0
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_runaway_line_is_scanned_once(tmp_path):
+    """A stream with no newline (a sparse file) is read once; later syncs read only
+    what was appended, and the problem is recorded once, at the line's offset."""
+    run_dir = tmp_path / "home" / "runs" / RUN
+    run_dir.mkdir(parents=True)
+    stream = run_dir / "events.jsonl"
+    first = _charge(0, 0.25)
+    size = 8 * MAX_LINE_BYTES
+    with open(stream, "wb") as f:
+        f.write(first)
+        f.truncate(len(first) + size)  # a hole: zeros, no newline
+    engine = open_ledger(str(tmp_path / "ledger.sqlite"))
+    home = [Home.from_path(str(tmp_path / "home"), "h")]
+    try:
+        cold = sync(engine, home)
+        assert cold.bytes_read == len(first) + size
+        assert [(p.offset, p.reason) for p in cold.problems] == [(len(first), RUNAWAY_REASON)]
+        assert sync(engine, home).bytes_read == 0  # unchanged: not even opened for reading
+        with open(stream, "ab") as f:
+            f.write(b"\0" * 10)
+        assert sync(engine, home).bytes_read == 10  # only the appended bytes
+        second = _charge(3, 0.5)
+        with open(stream, "ab") as f:
+            f.write(b"\n" + second)
+        last = sync(engine, home)
+        assert last.bytes_read == 1 + len(second)
+        assert last.events_ingested == 1
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(schema.events)).scalar() == 2
+            assert conn.execute(select(schema.runs.c.cost_nano_usd)).scalar() == 750_000_000
+            runaway = conn.execute(select(schema.problems.c.byte_offset).where(
+                schema.problems.c.reason == RUNAWAY_REASON)).scalars().all()
+        assert runaway == [len(first)]
+    finally:
+        engine.dispose()
