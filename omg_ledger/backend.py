@@ -51,6 +51,9 @@ class Backend:
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         """Inside a write transaction: no other writer re-derives this run meanwhile."""
 
+    def lock_identity(self, conn: Connection, identity: str) -> None:
+        """Inside a write transaction: one writer at a time settles the copies of a run."""
+
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         """Rows with explicit ids were inserted into ``tables``: new ids must come after them."""
 
@@ -124,6 +127,10 @@ class PostgresBackend(Backend):
 
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         conn.exec_driver_sql("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_pk,))
+
+    def lock_identity(self, conn: Connection, identity: str) -> None:
+        # Two machines syncing two copies of one run must not both see "no other copy".
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, %s)", (zlib.crc32(identity.encode()) & 0x7FFFFFFF,))
 
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         for table in tables:  # names from schema.py, never user input

@@ -97,8 +97,10 @@ def main() -> None:
               help="Seconds to wait for another sync holding the ledger before giving up (exit 75).")
 @click.option("--invocations", "invocation_files", metavar="PATH", multiple=True, envvar=config.ENV_INVOCATIONS,
               help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS.")
+@click.option("--relabel", is_flag=True,
+              help="Let a --home LABEL=DIR whose label holds another directory point at DIR instead.")
 @ledger_errors
-def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
+def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) -> None:
     """Index oh-my-graph run directories into the ledger.
 
     Reads <home>/runs/* and <home>/plans/* read-only; only new complete stream lines
@@ -118,7 +120,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
     engine = open_db(db)
     progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
     report = run_sync(engine, config.resolve_homes(homes), invocation_files=list(invocation_files),
-                      wait_seconds=wait_seconds, progress=progress)
+                      wait_seconds=wait_seconds, progress=progress, relabel=relabel)
     if progress is not None:
         progress.close()
     for problem in report.problems:
@@ -202,23 +204,100 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
 @db_option
 @json_option
 @click.argument("run_id")
+@click.option("--home", "home_label", metavar="LABEL",
+              help="The home to take the run from, where one run id names different runs in two homes.")
 @ledger_errors
-def show(db, as_json, run_id) -> None:
+def show(db, as_json, run_id, home_label) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
-    RUN_ID may be a unique prefix.
+    RUN_ID may be a unique prefix. A run copied into several homes is one run: its
+    billed copy is shown (with the homes holding the others).
 
     \b
     Example:
       omg-ledger show 20261129-181518
+      omg-ledger show 20261129-181518.678721711-1 --home laptop
     """
     from .reports.runs import show_run
 
-    detail = show_run(open_db(db), run_id)
+    detail = show_run(open_db(db), run_id, home_label)
     if as_json:
         _emit_json(detail)
     else:
         click.echo(render.run_detail(detail))
+
+
+@main.group(name="homes", invoke_without_command=True)
+@db_option
+@json_option
+@click.pass_context
+@ledger_errors
+def homes_group(ctx, db, as_json) -> None:
+    """The homes this ledger indexes: label, path, runs, last sync.
+
+    A home is its real directory (machine, device and inode), not its label: the same
+    directory synced through a symlink, without its label or after a hostname change
+    is the same home, and a run copied into another home is billed once.
+
+    \b
+    Example:
+      omg-ledger homes
+      omg-ledger homes rename laptop:/home/me/.oh-my-graph laptop
+      omg-ledger homes forget old-box --yes
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from .reports.homes import list_homes
+
+    rows = list_homes(open_db(db))
+    if as_json:
+        _emit_json(rows)
+        return
+    click.echo(render.table(
+        ["HOME", "PATH", "RUNS", "GONE", "BILLED ELSEWHERE", "LAST SYNC"],
+        [[r["label"], r["path"] if r["real_path"] in (None, r["path"]) else f"{r['path']} -> {r['real_path']}",
+          str(r["runs"]), str(r["gone"]), str(r["copies_elsewhere"]), r["last_synced_at"] or "never"]
+         for r in rows], right={2, 3, 4}))
+
+
+@homes_group.command(name="rename")
+@db_option
+@click.argument("old")
+@click.argument("new")
+@ledger_errors
+def homes_rename(db, old, new) -> None:
+    """Give a home another label (its runs and history stay).
+
+    \b
+    Example:
+      omg-ledger homes rename laptop:/home/me/.oh-my-graph laptop
+    """
+    from .reports.homes import rename_home
+
+    rename_home(open_db(db), old, new)
+    click.echo(f"home {render.safe(old)} is now {render.safe(new)}")
+
+
+@homes_group.command(name="forget")
+@db_option
+@click.argument("label")
+@click.option("--yes", is_flag=True, help="Really remove the home and every run of it from the ledger.")
+@ledger_errors
+def homes_forget(db, label, yes) -> None:
+    """Remove a home and all its runs from the ledger (the directory is not touched).
+
+    Its history goes with it: runs whose directories are gone exist only in the ledger.
+
+    \b
+    Example:
+      omg-ledger homes forget old-box --yes
+    """
+    from .reports.homes import forget_home
+
+    if not yes:
+        raise BadArgument(f"forgetting {label!r} removes its runs from the ledger for good; add --yes to do it")
+    count = forget_home(open_db(db), label)
+    click.echo(f"forgot home {render.safe(label)} and its {count} run(s)")
 
 
 @main.group(name="db")

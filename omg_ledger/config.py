@@ -15,13 +15,18 @@ ENV_INVOCATIONS = "OMG_LEDGER_INVOCATIONS"
 
 @dataclass(frozen=True)
 class Home:
+    """A home to sync: ``label`` given by the user (``explicit``) or the default
+    ``<hostname>:<path>``, which only names a new home — an indexed one is found by its
+    directory's identity whatever the hostname is now."""
+
     label: str
     path: str
+    explicit: bool = True
 
     @classmethod
     def from_path(cls, path: str, label: str | None = None) -> Home:
         absolute = os.path.abspath(os.path.expanduser(path))
-        return cls(label or f"{socket.gethostname()}:{absolute}", absolute)
+        return cls(label or f"{socket.gethostname()}:{absolute}", absolute, label is not None)
 
 
 def resolve_db(flag: str | None) -> str:

@@ -14,6 +14,7 @@ gone runs included, so a rule fix reaches all history.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +23,8 @@ from .invocations import InvocationLine, PairedInvocation, pair_invocations
 from .reconcile import RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot
 
-DERIVATION_VERSION = 1
+# 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
+DERIVATION_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,19 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         artifacts=facts.artifacts,
         failed_outputs=facts.failed_outputs,
     ))
+    rows.run["stream_identity"] = stream_identity(facts.run_id, facts.events)
     scrub = any("\\u0000" in e.raw for e in facts.events) or any("\\u0000" in text for text in facts.files.values())
     return rows, scrub
+
+
+def stream_identity(run_id: str, events: Sequence[Event]) -> str:
+    """A run's identity: its id with a hash of its stream's first event, which carries a
+    nanosecond timestamp. Two directories with equal identities are copies of one run
+    (a copy taken mid-run holds a prefix of the same stream)."""
+    if not events:
+        # Nothing was said yet (and nothing paid for): its id is all there is to go by.
+        return f"{run_id}:no-stream"
+    return f"{run_id}:{hashlib.sha256(events[0].raw.encode('utf-8')).hexdigest()[:32]}"
 
 
 def derive_invocations(lines: Sequence[InvocationLine]) -> list[PairedInvocation]:

@@ -44,3 +44,9 @@ class ReadOnlyViolation(LedgerError):
 
 class BadArgument(LedgerError):
     exit_code = 2
+
+
+class HomeConflict(LedgerError):
+    """A home named with a label or path that belongs to another directory."""
+
+    exit_code = 2

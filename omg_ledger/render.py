@@ -84,6 +84,9 @@ def run_detail(d: dict) -> str:
            f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  legs {d['legs']}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
            f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
+    if d.get("copies_in"):
+        out.append(f"also copied in {', '.join(safe(label) for label in d['copies_in'])} (billed once"
+                   f"{'' if d.get('billed', True) else ', from another copy'})")
     if d["hint"]:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")

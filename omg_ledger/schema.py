@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    true,
 )
 
 NAMING_CONVENTION = {
@@ -62,6 +63,12 @@ homes = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("label", Text, nullable=False),
     Column("path", Text, nullable=False),
+    # the directory's identity: a home is its real directory, whatever label or path names it
+    Column("machine", Text),  # machine id (or hostname where there is none) of the machine it is on
+    Column("dev", BigInteger),
+    Column("inode", BigInteger),
+    Column("real_path", Text),  # symlinks resolved
+    Column("last_synced_at", Text),
     UniqueConstraint("label"),
 )
 
@@ -122,6 +129,10 @@ runs = Table(
     Column("stream_paused", Boolean, nullable=False, default=False),  # newer schema: ingestion waits
     # the DERIVATION_VERSION whose rules wrote this run's derived rows (0 = before versions)
     Column("derivation_version", Integer, nullable=False, default=0, server_default="0"),
+    # run id + hash of the stream's first line: equal identities are copies of one run
+    Column("stream_identity", Text),
+    # the one copy of a run that counts (most of the stream); the views show only these
+    Column("billed", Boolean, nullable=False, default=True, server_default=true()),
     # money, summed from charges (all legs, assessment included)
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),  # known spend only
     Column("invocations", Integer, nullable=False, default=0),
@@ -132,6 +143,7 @@ runs = Table(
     Index("ix_runs_first_event_at_us", "first_event_at_us"),
     Index("ix_runs_last_leg_open", "last_leg_open"),
     Index("ix_runs_derivation_version", "derivation_version"),
+    Index("ix_runs_stream_identity", "stream_identity"),
 )
 
 # One row per leg bracket, in file order. A planning leg (phase 'planning') is closed by

@@ -10,19 +10,21 @@ exactly what derivation needs, so a run is re-derived without its home.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection
 
 from . import schema
 from .backend import backend_of
 from .derive import RunFacts
+from .errors import HomeConflict
 from .feed import Event
 from .reconcile import RunRows
-from .tail import Checkpoint
+from .tail import Checkpoint, machine_source
 from .units import parse_timestamp
 
 DERIVED_TABLES = (
@@ -50,12 +52,103 @@ def upsert(conn: Connection, table, values: dict, keys: Sequence[str], update_co
     backend_of(conn).upsert(conn, table, values, keys, update_columns)
 
 
-def ensure_home(conn: Connection, label: str, path: str) -> int:
-    upsert(conn, schema.homes, {"label": label, "path": path}, ["label"], [])
-    row = conn.execute(select(schema.homes.c.id, schema.homes.c.path).where(schema.homes.c.label == label)).one()
-    if row.path != path:
-        conn.execute(schema.homes.update().where(schema.homes.c.id == row.id).values(path=path))
-    return row.id
+def resolve_home(conn: Connection, label: str, path: str, explicit: bool, relabel: bool = False) -> int:
+    """The home a directory is, by its real identity (machine, device, inode), not by the
+    label or path it is named with (caller's write transaction).
+
+    The same directory named through a symlink, without its label or after a hostname
+    change is the same home. Naming it with another label, or giving a label that
+    holds another directory, is refused (HomeConflict) — unless ``relabel`` says to
+    point that label at this directory.
+    """
+    homes = schema.homes
+    real = os.path.realpath(path)
+    info = os.stat(real) if os.path.isdir(real) else None
+    machine = machine_source()
+    identity = {"machine": machine, "dev": info.st_dev if info else None, "inode": info.st_ino if info else None,
+                "real_path": real}
+    columns = (homes.c.id, homes.c.label, homes.c.path, homes.c.machine, homes.c.dev, homes.c.inode,
+               homes.c.real_path)
+    found = None
+    if info is not None:
+        found = conn.execute(select(*columns).where(
+            homes.c.machine == machine, homes.c.dev == info.st_dev, homes.c.inode == info.st_ino)).first()
+        if found is None and machine.startswith("host:"):
+            # No machine id here (a container, say): the hostname may change with every
+            # start, so the directory itself is the identity.
+            found = conn.execute(select(*columns).where(
+                homes.c.machine.startswith("host:"), homes.c.dev == info.st_dev, homes.c.inode == info.st_ino,
+                homes.c.real_path == real)).first()
+    if found is None:
+        found = conn.execute(select(*columns).where(homes.c.machine == machine, homes.c.real_path == real)).first()
+    by_label = conn.execute(select(*columns).where(homes.c.label == label)).first()
+    if found is not None:
+        if explicit and found.label != label:
+            if by_label is None and relabel:
+                conn.execute(homes.update().where(homes.c.id == found.id).values(label=label))
+            else:
+                raise HomeConflict(
+                    f"{path} is already indexed as home {found.label!r}; sync it as --home {found.label}={path}, "
+                    f"or rename that home with `omg-ledger homes rename {found.label} {label}`")
+        conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
+        return found.id
+    if by_label is not None:
+        unknown = by_label.real_path is None  # recorded before homes had identities
+        if not unknown and explicit and not relabel:
+            raise HomeConflict(
+                f"home {label!r} is {by_label.path}, not {path}; to point the label at {path} (its runs "
+                f"under {by_label.path} are then marked gone), sync with --relabel")
+        conn.execute(homes.update().where(homes.c.id == by_label.id).values(path=path, **identity))
+        return by_label.id
+    return conn.execute(homes.insert().values(label=label, path=path, **identity)).inserted_primary_key[0]
+
+
+def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
+    """Which copy of a run is billed (caller's write transaction, after its rows).
+
+    Copies share a stream identity. The one holding most of the stream is billed
+    (then the one still on disk, then the first seen); a copy whose stream is not a
+    prefix of the billed one's diverged after their common head: a finding on it.
+    """
+    runs, homes, findings = schema.runs, schema.homes, schema.findings
+    backend = backend_of(conn)
+    for identity in sorted({i for i in identities if i is not None}):
+        backend.lock_identity(conn, identity)
+        members = conn.execute(
+            select(runs.c.id, runs.c.event_count, runs.c.gone, runs.c.billed, homes.c.label)
+            .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+            .where(runs.c.stream_identity == identity)).all()
+        if not members:
+            continue
+        billed = max(members, key=lambda m: (m.event_count, not m.gone, -m.id))
+        for member in members:
+            if bool(member.billed) != (member.id == billed.id):
+                conn.execute(runs.update().where(runs.c.id == member.id).values(billed=member.id == billed.id))
+        if len(members) == 1:
+            continue
+        pks = [m.id for m in members]
+        conn.execute(findings.delete().where(findings.c.run_pk.in_(pks), findings.c.kind == "diverged_copy"))
+        reference = _raw_lines(conn, billed.id)
+        for member in members:
+            if member.id == billed.id:
+                continue
+            lines = _raw_lines(conn, member.id)
+            if lines == reference[: len(lines)]:
+                continue
+            at = next((i for i, (mine, theirs) in enumerate(zip(lines, reference, strict=False)) if mine != theirs),
+                      len(reference))
+            seq = (conn.execute(select(func.max(findings.c.seq)).where(findings.c.run_pk == member.id)).scalar()
+                   or 0) + 1
+            conn.execute(findings.insert().values(
+                run_pk=member.id, seq=seq, kind="diverged_copy", node_id=None, leg_ordinal=None,
+                detail=_no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
+                               f"their first line but differ from stream line {at + 1}: not counted twice; "
+                               f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
+
+
+def _raw_lines(conn: Connection, run_pk: int) -> list[str]:
+    return list(conn.execute(select(schema.events.c.raw).where(schema.events.c.run_pk == run_pk)
+                             .order_by(schema.events.c.line_no)).scalars())
 
 
 def load_events(conn: Connection, run_pk: int) -> list[Event]:

@@ -42,12 +42,13 @@ from .invocation_sync import rederive_stream, store_lines
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .store import (
     RunWrite,
-    ensure_home,
     load_events,
     load_file_contents,
     load_run_facts,
     record_problem,
     replace_derived,
+    resolve_home,
+    settle_copies,
     upsert,
     write_run,
     write_snapshot_files,
@@ -103,12 +104,13 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[str] = (),
-         wait_seconds: float = 60.0, progress: Progress | None = None,
+         wait_seconds: float = 60.0, progress: Progress | None = None, relabel: bool = False,
          clock_ns: Callable[[], int] = time.time_ns) -> SyncReport:
     """Index every home and runner stream, then bring every outdated derivation up to
     date. Safe to run again at any time. ``wait_seconds`` bounds the whole wait for
-    other syncs holding the ledger; ``clock_ns`` is the wall clock the change check
-    trusts directory mtimes by (tests set it)."""
+    other syncs holding the ledger; ``relabel`` lets a label given for a directory it
+    does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
+    directory mtimes by (tests set it)."""
     report = SyncReport()
     started = time.monotonic()
     deadline = started + wait_seconds
@@ -116,7 +118,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     try:
         for home in homes:
             with sync_lock(engine, home.label, _left(deadline)):
-                _HomeSync(engine, home, report, progress, now, clock_ns).run()
+                _HomeSync(engine, home, report, progress, now, clock_ns, relabel).run()
         seen: set[str] = set()
         for given in invocation_files:
             path = os.path.abspath(os.path.expanduser(given))
@@ -200,9 +202,17 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     version = conn.execute(select(schema.runs.c.derivation_version).where(schema.runs.c.id == run_pk)).scalar()
     if version is None or (version >= derive.DERIVATION_VERSION and not force):
         return False  # gone from the ledger, or another writer got there first
+    before = _identity(conn, run_pk)
     rows, scrub = derive_run(load_run_facts(conn, run_pk))
     replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
+    settle_copies(conn, [before, rows.run["stream_identity"]])
     return True
+
+
+def _identity(conn: Connection, run_pk: int | None) -> str | None:
+    if run_pk is None:
+        return None
+    return conn.execute(select(schema.runs.c.stream_identity).where(schema.runs.c.id == run_pk)).scalar()
 
 
 # -- ingest one home ------------------------------------------------------------------
@@ -221,7 +231,8 @@ class _Known:
 
 class _HomeSync:
     def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
-                 clock_ns: Callable[[], int]) -> None:
+                 clock_ns: Callable[[], int], relabel: bool = False) -> None:
+        self.relabel = relabel
         self.engine = engine
         self.home = home
         self.report = report
@@ -231,7 +242,7 @@ class _HomeSync:
 
     def run(self) -> None:
         with write_transaction(self.engine) as conn:
-            self.home_id = ensure_home(conn, self.home.label, self.home.path)
+            self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit, self.relabel)
         self.source = f"home:{self.home_id}"
         with self.engine.connect() as conn:
             known = self._load_known(conn)
@@ -257,8 +268,12 @@ class _HomeSync:
             # History is kept: a run whose directory is gone stays, marked gone.
             with write_transaction(self.engine) as conn:
                 conn.execute(update(schema.runs).where(schema.runs.c.id.in_(vanished)).values(gone=True))
+                settle_copies(conn, conn.execute(select(schema.runs.c.stream_identity).where(
+                    schema.runs.c.id.in_(vanished))).scalars())
             self.report.runs_gone += len(vanished)
         self._sync_plans()
+        with write_transaction(self.engine) as conn:
+            conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=self.now))
 
     def _load_known(self, conn: Connection) -> dict[str, _Known]:
         """Everything the change check compares, for every run of this home, in two
@@ -375,7 +390,9 @@ class _HomeSync:
             rows, scrub = derive_run(RunFacts(
                 run_id=run_id, events=previous + list(facts.new_events), files=contents,
                 artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
+            before = _identity(conn, run_pk)
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub)
+            settle_copies(conn, [before, rows.run["stream_identity"]])
             for problem in read.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
         self.report.runs_changed += 1

@@ -136,6 +136,16 @@ JOIN homes h ON h.id = r.home_id
 }
 
 
+# Revision 0005: a run seen through several homes (a copied directory) is one run; only
+# its billed copy (runs.billed) appears in the money views, so sums count it once.
+BILLED_ONLY = ("v_charges", "v_runs", "v_node_rounds", "v_nodes")
+VIEWS_0005: dict[str, tuple[str, str]] = {
+    name: (doc + (" Billed copies only: a run seen in several homes counts once." if name in BILLED_ONLY else ""),
+           sql.rstrip() + "\nWHERE r.billed\n" if name in BILLED_ONLY else sql)
+    for name, (doc, sql) in VIEWS_0002.items()
+}
+
+
 def create_statements(views: dict[str, tuple[str, str]]) -> list[str]:
     return [f"CREATE VIEW {name} AS {sql.strip()}" for name, (_doc, sql) in views.items()]
 

@@ -41,3 +41,30 @@ def test_v0001_ledger_upgrades_with_a_message_and_keeps_its_data(tmp_path):
         for table, columns in (("runs", {"dir_path"}), ("snapshot_files", {"dev", "inode", "mtime_ns"})):
             data[table] = [tuple(kv for kv in row if kv[0] not in columns) for row in data[table]]
     assert old_data == new_data
+
+
+def test_down_to_0003_and_up_again_keeps_every_fact(tmp_path):
+    """No migration step may copy `runs` on SQLite: dropping the old table would take its
+    ON DELETE CASCADE children (events, charges…) with it."""
+    from alembic import command
+
+    from omg_ledger.db import alembic_config, write_transaction
+
+    db = tmp_path / "old.sqlite"
+    shutil.copy(Path(__file__).parent / "fixtures" / "ledger-v0003.sqlite", db)
+    engine = open_ledger(str(db))
+    tables = ("events", "charges", "legs", "nodes", "snapshot_files", "invocation_lines")
+
+    def counts():
+        with engine.connect() as conn:
+            return {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in tables}
+
+    before = counts()
+    assert before["events"] == 197 and before["charges"] == 71
+    with write_transaction(engine) as conn:
+        command.downgrade(alembic_config(conn), "0003")
+    assert counts() == before
+    with write_transaction(engine) as conn:
+        command.upgrade(alembic_config(conn), "head")
+    assert counts() == before
+    engine.dispose()

@@ -146,9 +146,10 @@ def upgrade() -> None:
                        "head_len", "head_sha256", "blocked_reason"):
             batch_op.drop_column(column)
 
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("derivation_version", sa.Integer(), nullable=False, server_default="0"))
-        batch_op.create_index("ix_runs_derivation_version", ["derivation_version"], unique=False)
+    # Plain ADD COLUMN, never a batch copy: recreating `runs` on SQLite would drop the
+    # old table, and its ON DELETE CASCADE children (events, charges…) with it.
+    op.add_column("runs", sa.Column("derivation_version", sa.Integer(), nullable=False, server_default="0"))
+    op.create_index("ix_runs_derivation_version", "runs", ["derivation_version"], unique=False)
 
     op.create_table(
         "run_files",
@@ -178,9 +179,8 @@ def downgrade() -> None:
     for statement in drop_statements(VIEWS_0002):
         op.execute(statement)
     op.drop_table("run_files")
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_index("ix_runs_derivation_version")
-        batch_op.drop_column("derivation_version")
+    op.drop_index("ix_runs_derivation_version", table_name="runs")
+    op.execute("ALTER TABLE runs DROP COLUMN derivation_version")  # never a batch copy of runs
     with op.batch_alter_table("ingest_state", schema=None) as batch_op:
         for name in ("stream_dev", "stream_inode", "stream_size", "stream_mtime_ns"):
             batch_op.add_column(sa.Column(name, sa.BigInteger(), nullable=True))

@@ -55,9 +55,11 @@ NOT_RECORDED = "not recorded"
 _MACHINERY_DETAIL = re.compile(r"timed? ?out|timeout|cancel|halt|gate .*reject|rejected|killed|signal", re.I)
 
 
-def _run_filter(since_us: int | None):
+def _run_filter(since_us: int | None, billed_only: bool = True):
+    """Runs in the window; a run seen in several homes counts once (its billed copy)."""
     r = schema.runs.c
-    return [true()] if since_us is None else [r.last_event_at_us >= since_us]
+    conditions = [r.billed] if billed_only else [true()]
+    return conditions if since_us is None else [*conditions, r.last_event_at_us >= since_us]
 
 
 def _node_rows(conn, since_us: int | None, *conditions) -> list:
@@ -169,7 +171,7 @@ def _findings(conn, since_us: int | None) -> list:
     f, r, h = schema.findings.c, schema.runs.c, schema.homes.c
     query = (select(h.label.label("home"), r.run_id, f.kind, f.node_id, f.leg_ordinal, f.detail)
              .select_from(schema.findings.join(schema.runs, r.id == f.run_pk).join(schema.homes, h.id == r.home_id))
-             .where(and_(*_run_filter(since_us))).order_by(r.run_id, h.label, f.seq))
+             .where(and_(*_run_filter(since_us, billed_only=False))).order_by(r.run_id, h.label, f.seq))
     return [dict(row._mapping) for row in conn.execute(query)]
 
 

@@ -128,7 +128,8 @@ def _query(by: str | None, win: Window, home_labels: tuple[str, ...], dialect: s
         # A window usually covers most charges: a scan in run order beats the at_us
         # index plus a sort (measured: 0.18 s vs 0.55 s for 300k charges).
         at_us = c.at_us + 0
-    conditions = []
+    # A run seen in several homes (a copied directory) is billed once: its billed copy.
+    conditions = [c.run_pk.not_in(select(r.id).where(r.billed.is_(False)))]
     if win.since_us is not None:
         conditions.append(at_us >= win.since_us)
     if win.until_us is not None:

@@ -83,16 +83,14 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     Only runs whose last leg is open get a live lock probe."""
     runs, homes = schema.runs, schema.homes
     query = select(*LIST_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
-    conditions = []
+    conditions = [runs.c.billed]  # a run seen in several homes is listed once, as its billed copy
     if since_us is not None:
         conditions.append(runs.c.last_event_at_us >= since_us)
     if home_labels:
         conditions.append(homes.c.label.in_(home_labels))
     if statuses:
         conditions.append(or_(*(_could_be(status) for status in statuses)))
-    if conditions:
-        query = query.where(and_(*conditions))
-    query = query.order_by(runs.c.run_id.desc(), homes.c.label)
+    query = query.where(and_(*conditions)).order_by(runs.c.run_id.desc(), homes.c.label)
     with engine.connect() as conn:
         limited = _session_limited_runs(conn)
         for row in conn.execution_options(stream_results=True, yield_per=500).execute(query):
@@ -120,15 +118,28 @@ def _could_be(status: str):
     return r.last_leg_open.is_(False)  # PASS, FAIL
 
 
-def resolve_run(conn, run_id: str):
+def resolve_run(conn, run_id: str, home_label: str | None = None):
+    """The run an id (or a unique prefix) names. Copies of one run in several homes
+    are one run: its billed copy, unless ``home_label`` picks a copy."""
     runs, homes = schema.runs, schema.homes
-    base = select(*RUN_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+    base = select(*RUN_COLUMNS, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
+        runs.join(homes, homes.c.id == runs.c.home_id))
+    if home_label is not None:
+        base = base.where(homes.c.label == home_label)
     exact = conn.execute(base.where(runs.c.run_id == run_id)).all()
     if len(exact) == 1:
         return exact[0]
+    if len(exact) > 1:
+        if len({row.stream_identity for row in exact}) == 1 and exact[0].stream_identity is not None:
+            return next(row for row in exact if row.billed)
+        labels = ", ".join(row.label for row in exact)
+        raise AmbiguousRun(f"run {run_id} is in {len(exact)} homes ({labels}) and they are different runs; "
+                           f"pick one with --home LABEL")
     candidates = exact or conn.execute(
         base.where(runs.c.run_id.startswith(run_id, autoescape=True)).order_by(runs.c.run_id)
     ).all()
+    billed = {c.stream_identity for c in candidates if c.billed and c.stream_identity is not None}
+    candidates = [c for c in candidates if c.billed or c.stream_identity not in billed]  # copies are one run
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:
@@ -141,9 +152,14 @@ def _rows(conn, table, run_pk: int, order) -> list[dict]:
     return [dict(r._mapping) for r in conn.execute(select(table).where(table.c.run_pk == run_pk).order_by(*order))]
 
 
-def show_run(engine: Engine, run_id: str) -> dict:
+def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict:
     with engine.connect() as conn:
-        row = resolve_run(conn, run_id)
+        row = resolve_run(conn, run_id, home_label)
+        copies = [label for (label,) in conn.execute(
+            select(schema.homes.c.label).select_from(schema.runs.join(schema.homes,
+                                                                      schema.homes.c.id == schema.runs.c.home_id))
+            .where(schema.runs.c.stream_identity == row.stream_identity, schema.runs.c.id != row.id)
+            .order_by(schema.homes.c.label))] if row.stream_identity is not None else []
         pk = row.id
         legs = _rows(conn, schema.legs, pk, [schema.legs.c.ordinal])
         nodes = _rows(conn, schema.nodes, pk, [schema.nodes.c.node_id])
@@ -166,6 +182,8 @@ def show_run(engine: Engine, run_id: str) -> dict:
     m = row._mapping
     summary.update({
         "dir_path": m["dir_path"],
+        "billed": bool(m["billed"]),
+        "copies_in": copies,
         "graph_source_path": m["graph_source_path"],
         "inputs": orjson.loads(m["inputs_json"]) if m["inputs_json"] else None,
         "continue_on_fail": m["continue_on_fail"],

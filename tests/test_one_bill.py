@@ -1,0 +1,249 @@
+"""One run, one bill: however many paths, labels, hostnames or homes a run is seen
+through, its spend is counted once.
+
+Expected totals come from the corpus files themselves (the known spend of every
+charge in the real engine's streams and assess.json files, summed here by hand), and
+every case is compared with one clean sync of one copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from omg_ledger.cli import main
+from omg_ledger.db import open_ledger
+from omg_ledger.errors import HomeConflict
+from omg_ledger.reports.cost import cost_report
+from omg_ledger.reports.runs import list_runs, show_run
+from omg_ledger.sync import Home, sync
+
+from .conftest import CORPUS
+
+KNOWN_NANOS = 1_716_700_000  # $1.7167: README's corpus total, every charge once
+RUN = "20261129-181518.678721711-1"
+
+
+def _corpus_known_nanos(home: Path) -> int:
+    """Known spend straight from the files: every accounting line's cost_usd (unless
+    cost_unknown) plus each assess.json's assess_cost_usd."""
+    total = Decimal(0)
+    for stream in (home / "runs").glob("*/events.jsonl"):
+        for line in stream.read_text().splitlines():
+            data = json.loads(line)
+            if "cost_usd" in data and not data.get("cost_unknown"):
+                total += Decimal(str(data["cost_usd"]))
+    for assess in (home / "runs").glob("*/assess.json"):
+        data = json.loads(assess.read_text())
+        if isinstance(data.get("assess_cost_usd"), int | float) and not data.get("assess_cost_unknown"):
+            total += Decimal(str(data["assess_cost_usd"]))
+    return int(total * 10**9)
+
+
+def _totals(engine) -> tuple:
+    report = cost_report(engine, by=None)
+    with engine.connect() as conn:
+        view = conn.execute(text("SELECT COUNT(*), SUM(cost_nano_usd) FROM v_charges")).one()
+        runs = conn.execute(text("SELECT COUNT(*) FROM v_runs")).scalar()
+    listed = list_runs(engine)
+    return (report["total"]["cost_nano_usd"], report["total"]["invocations"], tuple(view), runs, len(listed),
+            sum(r["cost_nano_usd"] for r in listed))
+
+
+@pytest.fixture
+def clean_totals(tmp_path_factory):
+    engine = open_ledger(str(tmp_path_factory.mktemp("clean") / "ledger.sqlite"))
+    sync(engine, [Home.from_path(str(CORPUS / "home"), "clean")])
+    totals = _totals(engine)
+    engine.dispose()
+    assert totals[0] == KNOWN_NANOS == _corpus_known_nanos(CORPUS / "home")
+    return totals
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    target = tmp_path / "home"
+    shutil.copytree(CORPUS / "home", target, symlinks=True)
+    return target
+
+
+def test_same_directory_with_and_without_a_label_is_one_home(tmp_path, home, db_url, clean_totals):
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home))])  # default label <hostname>:<path>
+        with pytest.raises(HomeConflict, match=r"already indexed as home '.*:.*home'"):
+            sync(engine, [Home.from_path(str(home), "work")])
+        sync(engine, [Home.from_path(str(home))])
+        assert _totals(engine) == clean_totals
+    finally:
+        engine.dispose()
+
+
+def test_label_first_then_no_label_finds_the_labelled_home(home, db_url, clean_totals):
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "work")])
+        sync(engine, [Home.from_path(str(home))])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT label FROM homes")).scalars().all() == ["work"]
+        assert _totals(engine) == clean_totals
+    finally:
+        engine.dispose()
+
+
+def test_through_a_symlink_is_the_same_home(tmp_path, home, db_url, clean_totals):
+    link = tmp_path / "link"
+    link.symlink_to(home)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home))])
+        sync(engine, [Home.from_path(str(link))])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM homes")).scalar() == 1
+            assert conn.execute(text("SELECT COUNT(*) FROM runs WHERE gone")).scalar() == 0
+        assert _totals(engine) == clean_totals
+    finally:
+        engine.dispose()
+
+
+def test_a_hostname_change_is_not_a_new_home(tmp_path, home, clean_totals):
+    """A real new hostname: the second sync runs in its own UTS namespace."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    db = tmp_path / "ledger.sqlite"
+    cli = [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", str(db), "--home", str(home)]
+    first = subprocess.run(cli, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    renamed = subprocess.run(["unshare", "--uts", "sh", "-c", 'hostname renamed-box && exec "$@"', "sh", *cli],
+                             capture_output=True, text=True)
+    assert renamed.returncode == 0, renamed.stderr
+    hostnames = subprocess.run(["unshare", "--uts", "sh", "-c", "hostname renamed-box && hostname"],
+                               capture_output=True, text=True).stdout.strip()
+    assert hostnames == "renamed-box"  # the namespace really had another hostname
+    engine = open_ledger(str(db))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM homes")).scalar() == 1
+        assert _totals(engine) == clean_totals
+    finally:
+        engine.dispose()
+
+
+def test_a_label_for_another_directory_is_refused_unless_relabel(tmp_path, home, db_url):
+    other = tmp_path / "other"
+    shutil.copytree(CORPUS / "home", other)
+    (other / "runs" / RUN).rename(other / "runs" / "20300101-000000.000000001-1")
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "work")])
+        with pytest.raises(HomeConflict, match="--relabel"):
+            sync(engine, [Home.from_path(str(other), "work")])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM runs WHERE gone")).scalar() == 0
+        report = sync(engine, [Home.from_path(str(other), "work")], relabel=True)
+        assert report.runs_gone == 1  # the label now holds the other directory
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("copy", ["whole", "mid-run prefix"])
+def test_a_run_copied_into_another_home_is_billed_once(tmp_path, home, db_url, clean_totals, copy):
+    second = tmp_path / "second"
+    (second / "runs").mkdir(parents=True)
+    shortened = set()
+    for run_dir in sorted((home / "runs").iterdir()):
+        target = second / "runs" / run_dir.name
+        shutil.copytree(run_dir, target)
+        if copy == "mid-run prefix" and (target / "events.jsonl").exists():
+            lines = (target / "events.jsonl").read_bytes().splitlines(keepends=True)
+            (target / "events.jsonl").write_bytes(b"".join(lines[: max(1, len(lines) // 2)]))
+            if len(lines) > 1:
+                shortened.add(run_dir.name)
+            (target / "state.json").unlink(missing_ok=True)
+            (target / "assess.json").unlink(missing_ok=True)
+    engine = open_ledger(db_url)
+    try:
+        # The copy is synced first: the fuller copy must still be the billed one.
+        sync(engine, [Home.from_path(str(second), "machine-b")])
+        sync(engine, [Home.from_path(str(home), "machine-a")])
+        assert _totals(engine) == clean_totals
+        billed = {r["run_id"]: r["home"] for r in list_runs(engine)}
+        # The copy holding more of the stream is billed, whichever was seen first.
+        assert {billed[run_id] for run_id in shortened} <= {"machine-a"}
+        assert bool(shortened) == (copy == "mid-run prefix")
+        detail = show_run(engine, RUN)
+        assert detail["copies_in"] and detail["billed"] is True
+        with engine.connect() as conn:
+            diverged = conn.execute(text("SELECT COUNT(*) FROM findings WHERE kind = 'diverged_copy'")).scalar()
+        assert diverged == 0  # a prefix is not a divergence
+    finally:
+        engine.dispose()
+
+
+def test_diverging_copies_are_a_finding_and_still_billed_once(tmp_path, home, db_url):
+    second = tmp_path / "second"
+    shutil.copytree(home / "runs" / RUN, second / "runs" / RUN)
+    stream = second / "runs" / RUN / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    changed = json.loads(lines[2])
+    changed["detail"] = "this copy went another way"
+    stream.write_bytes(b"".join([*lines[:2], json.dumps(changed).encode() + b"\n", *lines[3:]]))
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
+        with engine.connect() as conn:
+            rows = conn.execute(text(
+                "SELECT f.kind, f.detail FROM findings f JOIN runs r ON r.id = f.run_pk "
+                "WHERE f.kind = 'diverged_copy'")).all()
+            billed = conn.execute(text("SELECT COUNT(*) FROM runs WHERE run_id = :r AND billed"), {"r": RUN}).scalar()
+        assert len(rows) == 1 and "differ from stream line 3" in rows[0].detail
+        assert billed == 1
+    finally:
+        engine.dispose()
+
+
+def test_equal_ids_that_are_different_runs_stay_two_and_show_says_how_to_pick(tmp_path, home, db_url):
+    other = tmp_path / "other"
+    shutil.copytree(home / "runs" / RUN, other / "runs" / RUN)
+    stream = other / "runs" / RUN / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first["ts"] = "2026-11-30T09:00:00.000000001Z"  # another machine's run with the same id
+    stream.write_bytes(json.dumps(first).encode() + b"\n" + b"".join(lines[1:]))
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(other), "b")])
+        assert sum(1 for r in list_runs(engine) if r["run_id"] == RUN) == 2
+        result = CliRunner().invoke(main, ["show", "--db", str(engine.url.render_as_string(hide_password=False)),
+                                           RUN])
+        assert result.exit_code == 4 and "pick one with --home LABEL" in result.output
+        assert show_run(engine, RUN, "b")["home"] == "b"
+    finally:
+        engine.dispose()
+
+
+def test_homes_command_lists_renames_and_forgets(tmp_path, home):
+    db = str(tmp_path / "ledger.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(main, ["sync", "--db", db, "--home", f"work={home}"]).exit_code == 0
+    listed = runner.invoke(main, ["homes", "--db", db, "--json"])
+    (row,) = json.loads(listed.output)
+    assert (row["label"], row["path"], row["runs"], row["gone"]) == ("work", str(home), 25, 0)
+    assert row["last_synced_at"].endswith("Z")
+    assert runner.invoke(main, ["homes", "rename", "--db", db, "work", "laptop"]).exit_code == 0
+    assert "laptop" in runner.invoke(main, ["homes", "--db", db]).output
+    refused = runner.invoke(main, ["homes", "forget", "--db", db, "laptop"])
+    assert refused.exit_code == 2 and "--yes" in refused.output
+    forgot = runner.invoke(main, ["homes", "forget", "--db", db, "laptop", "--yes"])
+    assert forgot.exit_code == 0 and "25 run(s)" in forgot.output
+    assert json.loads(runner.invoke(main, ["homes", "--db", db, "--json"]).output) == []
+    assert os.path.isdir(home / "runs" / RUN)  # the directory itself is never touched
