@@ -157,8 +157,14 @@ def test_postgres_the_connection_refuses_several_statements_without_the_splitter
     for statement in ("SELECT 1; DELETE FROM runs", "SELECT 1; COMMIT; DELETE FROM runs",
                       "COMMIT; INSERT INTO homes (label, path) VALUES ('x', '/x')"):
         assert_refused(pg_ledger, statement)
-    for statement in ("DELETE FROM runs", "COMMIT", "COPY (SELECT 1) TO STDOUT"):
+    # Not queries: PostgreSQL describes them as returning no rows, so they never run.
+    for statement in ("DELETE FROM runs", "COMMIT", "COPY (SELECT 1) TO STDOUT", "SET search_path = x"):
         assert_refused(pg_ledger, statement)
+    # Writes that do return rows run, and the read-only transaction refuses them.
+    for statement in ("DELETE FROM runs RETURNING run_id", "UPDATE charges SET cost_nano_usd = 0 RETURNING 1",
+                      "INSERT INTO homes (label, path) VALUES ('x', '/x') RETURNING id"):
+        line = assert_refused(pg_ledger, statement)
+        assert "read-only transaction" in line, line
 
 
 @pytest.mark.parametrize("statement", [t[0] for t in SPLITTER_TRICKS + ALREADY_REFUSED[:8] + DISGUISED[:3]],
@@ -213,3 +219,31 @@ def test_reads_still_work_after_the_guards(backend, request):
             assert result.exit_code == 0, result.output
             assert expected in result.stdout, result.stdout
     assert fingerprint(url) == before
+
+
+@pytest.mark.parametrize("sql, dialect, expected", [
+    ("SELECT E'\\''; DELETE FROM runs; -- '", "postgresql", ["SELECT E'\\''", "DELETE FROM runs"]),
+    ("SELECT E'\\''; DELETE FROM runs; -- '", "sqlite", ["SELECT E'\\''; DELETE FROM runs; -- '"]),
+    ("SELECT e'a\\\\'; SELECT 2", "postgresql", ["SELECT e'a\\\\'", "SELECT 2"]),
+    ("SELECT 'a\\'; SELECT 2", "postgresql", ["SELECT 'a\\'", "SELECT 2"]),  # standard strings: no escapes
+    ("SELECT typE'x'", "postgresql", ["SELECT typE'x'"]),
+    ("SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]", "postgresql",
+     ["SELECT 1 /* /* */ [ */", "DELETE FROM runs"]),
+    ("SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]", "sqlite",
+     ["SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]"]),
+    ("SELECT 1 /* a /* b */ ; */ AS n", "postgresql", ["SELECT 1 /* a /* b */ ; */ AS n"]),
+    ("SELECT $é$;$é$", "postgresql", ["SELECT $é$;$é$"]),
+], ids=["e-string-pg", "e-string-sqlite", "e-string-escaped-backslash", "standard-string-pg", "e-ending-word",
+        "nested-pg", "nested-sqlite", "nested-semicolon", "dollar-non-ascii-tag"])
+def test_the_early_check_reads_text_the_way_the_dialect_does(sql, dialect, expected):
+    """The friendly check's splitting, per dialect (a courtesy: the guard is the connection)."""
+    from omg_ledger.reports.sql import statements
+
+    assert statements(sql, dialect) == expected
+
+
+def test_the_early_check_finds_a_keyword_hidden_by_a_nested_comment():
+    from omg_ledger.reports.sql import first_keyword
+
+    assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "postgresql") == "delete"
+    assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "sqlite") == "select"
