@@ -195,3 +195,23 @@ def test_json_is_exact_and_still_inert(hostile_home):
     assert evidence["answer"] == "declared" + HOSTILE
     sync = inert_json(cli("sync", "--db", db, "--home", str(hostile_home[0]), "--json"), "sync --json")
     assert isinstance(sync["problems"], list)
+
+
+def test_runner_invocation_reports_are_inert(tmp_path):
+    """A runner's events.jsonl is input too: hostile roles, milestones and statuses."""
+    stream = tmp_path / "events.jsonl"
+    role, milestone, status = "=role" + HOSTILE, "@M1" + HOSTILE, "-FAILED" + HOSTILE
+    lines = [{"ts": "2024-05-01T10:00:00.000Z", "role": role, "milestone": milestone, "event": "start"},
+             {"ts": "2024-05-01T10:00:05.000Z", "role": role, "milestone": milestone, "event": "end",
+              "status": status, "duration_ms": 5000},
+             {"ts": "2024-05-01T10:01:00.000Z", "role": role, "milestone": milestone, "event": "start"}]
+    stream.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not json \x1b[2J\u202e\n")
+    db = tmp_path / "ledger.sqlite"
+    inert(cli("sync", "--db", db, "--home", tmp_path / "no-home", "--invocations", stream), "sync --invocations")
+    for by in ("role", "status", "milestone"):
+        text = inert(cli("invocations", "--db", db, "--by", by), f"invocations --by {by}")
+        assert "\\x1b]0;pwned" in text  # the role, shown in the dangling list at least
+        rows = csv_rows(cli("invocations", "--db", db, "--csv", "--by", by))
+        assert rows[0][0] == "key", rows
+        assert all(cell[:1] not in ("=", "+", "-", "@") for row in rows[1:] for cell in row), rows
+        assert any(row[0].startswith(("'=role", "'@M1", "'-FAILED")) for row in rows[1:]), rows
