@@ -356,7 +356,8 @@ def sql(db, as_json, as_csv, statement) -> None:
     """Run one read-only SQL statement against the ledger.
 
     Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
-    assignment, several statements) is refused and nothing changes (exit 2). The
+    assignment, several statements, COMMIT or SET) is refused and nothing changes
+    (exit 2); a typo is reported as the database's syntax error. The
     v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
     stable names to query.
 
