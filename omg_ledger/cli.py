@@ -22,8 +22,20 @@ EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
 
 
+def _say(text: str, err: bool = False, nl: bool = True) -> None:
+    """The terminal boundary for text: whatever a run directory put into `text`, no
+    control, bidi or separator character leaves raw (render.inert); our line breaks stay."""
+    click.echo(render.inert(text, keep_newlines=True), err=err, nl=nl)
+
+
+def _say_line(text: str) -> None:
+    """One message line on stderr, inert, newlines in it escaped too: it stays one line."""
+    click.echo(render.inert(text), err=True)
+
+
 def _emit_json(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    sys.stdout.write(render.json_inert(text) + "\n")
 
 
 def _emit_json_array(items) -> None:
@@ -31,7 +43,7 @@ def _emit_json_array(items) -> None:
     out = sys.stdout
     out.write("[")
     for n, item in enumerate(items):
-        out.write(("," if n else "") + "\n  " + orjson.dumps(item, option=orjson.OPT_NON_STR_KEYS).decode())
+        out.write(("," if n else "") + "\n  " + render.json_inert(orjson.dumps(item, option=orjson.OPT_NON_STR_KEYS).decode()))
     out.write("\n]\n")
 
 
@@ -63,7 +75,7 @@ def ledger_errors(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"omg-ledger: error: {exc}", err=True)
+            _say_line(f"omg-ledger: error: {exc}")
             sys.exit(exc.exit_code)
 
     return wrapper
@@ -124,12 +136,11 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
     if progress is not None:
         progress.close()
     for problem in report.problems:
-        click.echo(f"omg-ledger: problem: {problem.path} at byte {problem.offset}: "
-                   f"{render.safe(problem.reason)}", err=True)
+        _say_line(f"omg-ledger: problem: {problem.path} at byte {problem.offset}: {problem.reason}")
     if as_json:
         _emit_json(report.as_dict())
     elif sys.stdout.isatty():
-        click.echo(render.sync_summary(report))
+        _say(render.sync_summary(report))
     if strict and report.problems:
         sys.exit(EXIT_PROBLEMS)
 
@@ -197,7 +208,7 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
     if as_json:
         _emit_json_array(rows)
     else:
-        click.echo(render.runs_table(list(rows)))
+        _say(render.runs_table(list(rows)))
 
 
 @main.command()
@@ -224,7 +235,7 @@ def show(db, as_json, run_id, home_label) -> None:
     if as_json:
         _emit_json(detail)
     else:
-        click.echo(render.run_detail(detail))
+        _say(render.run_detail(detail))
 
 
 @main.group(name="homes", invoke_without_command=True)
@@ -319,7 +330,7 @@ def db_upgrade(db) -> None:
 
     engine = open_db(db)
     with engine.connect() as conn:
-        click.echo(f"ledger database at revision {current_revision(conn)} (head)")
+        _say(f"ledger database at revision {current_revision(conn)} (head)")
 
 
 @db_group.command(name="current")
@@ -337,7 +348,7 @@ def db_current(db) -> None:
     engine = create_ledger_engine(config.resolve_db(db))
     with engine.connect() as conn:
         current = current_revision(conn)
-    click.echo(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
+    _say(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
 
 
 @main.command()
@@ -375,9 +386,9 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     if as_json:
         _emit_json(report)
     elif as_csv:
-        click.echo(to_csv(report), nl=False)
+        _say(to_csv(report), nl=False)
     else:
-        click.echo(to_text(report))
+        _say(to_text(report))
 
 
 def csv_option(f: Callable) -> Callable:
@@ -390,7 +401,7 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
     if as_json:
         _emit_json(value)
     else:
-        click.echo(to_csv(value) if as_csv else to_text(value), nl=not as_csv)
+        _say(to_csv(value) if as_csv else to_text(value), nl=not as_csv)
 
 
 @main.command()
@@ -459,7 +470,8 @@ def sql(db, as_json, as_csv, statement) -> None:
     """Run one read-only SQL statement against the ledger.
 
     Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
-    assignment, several statements) is refused and nothing changes (exit 2). The
+    assignment, several statements, COMMIT or SET) is refused and nothing changes
+    (exit 2); a typo is reported as the database's syntax error. The
     v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
     stable names to query.
 
@@ -492,7 +504,7 @@ def query(db, as_json, as_csv, listing, params, name) -> None:
     from .reports.sql import parse_params, run_saved, saved_queries
 
     if listing or not name:
-        click.echo(render.saved_queries_text(saved_queries()))
+        _say(render.saved_queries_text(saved_queries()))
         return
     result = run_saved(open_db(db), name, parse_params(params)).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
@@ -517,7 +529,7 @@ def export(db, target) -> None:
     from .export import export_ledger
 
     copied = export_ledger(open_db(db), open_db(target))
-    click.echo(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
+    _say(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
 
 
 if __name__ == "__main__":  # pragma: no cover

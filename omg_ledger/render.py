@@ -1,8 +1,17 @@
 """Plain-text rendering for the terminal: tables, money, a progress bar.
 
-Every string that came from a run directory goes through :func:`safe` before it
-reaches the terminal: stored text is kept verbatim, but never interpreted (no escape
-sequences pass through).
+Text from a run directory is kept verbatim in the ledger but never interpreted on
+output. Two functions make it inert, and cli.py applies them at the output boundary:
+
+* :func:`inert` (and :func:`safe`, the same for one field) for text: C0 and C1
+  controls, DEL, bidi overrides, isolates and marks, U+2028/U+2029 are shown as
+  visible escapes (``\\x1b``, ``\\u202e``), so no escape sequence, line spoofing or
+  right-to-left reordering passes through.
+* :func:`csv_cell` for CSV: the same escapes, and a text cell a spreadsheet would
+  take for a formula (leading ``=``, ``+``, ``-``, ``@``) gets a leading ``'``.
+
+``--json`` output is exact (programs read it) and inert too: :func:`json_inert`
+writes those characters as JSON ``\\u`` escapes, which decode to the same value.
 """
 
 from __future__ import annotations
@@ -13,23 +22,60 @@ import time
 
 from .units import format_usd
 
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# What a terminal acts on instead of showing: C0 (tab and newline too, in a field),
+# DEL, C1, the bidi controls, and the Unicode line and paragraph separators.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_UNSAFE = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+_UNSAFE_KEEP_NEWLINE = re.compile(f"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029{_BIDI}]")
+# Only non-ASCII ones: inside JSON text the C0 controls are already \u escapes.
+_UNSAFE_IN_JSON = re.compile(f"[\x7f-\x9f\u2028\u2029{_BIDI}]")
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def inert(text: object, keep_newlines: bool = False) -> str:
+    """`text` as a terminal can only display it: every control, bidi and separator
+    character becomes a visible escape. `keep_newlines` keeps line feeds, for a whole
+    rendered report whose fields were already made inert one by one."""
+    if text is None:
+        return ""
+    text = str(text)
+    return (_UNSAFE_KEEP_NEWLINE if keep_newlines else _UNSAFE).sub(_escape, text)
 
 
 def safe(text: object) -> str:
-    """Printable text: control characters (ESC, BEL, CR, …) shown as \\x.. escapes."""
-    if text is None:
+    """One field of stored text, inert: newlines and tabs escaped too."""
+    return inert(text)
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell that a spreadsheet shows and never evaluates.
+
+    Numbers stay numbers (money is never negative; a number is written as a number,
+    unprefixed). Text is made inert; text starting with ``=``, ``+``, ``-`` or ``@``
+    (a formula to Excel, LibreOffice, Sheets) gets a leading ``'``, as OWASP advises,
+    so a text "-5" is written '-5 while the number -5 stays -5. A leading tab or CR
+    is already an escape (``\\x09``) by then.
+    """
+    if value is None:
         return ""
-    if not _CONTROL.search(str(text)):
-        return str(text)  # the common case: nothing to escape
-    out = []
-    for ch in str(text):
-        code = ord(ch)
-        if code < 32 and ch not in "\t" or 127 <= code < 160:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    if isinstance(value, bool | int | float):
+        return value
+    text = inert(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+def json_inert(text: str) -> str:
+    """Serialized JSON with C1, DEL, bidi and U+2028/U+2029 written as \\u escapes.
+
+    Outside strings JSON is ASCII, so each replacement is inside a string and the
+    document decodes to exactly the same value.
+    """
+    return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _UNSAFE_IN_JSON.search(text) else text
 
 
 def money(nanos: int | None, unknown_count: int = 0) -> str:
@@ -80,8 +126,8 @@ def runs_table(rows: list[dict]) -> str:
 
 
 def run_detail(d: dict) -> str:
-    out = [f"run {safe(d['run_id'])}  [{d['status']}]  home {safe(d['home'])}",
-           f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  legs {d['legs']}  "
+    out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
+           f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  legs {d['legs']}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
            f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
     if d.get("copies_in"):
@@ -112,7 +158,7 @@ def run_detail(d: dict) -> str:
             out.append(f"  assessed: goal_met={g['goal_met']} cost {money(g['assess_cost_nano_usd'])}"
                        f"  remaining: {safe(g['remaining'] or '-')}")
     out.append("\nFINDINGS")
-    out.extend(f"  {f['kind']}: {safe(f['detail'])}" for f in d["findings"]) if d["findings"] else out.append("  (none)")
+    out.extend(f"  {safe(f['kind'])}: {safe(f['detail'])}" for f in d["findings"]) if d["findings"] else out.append("  (none)")
     if d["problems"]:
         out.append("\nPROBLEMS")
         out.extend(f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}" for p in d["problems"])
@@ -163,7 +209,7 @@ def cost_window(report: dict) -> str:
         span = "all time"
     else:
         span = f"{report['since'] or 'the beginning'} → {report['until'] or 'now'}"
-    return f"window: {span} (periods and times in {report['tz']})"
+    return safe(f"window: {span} (periods and times in {report['tz']})")
 
 
 def cost_text(report: dict) -> str:
@@ -194,7 +240,7 @@ def cost_csv(report: dict) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["key", *COST_FIELDS])
     for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
-        writer.writerow([row["key"], *(row[f] for f in COST_FIELDS)])
+        writer.writerow([csv_cell(row["key"]), *(csv_cell(row[f]) for f in COST_FIELDS)])
     return out.getvalue()
 
 
@@ -205,38 +251,40 @@ def _section(title: str, lines: list[str], empty: str) -> list[str]:
 def audit_text(report: dict) -> str:
     out = ["audit " + (f"since {report['since']}" if report["since"] else "of all runs")]
     prov = report["provenance"]
-    mix = ", ".join(f"{k} {v}" for k, v in prov["mix"].items())
+    mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
     out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
-                    [f"  {r['run_id']}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
+                    [f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
                      f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in prov["runs_all_unverified"]],
                     "no run has only self-reported/exit-only passes")
     fails = report["failures"]
     out += _section("FAILS JUDGED (engine's judged field)",
-                    [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                    [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
                      + ("  [ours: reads like machinery]" if f["ours_likely_machinery"] else "")
                      for f in fails["judged"]], "none")
     out += _section("FAILS BY MACHINERY (judged absent)",
-                    [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                    [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
                      for f in fails["machinery"]], "none")
     budget = report["budget"]
     out += _section("BUDGET OVERRUNS",
-                    [f"  {b['run_id']}  {safe(b['node_id'])}: post-hoc budget FAIL (artifact on disk)"
+                    [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: post-hoc budget FAIL (artifact on disk)"
                      for b in budget["budget_overrun"]]
-                    + [f"  {b['run_id']}  {safe(b['node_id'])}: spent {money(b['cost_nano_usd'])} of a "
+                    + [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: spent {money(b['cost_nano_usd'])} of a "
                        f"{money(b['budget_nano_usd'])} budget" for b in budget["spend_over_budget"]], "none")
     out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" for r in report["abandoned"]], "none")
     paused = report["paused"]
     out += _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
                                for p in paused[kind]], "none")
     out += _section("RECONCILIATION FINDINGS",
-                    [f"  {f['run_id']}  {f['kind']}: {safe(f['detail'])}" for f in report["findings"]], "none")
+                    [f"  {safe(f['run_id'])}  {safe(f['kind'])}: {safe(f['detail'])}" for f in report["findings"]],
+                    "none")
     out += _section("INPUT PROBLEMS",
                     [f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
                      for p in report["problems"]], "none")
     ev = report["build_evidence"]
-    counts = ", ".join(f"{k} {v}" for k, v in ev["counts"].items())
+    counts = ", ".join(f"{safe(k)} {v}" for k, v in ev["counts"].items())
     out += _section(f"BUILD EVIDENCE (auto runs): {counts} — declared and disclosed are never summed",
-                    [f"  {r['run_id']}  {r['answer']}" + (f" by {safe(r['declared_by'])}" if r["declared_by"] else "")
+                    [f"  {safe(r['run_id'])}  {safe(r['answer'])}"
+                     + (f" by {safe(r['declared_by'])}" if r["declared_by"] else "")
                      for r in ev["runs"]], "no auto runs")
     unknown = report["unknown_cost"]
     out += _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
@@ -252,7 +300,7 @@ def sql_text(result: dict) -> str:
     if not result["columns"]:
         return "(the statement returned no columns)"
     rows = [["NULL" if row[c] is None else safe(row[c]) for c in result["columns"]] for row in result["rows"]]
-    return table(result["columns"], rows) + f"\n({len(rows)} row(s))"
+    return table([safe(c) for c in result["columns"]], rows) + f"\n({len(rows)} row(s))"
 
 
 def sql_csv(result: dict) -> str:
@@ -261,9 +309,9 @@ def sql_csv(result: dict) -> str:
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(result["columns"])
+    writer.writerow([csv_cell(c) for c in result["columns"]])
     for row in result["rows"]:
-        writer.writerow(["" if row[c] is None else row[c] for c in result["columns"]])
+        writer.writerow([csv_cell(row[c]) for c in result["columns"]])
     return out.getvalue()
 
 

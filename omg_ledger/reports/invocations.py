@@ -37,7 +37,7 @@ from ..invocations import (
     percentile,
     summarize,
 )
-from ..render import safe, table
+from ..render import csv_cell, safe, table
 from ..units import format_instant, instant_to_us, us_to_instant
 
 By = Literal["role", "status", "milestone"]
@@ -214,9 +214,9 @@ def to_csv(report: dict[str, Any]) -> str:
     writer.writerow(CSV_FIELDS)  # "key" like `cost --csv`; the JSON "by" says what it is
     for r in report["rows"]:
         writer.writerow([
-            "" if r["key"] is None else r["key"],
-            *("" if r[f] is None else r[f] for f in CSV_FIELDS[1:7]),
-            ";".join(f"{s}={n}" for s, n in r["failures_by_status"].items()),
-            ";".join(f"{s}={n}" for s, n in r["statuses"].items()),
+            csv_cell(r["key"]),
+            *(csv_cell(r[f]) for f in CSV_FIELDS[1:7]),
+            csv_cell(";".join(f"{s}={n}" for s, n in r["failures_by_status"].items())),
+            csv_cell(";".join(f"{s}={n}" for s, n in r["statuses"].items())),
         ])
     return buffer.getvalue()

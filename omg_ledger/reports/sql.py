@@ -1,16 +1,26 @@
 """`sql` and `query`: read-only SQL against the ledger, and the saved queries.
 
-Read-only is enforced three times over, so no one layer has to be perfect:
+Read-only holds by construction in the database connection; no statement parser is
+trusted with it:
 
-1. **One statement, a reading one.** The text is split on ``;`` outside quotes,
-   comments and dollar-quoted bodies; more than one statement is refused, and the
-   statement must start with SELECT, WITH, VALUES, TABLE or EXPLAIN (plus PRAGMA on
-   SQLite, SHOW on PostgreSQL).
-2. **A read-only connection.** SQLite: a separate ``sqlite3`` connection opened with
-   ``file:…?mode=ro`` and ``PRAGMA query_only=ON``, plus an authorizer that allows only
-   reads (no ATTACH, no pragma assignment, no temp tables). PostgreSQL: the statement
-   runs inside ``SET TRANSACTION READ ONLY``, which is always rolled back.
-3. Any error the database raises for a write is reported as :class:`ReadOnlyViolation`.
+* **SQLite**: a separate ``sqlite3`` connection opened with ``file:…?mode=ro`` and
+  ``PRAGMA query_only=ON``, plus an authorizer that allows only reads (no ATTACH, no
+  pragma assignment, no temp tables, no transaction control). ``sqlite3`` runs
+  exactly one statement per ``execute`` and refuses a second one.
+* **PostgreSQL**: the statement goes through the extended query protocol, whose Parse
+  step accepts exactly one statement (the simple protocol would run several). It is
+  described before it runs and must return rows (a query, EXPLAIN or SHOW: never
+  COMMIT, SET, COPY …), runs inside ``SET TRANSACTION READ ONLY`` with
+  ``default_transaction_read_only`` on, must leave that transaction open, and the
+  transaction is always rolled back and the connection thrown away.
+
+Before that, :func:`early_check` reads the text the way the dialect does (E'' escapes
+and nested comments on PostgreSQL, [brackets] and `backticks` on SQLite) to refuse
+the obvious cases with a friendly message. It is a courtesy, not a guard: whatever it
+lets through still meets the connection. A statement it cannot classify goes to the
+database, so a typo is reported as the database's syntax error.
+
+On a shared server, connect `sql` with a role that can only read (README, Security).
 
 Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
 repository's top-level ``queries/``). Each starts with a comment header: its first
@@ -110,13 +120,33 @@ def plain(value: object) -> object:
     return value
 
 
-# -- statement splitting ------------------------------------------------------------
+# -- friendly early checks (not the guard) ------------------------------------------
 
-_DOLLAR = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+_DOLLAR = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
+# Commands that are not queries: refused early with a clear message. A first word
+# outside this set and the reading ones is left to the database to judge.
+KNOWN_NON_READING = {
+    "abort", "alter", "analyze", "analyse", "attach", "begin", "call", "checkpoint", "close", "cluster", "comment",
+    "commit", "copy", "create", "deallocate", "declare", "delete", "detach", "discard", "do", "drop", "end",
+    "execute", "fetch", "grant", "import", "insert", "listen", "load", "lock", "merge", "move", "notify",
+    "prepare", "reassign", "refresh", "reindex", "release", "replace", "reset", "revoke", "rollback",
+    "savepoint", "security", "set", "start", "truncate", "unlisten", "update", "upsert", "vacuum",
+}
 
 
-def code_spans(sql: str) -> list[tuple[str, str]]:
-    """(kind, text) pieces: kind is 'code', 'string', 'ident' or 'comment'."""
+def _is_word_char(ch: str) -> bool:
+    return ch.isalnum() or ch in "_$"
+
+
+def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
+    """(kind, text) pieces: kind is 'code', 'string', 'ident' or 'comment'.
+
+    `dialect` picks the lexical rules: "postgresql" knows E'…' backslash escapes and
+    nested /* */ comments and has no [ ] or ` quoting; "sqlite" the reverse; "" (saved
+    queries, which run on both) follows SQLite's quoting.
+    """
+    postgres = dialect == "postgresql"
+    quotes = "'\"" if postgres else "'\"`"
     spans: list[tuple[str, str]] = []
     i, n, start = 0, len(sql), 0
 
@@ -128,10 +158,15 @@ def code_spans(sql: str) -> list[tuple[str, str]]:
         ch = sql[i]
         end = None
         kind = None
-        if ch in "'\"`":
+        if ch in quotes:
             kind = "string" if ch == "'" else "ident"
+            backslash = (postgres and ch == "'" and i > 0 and sql[i - 1] in "Ee"
+                         and not (i > 1 and _is_word_char(sql[i - 2])))
             j = i + 1
             while j < n:
+                if backslash and sql[j] == "\\":
+                    j += 2
+                    continue
                 if sql[j] == ch:
                     if j + 1 < n and sql[j + 1] == ch:
                         j += 2
@@ -139,7 +174,7 @@ def code_spans(sql: str) -> list[tuple[str, str]]:
                     break
                 j += 1
             end = min(j + 1, n)
-        elif ch == "[":
+        elif ch == "[" and not postgres:
             kind, end = "ident", (sql.find("]", i) + 1 or n)
         elif sql.startswith("--", i):
             kind = "comment"
@@ -147,9 +182,8 @@ def code_spans(sql: str) -> list[tuple[str, str]]:
             end = n if nl == -1 else nl + 1
         elif sql.startswith("/*", i):
             kind = "comment"
-            close = sql.find("*/", i + 2)
-            end = n if close == -1 else close + 2
-        elif ch == "$" and (m := _DOLLAR.match(sql, i)) and not (i and (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+            end = _comment_end(sql, i, nested=postgres)
+        elif ch == "$" and (m := _DOLLAR.match(sql, i)) and not (i and _is_word_char(sql[i - 1])):
             kind = "string"
             close = sql.find(m.group(0), m.end())
             end = n if close == -1 else close + len(m.group(0))
@@ -163,10 +197,27 @@ def code_spans(sql: str) -> list[tuple[str, str]]:
     return spans
 
 
-def statements(sql: str) -> list[str]:
+def _comment_end(sql: str, i: int, nested: bool) -> int:
+    """Index just past the block comment opening at `i` (PostgreSQL's nest)."""
+    depth, j, n = 1, i + 2, len(sql)
+    while j < n:
+        if sql.startswith("*/", j):
+            depth -= 1
+            j += 2
+            if depth == 0 or not nested:
+                return j
+        elif nested and sql.startswith("/*", j):
+            depth += 1
+            j += 2
+        else:
+            j += 1
+    return n
+
+
+def statements(sql: str, dialect: str = "") -> list[str]:
     """The non-empty statements of `sql` (comments alone are not a statement)."""
     out, current, meaningful = [], [], False
-    for kind, piece in code_spans(sql):
+    for kind, piece in code_spans(sql, dialect):
         if kind != "code":
             current.append(piece)
             meaningful = meaningful or kind != "comment"
@@ -184,25 +235,27 @@ def statements(sql: str) -> list[str]:
     return out
 
 
-def first_keyword(statement: str) -> str:
-    code = " ".join(piece for kind, piece in code_spans(statement) if kind == "code")
+def first_keyword(statement: str, dialect: str = "") -> str:
+    code = " ".join(piece for kind, piece in code_spans(statement, dialect) if kind == "code")
     match = re.match(r"[\s(]*([A-Za-z]+)", code)
     return match.group(1).lower() if match else ""
 
 
-def check_read_only(sql: str, dialect: str) -> str:
-    """The single reading statement in `sql`, or ReadOnlyViolation."""
-    found = statements(sql)
+def early_check(sql: str, dialect: str) -> None:
+    """Refuse what is plainly not one read-only statement, with a message that says so.
+
+    A courtesy only: the connection enforces read-only whatever this lets through.
+    """
+    found = statements(sql, dialect)
     if not found:
         raise BadArgument("no SQL statement given")
     if len(found) > 1:
         raise ReadOnlyViolation(f"refused: {len(found)} statements given; `sql` and `query` run exactly one "
                                 "read-only statement (nothing was run)")
-    keyword = first_keyword(found[0])
-    if keyword not in READING_STATEMENTS | EXTRA_READING.get(dialect, set()):
-        raise ReadOnlyViolation(f"refused: {keyword.upper() or 'that'} is not a read-only statement; the ledger "
+    keyword = first_keyword(found[0], dialect)
+    if keyword in KNOWN_NON_READING or (keyword in ("pragma", "show") and keyword not in EXTRA_READING[dialect]):
+        raise ReadOnlyViolation(f"refused: {keyword.upper()} is not a read-only statement; the ledger "
                                 "is read-only here (SELECT, WITH, VALUES, EXPLAIN). Nothing was changed.")
-    return found[0]
 
 
 # -- execution --------------------------------------------------------------------------
@@ -224,8 +277,12 @@ def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
 
 def _is_write_error(message: str) -> bool:
     lowered = message.lower()
-    return any(s in lowered for s in ("not authorized", "readonly", "read-only", "read only",
+    return any(s in lowered for s in ("not authorized", "readonly", "read-only", "read only", "read-write",
                                       "query_only", "prohibited"))
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.strip().splitlines()[:1]) or "the database rejected the statement"
 
 
 def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
@@ -239,6 +296,7 @@ def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryRes
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.set_authorizer(_authorizer)
+        # sqlite3 compiles one statement and raises if anything but comments follows.
         cursor = conn.execute(statement, params or {})
         columns = [d[0] for d in cursor.description or []]
         rows = cursor.fetchall() if cursor.description else []
@@ -246,55 +304,103 @@ def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryRes
     except sqlite3.ProgrammingError as exc:
         if "one statement" in str(exc):
             raise ReadOnlyViolation("refused: more than one statement (nothing was run)") from exc
-        raise QueryFailed(str(exc)) from exc
+        raise QueryFailed(_one_line(str(exc))) from exc
     except sqlite3.Error as exc:
         if _is_write_error(str(exc)):
             raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
-        raise QueryFailed(str(exc)) from exc
+        raise QueryFailed(_one_line(str(exc))) from exc
     finally:
         conn.rollback()
         conn.close()
 
 
+# SQLSTATEs PostgreSQL raises for an attempt to write or to leave read-only mode.
+_PG_READ_ONLY_STATES = {"25006", "25001"}
+
+
+def _pg_refusal(sqlstate: str | None, primary: str, position: str | None = None) -> LedgerError:
+    message = _one_line(primary)
+    if "multiple commands" in message:
+        return ReadOnlyViolation("refused: more than one statement; `sql` and `query` run exactly one "
+                                 "read-only statement (nothing was run)")
+    if sqlstate in _PG_READ_ONLY_STATES or _is_write_error(message):
+        return ReadOnlyViolation(f"refused: the statement would write ({message}); nothing was changed")
+    return QueryFailed(message + (f" (at character {position})" if position else ""))
+
+
+def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
+    """The statement with `:name` turned into PostgreSQL's own `$n`, and the values."""
+    if params is None:
+        return statement, None
+    from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+
+    compiled = text(statement).compile(dialect=psycopg_dialect(paramstyle="numeric_dollar"))
+    try:
+        values = compiled.construct_params(params)
+    except Exception as exc:  # a placeholder without a value
+        raise BadArgument(f"missing a value for a placeholder: {exc}") from exc
+    return str(compiled), [values[name] for name in compiled.positiontup or []]
+
+
 def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
+    import psycopg
+    from psycopg import pq
+
+    query, values = _pg_bind(statement, params)
     with engine.connect() as conn:
         try:
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-            if params is None:
-                # The driver's own cursor: no placeholder parsing, so '%' and ':' in the
-                # user's literals stay literal.
-                cursor = conn.connection.dbapi_connection.cursor()
-                cursor.execute(statement)
-                columns = [d[0] for d in cursor.description or []]
-                rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
-            else:
-                result = conn.execute(text(statement), params)
-                columns = list(result.keys()) if result.returns_rows else []
-                rows = [tuple(r) for r in result] if result.returns_rows else []
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
+            conn.exec_driver_sql("SET default_transaction_read_only = on")
+            driver = conn.connection.dbapi_connection
+            pgconn = driver.pgconn
+            encoded = query.encode(driver.info.encoding)
+            # Parse (the extended protocol's one-statement step) and Describe, without
+            # running anything: a statement that returns no rows is not a query.
+            for result in (pgconn.prepare(b"", encoded), pgconn.describe_prepared(b"")):
+                if result.status != pq.ExecStatus.COMMAND_OK:
+                    field = pq.DiagnosticField
+                    raise _pg_refusal((result.error_field(field.SQLSTATE) or b"").decode(),
+                                      (result.error_field(field.MESSAGE_PRIMARY) or b"").decode(errors="replace"),
+                                      (result.error_field(field.STATEMENT_POSITION) or b"").decode() or None)
+            if result.nfields == 0:
+                raise ReadOnlyViolation("refused: the statement returns no rows, so it is not a query; `sql` "
+                                        "and `query` run one SELECT, WITH, VALUES, TABLE, EXPLAIN or SHOW "
+                                        "(nothing was run)")
+            # The same text, run the same way (prepare=True: extended protocol, and no
+            # '%' placeholder parsing in the user's literals).
+            cursor = psycopg.RawCursor(driver)
+            cursor.execute(query, values, prepare=True)
+            columns = [d.name for d in cursor.description or []]
+            rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            if pgconn.transaction_status != pq.TransactionStatus.INTRANS:
+                raise ReadOnlyViolation("refused: the statement ended the read-only transaction")
             return QueryResult(columns, rows)
+        except psycopg.Error as exc:
+            diag = exc.diag
+            raise _pg_refusal(exc.sqlstate, diag.message_primary or str(exc), diag.statement_position) from exc
         except DBAPIError as exc:
-            message = str(exc.orig).strip()
-            if _is_write_error(message):
-                raise ReadOnlyViolation(f"refused: the statement would write ({message}); nothing was changed") \
-                    from exc
-            raise QueryFailed(message) from exc
-        except Exception as exc:  # a raw driver error outside SQLAlchemy's wrapping
-            if _is_write_error(str(exc)):
-                raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
-            raise QueryFailed(str(exc).strip()) from exc
+            orig = exc.orig
+            diag = getattr(orig, "diag", None)
+            raise _pg_refusal(getattr(orig, "sqlstate", None), getattr(diag, "message_primary", None) or str(orig),
+                              getattr(diag, "statement_position", None)) from exc
         finally:
-            conn.rollback()
+            # Nothing the statement did to the session outlives it.
+            try:
+                conn.rollback()
+            finally:
+                conn.invalidate()
 
 
 def run_sql(engine: Engine, sql: str, params: dict | None = None) -> QueryResult:
     """Run one read-only statement. `params` binds `:name` placeholders."""
     dialect = engine.dialect.name
-    statement = check_read_only(sql, dialect)
+    if dialect not in ("sqlite", "postgresql"):
+        raise BadArgument(f"read-only SQL is not supported on {dialect}")
+    early_check(sql, dialect)
+    statement = sql.strip()
     if dialect == "sqlite":
         return _sqlite_run(engine, statement, params)
-    if dialect == "postgresql":
-        return _postgres_run(engine, statement, params)
-    raise BadArgument(f"read-only SQL is not supported on {dialect}")
+    return _postgres_run(engine, statement, params)
 
 
 # -- saved queries ----------------------------------------------------------------------

@@ -1,0 +1,249 @@
+"""`omg-ledger sql` can never write, whatever the statement text: tricks that fool a
+statement splitter (PostgreSQL's E'' escapes and nested comments, quote characters
+only SQLite knows) must still change nothing, on a real PostgreSQL server and on
+SQLite. Every case runs the command line and then compares the ledger's row counts,
+money total, tables and sequences with what they were before."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from omg_ledger.cli import main
+
+from .test_cost import ledger
+
+TABLES = ("homes", "runs", "charges", "nodes", "legs", "problems")
+
+
+def fingerprint(url: str) -> tuple:
+    """Row counts, the money total, the table names, and the sequence positions (PostgreSQL)
+    or the schema version (SQLite)."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            counts = tuple(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() for t in TABLES)
+            money = conn.execute(text("SELECT SUM(cost_nano_usd) FROM charges")).scalar()
+            if engine.dialect.name == "sqlite":
+                names = conn.execute(text("SELECT type, name FROM sqlite_master ORDER BY 1, 2")).all()
+                sequences = [(conn.execute(text("PRAGMA user_version")).scalar(),)]
+            else:
+                names = conn.execute(text(
+                    "SELECT table_schema, table_name FROM information_schema.tables "
+                    "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2")).all()
+                sequences = conn.execute(text(
+                    "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")).all()
+    finally:
+        engine.dispose()
+    return counts, int(money), tuple(map(tuple, names)), tuple(map(tuple, sequences))
+
+
+@pytest.fixture(scope="module")
+def pg_template(pg_server, tmp_path_factory):
+    """One PostgreSQL ledger holding the synced corpus; each test works on a copy."""
+    from .conftest import CORPUS_HOME
+
+    name = f"sqlro_{uuid.uuid4().hex[:10]}"
+    engine = ledger(pg_server.create_database(name), CORPUS_HOME, "corpus")
+    engine.dispose()
+    yield name
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_ledger(pg_server, pg_template):
+    name = f"sqlro_{uuid.uuid4().hex[:10]}"
+    url = pg_server.create_database(name, template=pg_template)
+    yield url
+    pg_server.drop_database(name)
+
+
+@pytest.fixture
+def sqlite_ledger(sqlite_url, corpus_home):
+    ledger(sqlite_url, corpus_home, "corpus").dispose()
+    return sqlite_url
+
+
+def run_cli(url: str, statement: str):
+    return CliRunner().invoke(main, ["sql", "--db", url, statement])
+
+
+def assert_refused(url: str, statement: str, expect: str = "refused") -> str:
+    """The command fails with one clear line on stderr and the ledger is unchanged."""
+    before = fingerprint(url)
+    assert before[0][1] == 25, before  # the corpus: 25 runs
+    result = run_cli(url, statement)
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+    assert result.exit_code not in (0, None), result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("omg-ledger: error: "), result.stderr
+    assert expect in lines[0], lines[0]
+    assert result.stdout == ""
+    assert fingerprint(url) == before
+    return lines[0]
+
+
+# Each of these is one statement to a splitter that reads quotes and comments the
+# SQLite way, and several statements to PostgreSQL.
+SPLITTER_TRICKS = [
+    ("SELECT E'\\''; COMMIT; DELETE FROM runs; -- '", "e-string-escape"),
+    ("SELECT e'\\''; COMMIT; DELETE FROM runs; -- '", "e-string-lowercase"),
+    ("SELECT E'\\\\\\''; COMMIT; DELETE FROM runs; -- '", "e-string-escaped-backslash-then-quote"),
+    ("SELECT 1 /* /* */ [ */ ; COMMIT; INSERT INTO homes (label, path) VALUES ('x', '/x'); -- ]",
+     "nested-comment-bracket-insert"),
+    ("SELECT 1 /* /* */ [ */ ; COMMIT; DELETE FROM runs; -- ]", "nested-comment-bracket-delete"),
+    ("SELECT 1 /* /* */ ` */ ; COMMIT; DELETE FROM runs; -- `", "nested-comment-backtick"),
+    ("SELECT 1 /* /* */ \" */ ; COMMIT; DELETE FROM runs; -- \"", "nested-comment-double-quote"),
+    ("SELECT 1 /* /* */ ' */ ; COMMIT; DELETE FROM runs; -- '", "nested-comment-single-quote"),
+    ("SELECT 1 /* /* */ $$ */ ; COMMIT; DELETE FROM runs; -- $$", "nested-comment-dollar"),
+    ("SELECT 1 /* /* */ /* */ */ */ ; COMMIT; DROP TABLE charges CASCADE; -- */", "nested-comment-drop"),
+    ("SELECT E'\\''; COMMIT; UPDATE charges SET cost_nano_usd = 0; -- '", "e-string-update"),
+    ("SELECT E'\\''; COMMIT; TRUNCATE runs CASCADE; -- '", "e-string-truncate"),
+    ("SELECT E'\\''; SET TRANSACTION READ WRITE; DELETE FROM runs; -- '", "e-string-read-write"),
+]
+
+# Writes that the old code already refused; they must stay refused.
+ALREADY_REFUSED = [
+    ("DELETE FROM runs", "delete"),
+    ("SELECT 1; DELETE FROM runs", "two-statements"),
+    ("COMMIT; DELETE FROM runs", "commit-then-delete"),
+    ("SELECT 1; COMMIT; DELETE FROM runs; --", "select-commit-delete"),
+    ("SELECT $$;$$; COMMIT; DELETE FROM runs", "dollar-then-commit"),
+    ("SELECT $a$ ; $a$; COMMIT; DELETE FROM runs", "tagged-dollar-then-commit"),
+    ("WITH d AS (DELETE FROM runs RETURNING 1) SELECT * FROM d", "data-modifying-cte"),
+    ("EXPLAIN ANALYZE DELETE FROM runs", "explain-analyze-delete"),
+    ("SELECT set_config('transaction_read_only', 'off', true)", "set-config-read-write"),
+    ("SELECT nextval(pg_get_serial_sequence('runs', 'id'))", "nextval"),
+    ("SELECT * FROM runs FOR UPDATE", "select-for-update"),
+    ("/* SELECT */ DELETE FROM runs", "comment-disguised"),
+    ("CREATE TEMP TABLE evil AS SELECT 1", "create-temp"),
+]
+
+# A keyword hidden from the splitter by a nested comment: PostgreSQL sees one
+# statement that is not a query.
+DISGUISED = [
+    ("/* /* */ SELECT */ DELETE FROM runs", "nested-comment-delete"),
+    ("/* /* */ SELECT */ COMMIT", "nested-comment-commit"),
+    ("/* /* */ SELECT */ ROLLBACK", "nested-comment-rollback"),
+    ("/* /* */ SELECT */ SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE", "nested-comment-set-session"),
+    ("/* /* */ SELECT */ COPY (SELECT 1) TO PROGRAM 'true'", "nested-comment-copy-to-program"),
+]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("statement", [t[0] for t in SPLITTER_TRICKS], ids=[t[1] for t in SPLITTER_TRICKS])
+def test_postgres_splitter_tricks_change_nothing(pg_ledger, statement):
+    assert_refused(pg_ledger, statement)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("statement", [t[0] for t in ALREADY_REFUSED + DISGUISED],
+                         ids=[t[1] for t in ALREADY_REFUSED + DISGUISED])
+def test_postgres_writes_stay_refused(pg_ledger, statement):
+    assert_refused(pg_ledger, statement)
+
+
+@pytest.mark.postgres
+def test_postgres_the_connection_refuses_several_statements_without_the_splitter(pg_ledger, monkeypatch):
+    """The guard is the protocol, not the parser: with the friendly checks switched
+    off, PostgreSQL itself refuses a second statement."""
+    from omg_ledger.reports import sql as sqlmod
+
+    monkeypatch.setattr(sqlmod, "early_check", lambda sql, dialect: None)
+    for statement in ("SELECT 1; DELETE FROM runs", "SELECT 1; COMMIT; DELETE FROM runs",
+                      "COMMIT; INSERT INTO homes (label, path) VALUES ('x', '/x')"):
+        assert_refused(pg_ledger, statement)
+    # Not queries: PostgreSQL describes them as returning no rows, so they never run.
+    for statement in ("DELETE FROM runs", "COMMIT", "COPY (SELECT 1) TO STDOUT", "SET search_path = x"):
+        assert_refused(pg_ledger, statement)
+    # Writes that do return rows run, and the read-only transaction refuses them.
+    for statement in ("DELETE FROM runs RETURNING run_id", "UPDATE charges SET cost_nano_usd = 0 RETURNING 1",
+                      "INSERT INTO homes (label, path) VALUES ('x', '/x') RETURNING id"):
+        line = assert_refused(pg_ledger, statement)
+        assert "read-only transaction" in line, line
+
+
+@pytest.mark.parametrize("statement", [t[0] for t in SPLITTER_TRICKS + ALREADY_REFUSED[:8] + DISGUISED[:3]],
+                         ids=[t[1] for t in SPLITTER_TRICKS + ALREADY_REFUSED[:8] + DISGUISED[:3]])
+def test_sqlite_the_same_tricks_change_nothing(sqlite_ledger, statement):
+    """SQLite reads some of these as one SELECT (`[…]`, `…` and "…" are identifiers
+    there, comments do not nest): that one row is fine; anything else is refused."""
+    before = fingerprint(sqlite_ledger)
+    result = run_cli(sqlite_ledger, statement)
+    if result.exit_code == 0:
+        assert result.stdout.endswith("(1 row(s))\n"), result.stdout
+    else:
+        assert isinstance(result.exception, SystemExit), result.exception
+        assert result.stderr.startswith("omg-ledger: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert fingerprint(sqlite_ledger) == before
+
+
+def test_sqlite_several_statements_refused_without_the_splitter(sqlite_ledger, monkeypatch):
+    from omg_ledger.reports import sql as sqlmod
+
+    monkeypatch.setattr(sqlmod, "early_check", lambda sql, dialect: None)
+    for statement in ("SELECT 1; DELETE FROM runs", "DELETE FROM runs", "BEGIN", "ATTACH ':memory:' AS x"):
+        assert_refused(sqlite_ledger, statement)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_syntax_error_is_reported_as_one(backend, request):
+    url = request.getfixturevalue("sqlite_ledger" if backend == "sqlite" else "pg_ledger")
+    for statement in ("SELEC 1", "SELECT FROM WHERE", "(((", "FROBNICATE runs"):
+        line = assert_refused(url, statement, expect="syntax error")
+        assert "read-only" not in line, line
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_reads_still_work_after_the_guards(backend, request):
+    url = request.getfixturevalue("sqlite_ledger" if backend == "sqlite" else "pg_ledger")
+    before = fingerprint(url)
+    for statement, expected in [
+        ("SELECT COUNT(*) AS n FROM runs", "25"),
+        ("SELECT '100%' AS p, 'a;b' AS s, ':x' AS c", "100%"),
+        ("SELECT 1 AS one; -- a trailing comment", "1"),
+        ("WITH x AS (SELECT 2 AS two) SELECT two FROM x;", "2"),
+    ]:
+        result = run_cli(url, statement)
+        assert result.exit_code == 0, result.output
+        assert expected in result.stdout
+    if backend == "postgresql":
+        for statement, expected in [("SELECT E'it''s \\x41'", "it's A"),
+                                    ("SELECT 1 /* nested /* comment */ still */ AS n", "1"),
+                                    ("SHOW transaction_read_only", "on")]:
+            result = run_cli(url, statement)
+            assert result.exit_code == 0, result.output
+            assert expected in result.stdout, result.stdout
+    assert fingerprint(url) == before
+
+
+@pytest.mark.parametrize("sql, dialect, expected", [
+    ("SELECT E'\\''; DELETE FROM runs; -- '", "postgresql", ["SELECT E'\\''", "DELETE FROM runs"]),
+    ("SELECT E'\\''; DELETE FROM runs; -- '", "sqlite", ["SELECT E'\\''; DELETE FROM runs; -- '"]),
+    ("SELECT e'a\\\\'; SELECT 2", "postgresql", ["SELECT e'a\\\\'", "SELECT 2"]),
+    ("SELECT 'a\\'; SELECT 2", "postgresql", ["SELECT 'a\\'", "SELECT 2"]),  # standard strings: no escapes
+    ("SELECT typE'x'", "postgresql", ["SELECT typE'x'"]),
+    ("SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]", "postgresql",
+     ["SELECT 1 /* /* */ [ */", "DELETE FROM runs"]),
+    ("SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]", "sqlite",
+     ["SELECT 1 /* /* */ [ */ ; DELETE FROM runs; -- ]"]),
+    ("SELECT 1 /* a /* b */ ; */ AS n", "postgresql", ["SELECT 1 /* a /* b */ ; */ AS n"]),
+    ("SELECT $é$;$é$", "postgresql", ["SELECT $é$;$é$"]),
+], ids=["e-string-pg", "e-string-sqlite", "e-string-escaped-backslash", "standard-string-pg", "e-ending-word",
+        "nested-pg", "nested-sqlite", "nested-semicolon", "dollar-non-ascii-tag"])
+def test_the_early_check_reads_text_the_way_the_dialect_does(sql, dialect, expected):
+    """The friendly check's splitting, per dialect (a courtesy: the guard is the connection)."""
+    from omg_ledger.reports.sql import statements
+
+    assert statements(sql, dialect) == expected
+
+
+def test_the_early_check_finds_a_keyword_hidden_by_a_nested_comment():
+    from omg_ledger.reports.sql import first_keyword
+
+    assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "postgresql") == "delete"
+    assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "sqlite") == "select"
