@@ -7,6 +7,7 @@ into one-line messages here, with exit codes cron can act on.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ from .status import STATUSES
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
+ENV_NOW = "OMG_LEDGER_NOW"
 
 
 def _emit_json(value: object) -> None:
@@ -266,6 +268,39 @@ def invocations(db, as_json, as_csv, since, by) -> None:
         click.echo(to_text(report))
 
 
+def estimate_options(f: Callable) -> Callable:
+    f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
+                     help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
+                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
+    return click.option("--estimate", is_flag=True,
+                        help="Also estimate unpriced invocations from their tokens with the price book "
+                             "(shown apart from known spend, never stored).")(f)
+
+
+def _price_book(estimate: bool, prices_file: str | None):
+    if not estimate:
+        return None
+    from .prices import load_book
+
+    return load_book(prices_file)
+
+
+def _now():
+    """Now, or the instant in $OMG_LEDGER_NOW (RFC 3339): evaluate relative windows and
+    current periods as of another moment (replays, and tests of a fixed corpus)."""
+    from datetime import UTC, datetime
+
+    text = os.environ.get(ENV_NOW)
+    if not text:
+        return datetime.now(UTC)
+    from .units import BadTimestamp, parse_timestamp, us_to_instant
+
+    try:
+        return us_to_instant(parse_timestamp(text)[1])
+    except BadTimestamp:
+        raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
+
+
 def csv_option(f: Callable) -> Callable:
     return click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first).")(f)
 
@@ -289,8 +324,9 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@estimate_options
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -299,14 +335,20 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
     <graph>/<node id>; goal keys the goal's first run id, or "(no goal)". JSON gives
     cost_nano_usd exactly and cost_usd as a number (at most 9 decimals).
 
+    --estimate prices unpriced invocations that carry tokens with the price book and
+    shows three figures: known spend, the estimate, and how many could not be
+    estimated. The estimate is never added to known spend nor stored.
+
     \b
     Example:
       omg-ledger cost --since 7d --by day --tz Europe/Berlin
       omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
+      omg-ledger cost --since 7d --by runtime --estimate
     """
     from .reports.cost import cost_report
 
-    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
+    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
+                         now=_now(), prices=_price_book(estimate, prices_file))
     _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
 
 

@@ -150,6 +150,7 @@ class progress_bar:
 
 COST_FIELDS = ["cost_usd", "cost_nano_usd", "cost_is_lower_bound", "invocations", "unknown_cost_invocations",
                "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"]
+ESTIMATE_CSV_FIELDS = ["estimated_usd", "estimated_nano_usd", "estimated_invocations", "unestimated_invocations"]
 
 
 def cost_window(report: dict) -> str:
@@ -170,13 +171,44 @@ def cost_text(report: dict) -> str:
     body = [[safe(r["key"]), money(r["cost_nano_usd"], r["unknown_cost_invocations"]), str(r["invocations"]),
              str(r["unknown_cost_invocations"]), tokens(r)] for r in rows]
     label = (by or "").upper() or "GROUP"
-    table_text = table([label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"], body, right={2, 3})
+    headers = [label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"]
+    if "price_book" in report:
+        headers.append("ESTIMATE (OF UNPRICED)")
+        for cells, r in zip(body, rows, strict=True):
+            cells.append(estimate_cell(r))
+    table_text = table(headers, body, right={2, 3})
     notes = []
+    if "price_book" in report:
+        notes.append(estimate_line(report["total"]))
+        notes.append(price_book_line(report["price_book"]))
     if not report["rows"] and by:
         notes.append("no charges in this window")
     if report["total"]["unknown_cost_invocations"]:
         notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
     return "\n".join([*head, "", table_text, *notes])
+
+
+def estimate_cell(row: dict) -> str:
+    unpriced = row["estimated_invocations"] + row["unestimated_invocations"]
+    if not unpriced:
+        return "-"
+    return f"~{format_usd(row['estimated_nano_usd'])} ({row['estimated_invocations']} of {unpriced})"
+
+
+def estimate_line(total: dict) -> str:
+    """Known spend, the estimate and what could not be estimated: three figures, never one sum."""
+    unpriced = total["estimated_invocations"] + total["unestimated_invocations"]
+    line = (f"{format_usd(total['cost_nano_usd'])} known + ~{format_usd(total['estimated_nano_usd'])} estimated "
+            f"({total['estimated_invocations']} of {unpriced} unpriced)")
+    reasons = {k: v for k, v in total.get("unestimated_reasons", {}).items() if v}
+    if reasons:
+        line += "; not estimated: " + ", ".join(f"{v} {k}" for k, v in reasons.items())
+    return line
+
+
+def price_book_line(book: dict) -> str:
+    runtimes = "; ".join(f"{name}: {safe(r['model'])} from {r['valid_from']}" for name, r in book["runtimes"].items())
+    return f"estimates from the price book {safe(book['path'])} ({runtimes}); the stream records no model name"
 
 
 def cost_csv(report: dict) -> str:
@@ -186,9 +218,10 @@ def cost_csv(report: dict) -> str:
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["key", *COST_FIELDS])
+    fields = COST_FIELDS + (ESTIMATE_CSV_FIELDS if "price_book" in report else [])
+    writer.writerow(["key", *fields])
     for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
-        writer.writerow([row["key"], *(row[f] for f in COST_FIELDS)])
+        writer.writerow([row["key"], *(row[f] for f in fields)])
     return out.getvalue()
 
 
