@@ -352,27 +352,95 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
     _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
 
 
+def limit_options(f: Callable) -> Callable:
+    f = click.option("--tz", metavar="ZONE", help="IANA zone the limit periods are cut in. Default: local zone.")(f)
+    return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
+                        help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
+                             "node:GRAPH/NODE/day=1. Added to the [limits] of ~/.config/omg-ledger/config.toml "
+                             "(env OMG_LEDGER_CONFIG).")(f)
+
+
+def _check_limits(engine, limit_specs, tz, prices, required: bool):
+    """The limits report, or None when no limit is set anywhere (and none is required)."""
+    from .limits import config_path, resolve_limits
+    from .reports.limits import check_limits
+
+    limits = resolve_limits(limit_specs)
+    if not limits:
+        if required:
+            raise BadArgument(f"no spend limits: give --limit (e.g. day=50) or a [limits] table in {config_path()}")
+        return None
+    return check_limits(engine, limits, tz=tz, now=_now(), prices=prices)
+
+
+@main.command()
+@db_option
+@json_option
+@limit_options
+@estimate_options
+@ledger_errors
+def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
+    """Check spend limits: spend so far in each limit's current period, one line per breach first.
+
+    Periods (day, week from Monday, month) are cut in --tz like `cost --by day`. A limit is
+    exceeded when known spend is above it, or, with --estimate, known spend plus the estimate
+    for unpriced work. Limits come from --limit and the [limits] table of
+    ~/.config/omg-ledger/config.toml (env OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
+
+    \b
+    Example:
+      omg-ledger limits --limit day=50 --limit graph:nightly-refactor/day=5 --tz Europe/Berlin
+      omg-ledger limits --json --estimate || notify-someone
+    """
+    engine = open_db(db)
+    report = _check_limits(engine, limit_specs, tz, _price_book(estimate, prices_file), required=True)
+    _emit(report, as_json, False, str, render.limits_text)
+    sys.exit(EXIT_ATTENTION if report["exceeded"] else 0)
+
+
 @main.command()
 @db_option
 @json_option
 @click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@limit_options
+@estimate_options
 @ledger_errors
-def audit(db, as_json, since) -> None:
+def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
-    overrun, a reconciliation finding or a recorded input problem. Unverified passes
-    and unpriced work are reported but do not set it.
+    overrun, a reconciliation finding, a recorded input problem or an exceeded spend
+    limit (--limit, or the [limits] of ~/.config/omg-ledger/config.toml; breaches are
+    the first lines of the output). Unverified passes and unpriced work are reported
+    but do not set it. --estimate also prices unpriced work (and counts it toward limits).
 
     \b
     Example:
       omg-ledger audit --since 1d || notify-someone
+      omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
     """
     from .reports.audit import audit_report
 
-    report = audit_report(open_db(db), since=since)
+    engine = open_db(db)
+    now = _now()
+    prices = _price_book(estimate, prices_file)
+    report = audit_report(engine, since=since, now=now)
+    if prices is not None:
+        from .reports.cost import cost_report
+
+        total = cost_report(engine, since=since, tz=tz, now=now, prices=prices)["total"]
+        report["unknown_cost"]["estimate"] = {k: total[k] for k in (
+            "estimated_nano_usd", "estimated_usd", "estimated_invocations", "unestimated_invocations",
+            "unestimated_reasons")}
+        report["price_book"] = prices.describe()
+    limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
+    if limits_report is not None:
+        report["limits"] = limits_report
+        if limits_report["exceeded"]:
+            report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
+            report["needs_attention"] = True
     _emit(report, as_json, False, str, render.audit_text)
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 

@@ -197,9 +197,12 @@ def estimate_cell(row: dict) -> str:
 
 def estimate_line(total: dict) -> str:
     """Known spend, the estimate and what could not be estimated: three figures, never one sum."""
+    return f"{format_usd(total['cost_nano_usd'])} known + {estimate_part(total)}"
+
+
+def estimate_part(total: dict) -> str:
     unpriced = total["estimated_invocations"] + total["unestimated_invocations"]
-    line = (f"{format_usd(total['cost_nano_usd'])} known + ~{format_usd(total['estimated_nano_usd'])} estimated "
-            f"({total['estimated_invocations']} of {unpriced} unpriced)")
+    line = f"~{format_usd(total['estimated_nano_usd'])} estimated ({total['estimated_invocations']} of {unpriced} unpriced)"
     reasons = {k: v for k, v in total.get("unestimated_reasons", {}).items() if v}
     if reasons:
         line += "; not estimated: " + ", ".join(f"{v} {k}" for k, v in reasons.items())
@@ -230,7 +233,9 @@ def _section(title: str, lines: list[str], empty: str) -> list[str]:
 
 
 def audit_text(report: dict) -> str:
-    out = ["audit " + (f"since {report['since']}" if report["since"] else "of all runs")]
+    limits = report.get("limits")
+    out = [*limits["breaches"]] if limits else []  # first, for a cron mail's reader
+    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs"))
     prov = report["provenance"]
     mix = ", ".join(f"{k} {v}" for k, v in prov["mix"].items())
     out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
@@ -269,6 +274,12 @@ def audit_text(report: dict) -> str:
     out += _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
                     f"{unknown['unrecorded_attempts']}",
                     [f"  {safe(k)}: {v}" for k, v in unknown["by_runtime"].items()], "none")
+    if "estimate" in unknown:
+        out.append("  " + estimate_part(unknown["estimate"]))
+        out.append("  " + price_book_line(report["price_book"]))
+    if limits:
+        out.append("\nSPEND LIMITS")
+        out.extend("  " + line for line in limits_table(limits).splitlines())
     verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
         else "nothing needs attention"
     out.append(f"\n{verdict}")
@@ -301,3 +312,31 @@ def saved_queries_text(queries: list) -> str:
     for q in queries:
         out.append(f"{q.name}\n" + "\n".join(f"    {line}" if line else "" for line in q.header))
     return "\n\n".join(out)
+
+
+# -- limits ---------------------------------------------------------------------------
+
+
+def limits_table(report: dict) -> str:
+    """Every limit with its spend so far; the breach lines are printed before it by the caller."""
+    if not report["limits"]:
+        return "no spend limits set"
+    headers = ["LIMIT", "PERIOD", "KNOWN SPEND", "UNPRICED"]
+    if report["estimate"]:
+        headers.append("ESTIMATE")
+    headers += ["LIMIT USD", "STATUS"]
+    body = []
+    for item in report["limits"]:
+        cells = [safe(item["limit"]), f"{item['period_start'][:10]} ({item['period']})",
+                 format_usd(item["spent_nano_usd"]), str(item["unpriced_invocations"])]
+        if report["estimate"]:
+            cells.append(f"~{format_usd(item['estimated_nano_usd'])}")
+        status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
+        body.append([*cells, format_usd(item["limit_nano_usd"]), status])
+    right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
+    return (f"spend limits at {report['at']} (periods in {report['tz']})\n"
+            + table(headers, body, right=right))
+
+
+def limits_text(report: dict) -> str:
+    return "\n".join([*report["breaches"], *([""] if report["breaches"] else []), limits_table(report)])

@@ -219,6 +219,11 @@ def _period_bounds(start: date, by: str, zone: tzinfo) -> tuple[datetime, dateti
             datetime(end.year, end.month, end.day, tzinfo=zone))
 
 
+def current_period(now: datetime, by: str, zone: tzinfo) -> tuple[datetime, datetime]:
+    """[start, end) of the day, week (from Monday) or month that holds `now`, cut in `zone`."""
+    return _period_bounds(period_start(now.astimezone(zone), by), by, zone)
+
+
 def _period_key(start: date, by: str) -> str:
     return start.strftime("%Y-%m") if by == "month" else start.isoformat()
 
