@@ -447,6 +447,33 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
 
 @main.command()
 @db_option
+@click.option("--output", "output", metavar="FILE",
+              help="Write to FILE atomically (temp file + rename in its directory) instead of stdout.")
+@ledger_errors
+def metrics(db, output) -> None:
+    """Prometheus text exposition of the ledger, for node_exporter's textfile collector.
+
+    Known spend, invocations and unpriced invocations by runtime and graph; runs by live
+    status; ABANDONED runs; recorded input problems; the newest event's time. All
+    gauges, over all time.
+
+    \b
+    Example:
+      */5 * * * * omg-ledger sync && omg-ledger metrics --output /var/lib/node_exporter/omg.prom
+    """
+    from .reports.metrics import collect, exposition
+
+    text = exposition(collect(open_db(db)))
+    if output:
+        from .files import write_atomic
+
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
+
+
+@main.command()
+@db_option
 @json_option
 @csv_option
 @click.argument("statement")
