@@ -447,6 +447,37 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
 
 @main.command()
 @db_option
+@click.option("--html", "html_file", required=True, metavar="FILE",
+              help="Write the report to FILE (one self-contained HTML file, written atomically).")
+@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, RFC 3339.")
+@click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
+@limit_options
+@estimate_options
+@ledger_errors
+def report(db, html_file, since, until, limit_specs, tz, estimate, prices_file) -> None:
+    """Write one HTML page to look at: spend per day by runtime, top graphs and nodes,
+    status mix, unpriced share, redone work, ABANDONED/PAUSED runs, problems, limits.
+
+    The file needs no network and no script (inline CSS and SVG): open it offline or
+    mail it from cron. With --estimate the estimated part of each day is drawn hatched.
+
+    \b
+    Example:
+      omg-ledger report --html /tmp/omg.html --since 30d --tz Europe/Berlin --estimate
+    """
+    from .files import write_atomic
+    from .htmlpage import render
+    from .reports.overview import overview
+
+    engine = open_db(db)
+    prices = _price_book(estimate, prices_file)
+    limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
+    data = overview(engine, since=since, until=until, tz=tz, now=_now(), prices=prices, limits=limits_report)
+    write_atomic(html_file, render(data))
+
+
+@main.command()
+@db_option
 @click.option("--output", "output", metavar="FILE",
               help="Write to FILE atomically (temp file + rename in its directory) instead of stdout.")
 @ledger_errors
