@@ -325,8 +325,9 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
 @estimate_options
+@click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -344,12 +345,30 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
       omg-ledger cost --since 7d --by day --tz Europe/Berlin
       omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
       omg-ledger cost --since 7d --by runtime --estimate
+      omg-ledger cost --since 30d --by day --chart
     """
     from .reports.cost import cost_report
 
+    if chart and (as_json or as_csv or not by):
+        raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
     report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
                          now=_now(), prices=_price_book(estimate, prices_file))
+    if chart:
+        _emit_chart(report)
+        return
     _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+
+
+def _emit_chart(report: dict) -> None:
+    import codecs
+    import shutil
+
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        unicode = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        unicode = False
+    click.echo(render.cost_chart(report, shutil.get_terminal_size((80, 24)).columns, unicode))
 
 
 def limit_options(f: Callable) -> Callable:

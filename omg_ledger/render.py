@@ -340,3 +340,61 @@ def limits_table(report: dict) -> str:
 
 def limits_text(report: dict) -> str:
     return "\n".join([*report["breaches"], *([""] if report["breaches"] else []), limits_table(report)])
+
+
+# -- cost --chart ---------------------------------------------------------------------
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(cells: float, unicode: bool) -> str:
+    if not unicode:
+        return "#" * round(cells)
+    whole, eighths = divmod(round(cells * 8), 8)
+    return "█" * whole + (_EIGHTHS[eighths] if eighths else "")
+
+
+def cost_chart(report: dict, width: int, unicode: bool) -> str:
+    """One bar per row, scaled to the largest row, fitted to `width` columns. Known spend is
+    drawn solid; with --estimate the estimate follows in a lighter mark. Without UTF-8 only
+    ASCII is written (# known, . estimate, >= for a lower bound)."""
+    rows = report["rows"]
+    ge, arrow = ("≥", "→") if unicode else (">=", "->")
+    head = [f"cost by {report['by']}", cost_window(report).replace("→", arrow)]
+    if not rows:
+        return "\n".join([*head, "", "no charges in this window"])
+    with_estimate = "price_book" in report
+
+    def label(r: dict) -> str:
+        text = format_usd(r["cost_nano_usd"])
+        if r["unknown_cost_invocations"]:
+            text = f"{ge} {text} +{r['unknown_cost_invocations']} unpriced"
+        if with_estimate and r.get("estimated_nano_usd"):
+            text += f" ~{format_usd(r['estimated_nano_usd'])}"
+        return text
+
+    keys = [safe(r["key"])[:32] for r in rows]
+    labels = [label(r) for r in rows]
+    key_w, label_w = max(map(len, keys)), max(map(len, labels))
+    if key_w + label_w + 4 + 10 > width:  # narrow terminal: shorten the keys, keep a 10-cell bar
+        key_w = max(width - label_w - 14, 6)
+        keys = [k if len(k) <= key_w else k[: key_w - 1] + ("…" if unicode else "~") for k in keys]
+    bar_w = max(width - key_w - label_w - 4, 3)
+    top = max(r["cost_nano_usd"] + (r.get("estimated_nano_usd") or 0) for r in rows) or 1
+    lines = []
+    for key, text, r in zip(keys, labels, rows, strict=True):
+        known = bar_w * r["cost_nano_usd"] / top
+        bar = _bar(known, unicode)
+        if with_estimate and r.get("estimated_nano_usd"):
+            extra = round(bar_w * r["estimated_nano_usd"] / top)
+            bar += ("░" if unicode else ".") * max(extra, 1)
+        lines.append(f"{key.ljust(key_w)}  {text.rjust(label_w)}  {bar}".rstrip())
+    notes = []
+    if with_estimate:
+        notes.append(("░" if unicode else ".") + " estimate for unpriced work (not known spend)")
+    if any(r["unknown_cost_invocations"] for r in rows):
+        notes.append(f"{ge} lower bound: unpriced work is not in the bar")
+    import textwrap
+
+    wrapped = [part for text in notes for part in textwrap.wrap(text, max(width, 20))]
+    return "\n".join([*head, "", *lines, *wrapped])
