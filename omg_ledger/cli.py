@@ -57,6 +57,39 @@ def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout, nothing else.")(f)
 
 
+def estimate_options(f: Callable) -> Callable:
+    f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
+                     help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
+                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
+    return click.option("--estimate", is_flag=True,
+                        help="Also estimate unpriced invocations from their tokens with the price book "
+                             "(shown apart from known spend, never stored).")(f)
+
+
+def _price_book(estimate: bool, prices_file: str | None):
+    if not estimate:
+        return None
+    from .prices import load_book
+
+    return load_book(prices_file)
+
+
+def _now():
+    """Now, or the instant in $OMG_LEDGER_NOW (RFC 3339): evaluate relative windows and
+    current periods as of another moment (replays, and tests of a fixed corpus)."""
+    from datetime import UTC, datetime
+
+    text = os.environ.get(ENV_NOW)
+    if not text:
+        return datetime.now(UTC)
+    from .units import BadTimestamp, parse_timestamp, us_to_instant
+
+    try:
+        return us_to_instant(parse_timestamp(text)[1])
+    except BadTimestamp:
+        raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
+
+
 def ledger_errors(f: Callable) -> Callable:
     """Convert library errors into a message and an exit code, once, at the boundary."""
 
@@ -144,8 +177,9 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files) -> None:
                                 case_sensitive=False),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@estimate_options
 @ledger_errors
-def runs(db, as_json, since, statuses, home_labels) -> None:
+def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> None:
     """List runs, newest first, with their status probed live.
 
     \b
@@ -157,20 +191,29 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
     from .timespec import parse_since
 
     engine = open_db(db)
-    rows = iter_runs(engine, since_us=parse_since(since), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
+    prices = _price_book(estimate, prices_file)
+    if prices is not None:
+        from .reports.estimate import by_run, zero
+
+        estimates = by_run(engine, prices)
+        rows = ({**row, **estimates.get((row["home"], row["run_id"]), zero())} for row in rows)
     if as_json:
         _emit_json_array(rows)
     else:
         click.echo(render.runs_table(list(rows)))
+        if prices is not None:
+            click.echo(render.price_book_line(prices.describe()))
 
 
 @main.command()
 @db_option
 @json_option
 @click.argument("run_id")
+@estimate_options
 @ledger_errors
-def show(db, as_json, run_id) -> None:
+def show(db, as_json, run_id, estimate, prices_file) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
     RUN_ID may be a unique prefix.
@@ -182,6 +225,11 @@ def show(db, as_json, run_id) -> None:
     from .reports.runs import show_run
 
     detail = show_run(open_db(db), run_id)
+    prices = _price_book(estimate, prices_file)
+    if prices is not None:
+        from .reports.estimate import annotate_run
+
+        annotate_run(detail, prices)
     if as_json:
         _emit_json(detail)
     else:
@@ -266,39 +314,6 @@ def invocations(db, as_json, as_csv, since, by) -> None:
         click.echo(to_csv(report), nl=False)
     else:
         click.echo(to_text(report))
-
-
-def estimate_options(f: Callable) -> Callable:
-    f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
-                     help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
-                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
-    return click.option("--estimate", is_flag=True,
-                        help="Also estimate unpriced invocations from their tokens with the price book "
-                             "(shown apart from known spend, never stored).")(f)
-
-
-def _price_book(estimate: bool, prices_file: str | None):
-    if not estimate:
-        return None
-    from .prices import load_book
-
-    return load_book(prices_file)
-
-
-def _now():
-    """Now, or the instant in $OMG_LEDGER_NOW (RFC 3339): evaluate relative windows and
-    current periods as of another moment (replays, and tests of a fixed corpus)."""
-    from datetime import UTC, datetime
-
-    text = os.environ.get(ENV_NOW)
-    if not text:
-        return datetime.now(UTC)
-    from .units import BadTimestamp, parse_timestamp, us_to_instant
-
-    try:
-        return us_to_instant(parse_timestamp(text)[1])
-    except BadTimestamp:
-        raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
 
 
 def csv_option(f: Callable) -> Callable:

@@ -70,11 +70,24 @@ def runs_table(rows: list[dict]) -> str:
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["legs"]),
                      money(r["cost_nano_usd"], r["unknown_cost_invocations"]), tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
-    text = table(["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"], body,
-                 right={2, 3})
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"]
+    with_estimate = "estimated_nano_usd" in rows[0]
+    if with_estimate:
+        headers.insert(5, "ESTIMATE")
+        for cells, r in zip(body, rows, strict=True):
+            cells.insert(5, estimate_cell(r))
+    text = table(headers, body, right={2, 3})
     total = sum(r["cost_nano_usd"] or 0 for r in rows)
     unknown = sum(r["unknown_cost_invocations"] for r in rows)
     notes = [f"\n{len(rows)} run(s), known spend {money(total, unknown)}"]
+    if with_estimate:
+        sums = {k: sum(r[k] for r in rows) for k in ("estimated_nano_usd", "estimated_invocations",
+                                                     "unestimated_invocations")}
+        reasons: dict[str, int] = {}
+        for r in rows:
+            for k, v in r["unestimated_reasons"].items():
+                reasons[k] = reasons.get(k, 0) + v
+        notes.append("\n" + estimate_line({"cost_nano_usd": total, **sums, "unestimated_reasons": reasons}))
     notes += [f"\n{safe(r['hint'])}" for r in rows if r["hint"]]
     return text + "".join(notes)
 
@@ -84,6 +97,9 @@ def run_detail(d: dict) -> str:
            f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  legs {d['legs']}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
            f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
+    if "price_book" in d:
+        out.append(f"estimate for its unpriced work: {estimate_part(d)}")
+        out.append(price_book_line(d["price_book"]))
     if d["hint"]:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")
@@ -98,10 +114,21 @@ def run_detail(d: dict) -> str:
          ",".join(x for x, ok in (("out", n["has_artifact"]), ("failed", n["has_failed_output"])) if ok) or "-"]
         for n in d["nodes"]]) if d["nodes"] else "  (none)")
     out.append("\nCHARGES")
-    out.append(table(["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"], [
+    charge_rows = [
         [str(c["seq"]), c["kind"], str(c["leg_ordinal"] or "-"), safe(c["node_id"] or "-"), str(c["round"] or 0),
          (c["at"] or "-")[:23], money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
-        for c in d["charges"]]) if d["charges"] else "  (none)")
+        for c in d["charges"]]
+    charge_headers = ["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"]
+    if "price_book" in d:
+        charge_headers.append("ESTIMATE")
+        for cells, c in zip(charge_rows, d["charges"], strict=True):
+            if c["cost_nano_usd"] is not None:
+                cells.append("-")
+            elif c["estimated_nano_usd"] is None:
+                cells.append(f"({c['estimate_unavailable']})")
+            else:
+                cells.append(f"~{format_usd(c['estimated_nano_usd'])}")
+    out.append(table(charge_headers, charge_rows) if d["charges"] else "  (none)")
     if d["goal_cycle"]:
         g = d["goal_cycle"]
         out.append(f"\nGOAL cycle {g['cycle']}/{g['max_cycles']} of {g['first_run_id']}: {safe(g['text'])}")

@@ -294,3 +294,32 @@ def test_cli_estimate_three_figures_and_nothing_written(sqlite_url, tmp_path, es
     assert csv_out[-1].endswith(",0.0083,8300000,2,2")
     after = hashlib.sha256("\n".join(sqlite3.connect(path).iterdump()).encode()).hexdigest()
     assert before == after  # the estimate is never written into the ledger
+
+
+def test_runs_and_show_estimate(sqlite_url, tmp_path, estimate_home):
+    ledger(sqlite_url, estimate_home)
+    prices = tmp_path / "prices.toml"
+    prices.write_text(BOOK)
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(main, ["runs", "--db", sqlite_url, "--json"]).output)
+    assert not any("estimated_nano_usd" in r for r in plain)
+    rows = {r["run_id"]: r for r in json.loads(runner.invoke(
+        main, ["runs", "--db", sqlite_url, "--json", "--estimate", "--prices", str(prices)]).output)}
+    assert (rows[A]["estimated_nano_usd"], rows[A]["estimated_invocations"]) == (SCAN_NANOS + FIX_NANOS, 2)
+    assert rows[A]["cost_nano_usd"] == 0
+    killed = rows["20261129-113000.000000001-1"]
+    assert (killed["estimated_nano_usd"], killed["unestimated_invocations"]) == (0, 1)
+    assert rows["20261129-101000.000000001-1"]["estimated_invocations"] == 0  # all priced
+    text = runner.invoke(main, ["runs", "--db", sqlite_url, "--estimate", "--prices", str(prices)]).output
+    assert "~$0.0083 (2 of 2)" in text
+    assert "$0.4514 known + ~$0.0083 estimated (2 of 4 unpriced)" in text
+
+    shown = json.loads(runner.invoke(main, ["show", "--db", sqlite_url, A, "--json", "--estimate",
+                                            "--prices", str(prices)]).output)
+    assert [c["estimated_nano_usd"] for c in shown["charges"]] == [SCAN_NANOS, FIX_NANOS]
+    assert shown["estimated_nano_usd"] == 8_300_000 and shown["cost_nano_usd"] == 0
+    slow = json.loads(runner.invoke(main, ["show", "--db", sqlite_url, "20261129-113000", "--json", "--estimate",
+                                           "--prices", str(prices)]).output)
+    assert [(c["estimated_nano_usd"], c["estimate_unavailable"]) for c in slow["charges"]] == [(None, "no tokens")]
+    text = runner.invoke(main, ["show", "--db", sqlite_url, A, "--estimate", "--prices", str(prices)]).output
+    assert "estimate for its unpriced work: ~$0.0083 estimated (2 of 2 unpriced)" in text and "~$0.0031" in text

@@ -47,3 +47,31 @@ def add(into: dict, book: PriceBook, charge: Mapping) -> None:
         into["estimated_nano_usd"] += nanos
         into["estimated_invocations"] += 1
 
+
+
+def by_run(engine, book: PriceBook) -> dict[tuple[str, str], dict]:
+    """The estimate of every run with unpriced charges, keyed (home label, run id)."""
+    out: dict[tuple[str, str], dict] = {}
+    with engine.connect() as conn:
+        for row in conn.execute(unpriced_charges([])):
+            m = row._mapping
+            add(out.setdefault((m["home"], m["run_id"]), zero()), book, m)
+    return out
+
+
+def annotate_run(detail: dict, book: PriceBook) -> dict:
+    """`show --estimate`: each unpriced charge gets `estimated_nano_usd` (None when it has
+    no tokens or no price, with `estimate_unavailable` saying which), the run the totals."""
+    totals = zero()
+    for charge in detail["charges"]:
+        if charge["cost_nano_usd"] is not None:
+            continue
+        facts = {**charge, "runtime": detail["runtime"], "graph": detail["graph"]}
+        nanos = estimate(book, facts)
+        charge["estimated_nano_usd"] = nanos
+        charge["estimate_unavailable"] = why_not(book, facts)
+        add(totals, book, facts)
+    detail.update(totals)
+    detail["estimated_usd"] = round(totals["estimated_nano_usd"] / 1e9, 9)
+    detail["price_book"] = book.describe()
+    return detail
