@@ -323,3 +323,23 @@ def test_runs_and_show_estimate(sqlite_url, tmp_path, estimate_home):
     assert [(c["estimated_nano_usd"], c["estimate_unavailable"]) for c in slow["charges"]] == [(None, "no tokens")]
     text = runner.invoke(main, ["show", "--db", sqlite_url, A, "--estimate", "--prices", str(prices)]).output
     assert "estimate for its unpriced work: ~$0.0083 estimated (2 of 2 unpriced)" in text and "~$0.0031" in text
+
+
+def test_unpriced_charge_rows_with_tokens_are_estimated_whatever_their_kind(sqlite_url, scenario_home):
+    # Issue 12: a Codex assessment (assess_cost_unknown + usage) is to become a NULL-cost charge
+    # with tokens. The estimate reads charges rows, so such a row is priced like any other: here
+    # run F1's assessment row is given that shape directly in the (real) SQLite ledger.
+    engine = ledger(sqlite_url, scenario_home)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        changed = conn.execute(
+            "UPDATE charges SET cost_nano_usd = NULL, cost_unknown = 1, input_tokens = 1000, cached_input_tokens = 0,"
+            " output_tokens = 100, reasoning_output_tokens = 0 WHERE kind = 'assessment' AND run_pk = "
+            "(SELECT id FROM runs WHERE run_id = ?)", (test_cost.F1,)).rowcount
+        conn.execute("UPDATE runs SET runtime = 'codex' WHERE run_id = ?", (test_cost.F1,))
+    assert changed == 1
+    report = cost_report(engine, by="leg-kind", tz="UTC", now=NOW, prices=book())
+    assessment = next(r for r in report["rows"] if r["key"] == "assessment")
+    # 1000*1 + 100*10 = 2000 µ$ at the test book's Codex prices; F2's assessment stays known
+    assert (assessment["estimated_nano_usd"], assessment["estimated_invocations"]) == (2_000_000, 1)
+    assert assessment["cost_nano_usd"] == nanos("0.0078")

@@ -35,9 +35,9 @@ def by_labels(family, *names) -> dict:
     return {tuple(s.labels[n] for n in names): s.value for s in family.samples}
 
 
-def test_metrics_equal_cost_and_runs_json(sqlite_url, corpus_home):
-    ledger(sqlite_url, corpus_home, "corpus")
-    families = parse(invoke("metrics", "--db", sqlite_url))
+def test_metrics_equal_cost_and_runs_json(db_url, corpus_home):
+    ledger(db_url, corpus_home, "corpus")
+    families = parse(invoke("metrics", "--db", db_url))
     assert set(families) == FAMILIES
 
     spend = by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph")
@@ -52,10 +52,10 @@ def test_metrics_equal_cost_and_runs_json(sqlite_url, corpus_home):
             into[1] += int(calls[(runtime, graph)])
             into[2] += int(unpriced[(runtime, graph)])
 
-    cost_runtime = json.loads(invoke("cost", "--db", sqlite_url, "--by", "runtime", "--json"))
+    cost_runtime = json.loads(invoke("cost", "--db", db_url, "--by", "runtime", "--json"))
     assert dict(per_runtime) == {r["key"]: [r["cost_nano_usd"], r["invocations"], r["unknown_cost_invocations"]]
                                  for r in cost_runtime["rows"]}
-    cost_node = json.loads(invoke("cost", "--db", sqlite_url, "--by", "node", "--json"))
+    cost_node = json.loads(invoke("cost", "--db", db_url, "--by", "node", "--json"))
     expected_graph: dict[str, list] = defaultdict(lambda: [0, 0, 0])
     for r in cost_node["rows"]:
         into = expected_graph[r["graph"] if r["graph"] is not None else "(no graph)"]
@@ -67,7 +67,7 @@ def test_metrics_equal_cost_and_runs_json(sqlite_url, corpus_home):
     assert sum(v[0] for v in per_graph.values()) == total["cost_nano_usd"]
     assert sum(v[2] for v in per_graph.values()) == total["unknown_cost_invocations"] == 6  # the corpus' Codex calls
 
-    runs = json.loads(invoke("runs", "--db", sqlite_url, "--json"))
+    runs = json.loads(invoke("runs", "--db", db_url, "--json"))
     statuses = Counter(r["status"] for r in runs)
     assert by_labels(families["omg_ledger_runs"], "status") == {(s,): float(statuses.get(s, 0)) for s in STATUSES}
     assert families["omg_ledger_abandoned_runs"].samples[0].value == statuses["ABANDONED"] == 2

@@ -30,12 +30,12 @@ def usd(nanos_value: int) -> str:
     return f"${Decimal(nanos_value) / 10**9:.4f}"
 
 
-def test_corpus_page_equals_cost_json_and_loads_clean(sqlite_url, corpus_home, tmp_path):
-    ledger(sqlite_url, corpus_home, "corpus")
+def test_corpus_page_equals_cost_json_and_loads_clean(db_url, corpus_home, tmp_path):
+    ledger(db_url, corpus_home, "corpus")
     prices = tmp_path / "prices.toml"
     prices.write_text(BOOK)
     page = tmp_path / "report.html"
-    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC", "--estimate", "--prices", str(prices),
+    cli("report", "--db", db_url, "--html", str(page), "--tz", "UTC", "--estimate", "--prices", str(prices),
         "--limit", "day=1", "--limit", "month=800")
     loaded = load(page, tmp_path)
     assert loaded.console == []  # no error, no CSP violation, no log line of any kind
@@ -43,7 +43,7 @@ def test_corpus_page_equals_cost_json_and_loads_clean(sqlite_url, corpus_home, t
     dom = DomIndex(loaded.dom)
     assert not dom.where("script") and not dom.where("link") and not dom.where("img")
 
-    base = ("--db", sqlite_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices))
+    base = ("--db", db_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices))
     total = json.loads(cli("cost", *base))["total"]
     known = dom.by_id("known")
     assert int(known.attrs["data-nano-usd"]) == total["cost_nano_usd"]
@@ -84,7 +84,7 @@ def test_corpus_page_equals_cost_json_and_loads_clean(sqlite_url, corpus_home, t
                    for e in dom.where("tr") if "data-key" in e.attrs and _inside(dom, e, "nodes")]
     assert shown_nodes == [(r["key"], r["cost_nano_usd"]) for r in by_node[:10]]
 
-    runs = json.loads(cli("runs", "--db", sqlite_url, "--json"))
+    runs = json.loads(cli("runs", "--db", db_url, "--json"))
     shown_status = {e.attrs["data-status"]: int(_first(dom, e, "data-count")) for e in dom.where("tr")
                     if "data-status" in e.attrs}
     assert shown_status == dict(Counter(r["status"] for r in runs))
@@ -115,7 +115,7 @@ def _inside(dom: DomIndex, row, table_id: str) -> bool:
     return bool(tables) and tables[-1].attrs.get("id") == table_id
 
 
-def test_window_redone_work_and_hostile_text(sqlite_url, scenario_home, tmp_path):
+def test_window_redone_work_and_hostile_text(db_url, scenario_home, tmp_path):
     hostile = "20261129-120000.000000001-1"
     name = '<script>alert("x")</script>&amp;'
     write_run(scenario_home, hostile, [
@@ -124,10 +124,10 @@ def test_window_redone_work_and_hostile_text(sqlite_url, scenario_home, tmp_path
         passed(hostile, t("12:00:02"), "<b>n</b>", 0.5, provenance="exit-only"),
         ev(hostile, t("12:00:03"), "run_finished", outcome="passed"),
     ], state(hostile, name, {"<b>n</b>": {"verdict": "PASS", "cost_usd": 0.5}}))
-    ledger(sqlite_url, scenario_home)
+    ledger(db_url, scenario_home)
     page = tmp_path / "day.html"
     window = ("--since", "2026-11-29T00:00:00Z", "--until", "2026-11-30T00:00:00Z", "--tz", "UTC")
-    cli("report", "--db", sqlite_url, "--html", str(page), *window)
+    cli("report", "--db", db_url, "--html", str(page), *window)
     loaded = load(page, tmp_path)
     assert loaded.console == []
     dom = DomIndex(loaded.dom)
@@ -135,7 +135,7 @@ def test_window_redone_work_and_hostile_text(sqlite_url, scenario_home, tmp_path
     assert name in dom.by_id("graphs").text and "<b>n</b>" in dom.by_id("nodes").text  # as text, verbatim
 
     # By hand: the cost scenario on 2026-11-29 ($0.4214, tests/test_limits.py) + the $0.50 run.
-    total = json.loads(cli("cost", "--db", sqlite_url, "--json", *window))["total"]
+    total = json.loads(cli("cost", "--db", db_url, "--json", *window))["total"]
     assert total["cost_nano_usd"] == nanos("0.9214")
     assert int(dom.by_id("known").attrs["data-nano-usd"]) == nanos("0.9214")
     assert dom.by_id("window").text == "2026-11-29T00:00:00+00:00 → 2026-11-30T00:00:00+00:00"
