@@ -7,6 +7,7 @@ into one-line messages here, with exit codes cron can act on.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ from .status import STATUSES
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
+ENV_NOW = "OMG_LEDGER_NOW"
 
 
 def _say(text: str, err: bool = False, nl: bool = True) -> None:
@@ -65,6 +67,39 @@ def home_option(f: Callable) -> Callable:
 
 def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout, nothing else.")(f)
+
+
+def estimate_options(f: Callable) -> Callable:
+    f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
+                     help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
+                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
+    return click.option("--estimate", is_flag=True,
+                        help="Also estimate unpriced invocations from their tokens with the price book "
+                             "(shown apart from known spend, never stored).")(f)
+
+
+def _price_book(estimate: bool, prices_file: str | None):
+    if not estimate:
+        return None
+    from .prices import load_book
+
+    return load_book(prices_file)
+
+
+def _now():
+    """Now, or the instant in $OMG_LEDGER_NOW (RFC 3339): evaluate relative windows and
+    current periods as of another moment (replays, and tests of a fixed corpus)."""
+    from datetime import UTC, datetime
+
+    text = os.environ.get(ENV_NOW)
+    if not text:
+        return datetime.now(UTC)
+    from .units import BadTimestamp, parse_timestamp, us_to_instant
+
+    try:
+        return us_to_instant(parse_timestamp(text)[1])
+    except BadTimestamp:
+        raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
 
 
 def ledger_errors(f: Callable) -> Callable:
@@ -190,8 +225,9 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
                                 case_sensitive=False),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@estimate_options
 @ledger_errors
-def runs(db, as_json, since, statuses, home_labels) -> None:
+def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> None:
     """List runs, newest first, with their status probed live.
 
     \b
@@ -203,12 +239,20 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
     from .timespec import parse_since
 
     engine = open_db(db)
-    rows = iter_runs(engine, since_us=parse_since(since), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
+    prices = _price_book(estimate, prices_file)
+    if prices is not None:
+        from .reports.estimate import by_run, zero
+
+        estimates = by_run(engine, prices)
+        rows = ({**row, **estimates.get((row["home"], row["run_id"]), zero())} for row in rows)
     if as_json:
         _emit_json_array(rows)
     else:
         _say(render.runs_table(list(rows)))
+        if prices is not None:
+            _say(render.price_book_line(prices.describe()))
 
 
 @main.command()
@@ -217,8 +261,9 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
 @click.argument("run_id")
 @click.option("--home", "home_label", metavar="LABEL",
               help="The home to take the run from, where one run id names different runs in two homes.")
+@estimate_options
 @ledger_errors
-def show(db, as_json, run_id, home_label) -> None:
+def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
     RUN_ID may be a unique prefix. A run copied into several homes is one run: its
@@ -232,6 +277,11 @@ def show(db, as_json, run_id, home_label) -> None:
     from .reports.runs import show_run
 
     detail = show_run(open_db(db), run_id, home_label)
+    prices = _price_book(estimate, prices_file)
+    if prices is not None:
+        from .reports.estimate import annotate_run
+
+        annotate_run(detail, prices)
     if as_json:
         _emit_json(detail)
     else:
@@ -414,8 +464,10 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@estimate_options
+@click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -424,40 +476,190 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
     <graph>/<node id>; goal keys the goal's first run id, or "(no goal)". JSON gives
     cost_nano_usd exactly and cost_usd as a number (at most 9 decimals).
 
+    --estimate prices unpriced invocations that carry tokens with the price book and
+    shows three figures: known spend, the estimate, and how many could not be
+    estimated. The estimate is never added to known spend nor stored.
+
     \b
     Example:
       omg-ledger cost --since 7d --by day --tz Europe/Berlin
       omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
+      omg-ledger cost --since 7d --by runtime --estimate
+      omg-ledger cost --since 30d --by day --chart
     """
     from .reports.cost import cost_report
 
-    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
+    if chart and (as_json or as_csv or not by):
+        raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
+    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
+                         now=_now(), prices=_price_book(estimate, prices_file))
+    if chart:
+        _emit_chart(report)
+        return
     _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+
+
+def _emit_chart(report: dict) -> None:
+    import codecs
+    import shutil
+
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        unicode = codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        unicode = False
+    click.echo(render.cost_chart(report, shutil.get_terminal_size((80, 24)).columns, unicode))
+
+
+def limit_options(f: Callable) -> Callable:
+    f = click.option("--tz", metavar="ZONE", help="IANA zone the limit periods are cut in. Default: local zone.")(f)
+    return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
+                        help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
+                             "node:GRAPH/NODE/day=1. Added to the [limits] of ~/.config/omg-ledger/config.toml "
+                             "(env OMG_LEDGER_CONFIG).")(f)
+
+
+def _check_limits(engine, limit_specs, tz, prices, required: bool):
+    """The limits report, or None when no limit is set anywhere (and none is required)."""
+    from .limits import config_path, resolve_limits
+    from .reports.limits import check_limits
+
+    limits = resolve_limits(limit_specs)
+    if not limits:
+        if required:
+            raise BadArgument(f"no spend limits: give --limit (e.g. day=50) or a [limits] table in {config_path()}")
+        return None
+    return check_limits(engine, limits, tz=tz, now=_now(), prices=prices)
+
+
+@main.command()
+@db_option
+@json_option
+@limit_options
+@estimate_options
+@ledger_errors
+def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
+    """Check spend limits: spend so far in each limit's current period, one line per breach first.
+
+    Periods (day, week from Monday, month) are cut in --tz like `cost --by day`. A limit is
+    exceeded when known spend is above it, or, with --estimate, known spend plus the estimate
+    for unpriced work. Limits come from --limit and the [limits] table of
+    ~/.config/omg-ledger/config.toml (env OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
+
+    \b
+    Example:
+      omg-ledger limits --limit day=50 --limit graph:nightly-refactor/day=5 --tz Europe/Berlin
+      omg-ledger limits --json --estimate || notify-someone
+    """
+    engine = open_db(db)
+    report = _check_limits(engine, limit_specs, tz, _price_book(estimate, prices_file), required=True)
+    _emit(report, as_json, False, str, render.limits_text)
+    sys.exit(EXIT_ATTENTION if report["exceeded"] else 0)
 
 
 @main.command()
 @db_option
 @json_option
 @click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@limit_options
+@estimate_options
 @ledger_errors
-def audit(db, as_json, since) -> None:
+def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
-    overrun, a reconciliation finding or a recorded input problem. Unverified passes
-    and unpriced work are reported but do not set it.
+    overrun, a reconciliation finding, a recorded input problem or an exceeded spend
+    limit (--limit, or the [limits] of ~/.config/omg-ledger/config.toml; breaches are
+    the first lines of the output). Unverified passes and unpriced work are reported
+    but do not set it. --estimate also prices unpriced work (and counts it toward limits).
 
     \b
     Example:
       omg-ledger audit --since 1d || notify-someone
+      omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
     """
     from .reports.audit import audit_report
 
-    report = audit_report(open_db(db), since=since)
+    engine = open_db(db)
+    now = _now()
+    prices = _price_book(estimate, prices_file)
+    report = audit_report(engine, since=since, now=now)
+    if prices is not None:
+        from .reports.cost import cost_report
+
+        total = cost_report(engine, since=since, tz=tz, now=now, prices=prices)["total"]
+        report["unknown_cost"]["estimate"] = {k: total[k] for k in (
+            "estimated_nano_usd", "estimated_usd", "estimated_invocations", "unestimated_invocations",
+            "unestimated_reasons")}
+        report["price_book"] = prices.describe()
+    limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
+    if limits_report is not None:
+        report["limits"] = limits_report
+        if limits_report["exceeded"]:
+            report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
+            report["needs_attention"] = True
     _emit(report, as_json, False, str, render.audit_text)
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
+
+
+@main.command()
+@db_option
+@click.option("--html", "html_file", required=True, metavar="FILE",
+              help="Write the report to FILE (one self-contained HTML file, written atomically).")
+@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, RFC 3339.")
+@click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
+@limit_options
+@estimate_options
+@ledger_errors
+def report(db, html_file, since, until, limit_specs, tz, estimate, prices_file) -> None:
+    """Write one HTML page to look at: spend per day by runtime, top graphs and nodes,
+    status mix, unpriced share, redone work, ABANDONED/PAUSED runs, problems, limits.
+
+    The file needs no network and no script (inline CSS and SVG): open it offline or
+    mail it from cron. With --estimate the estimated part of each day is drawn hatched.
+
+    \b
+    Example:
+      omg-ledger report --html /tmp/omg.html --since 30d --tz Europe/Berlin --estimate
+    """
+    from .files import write_atomic
+    from .htmlpage import render
+    from .reports.overview import overview
+
+    engine = open_db(db)
+    prices = _price_book(estimate, prices_file)
+    limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
+    data = overview(engine, since=since, until=until, tz=tz, now=_now(), prices=prices, limits=limits_report)
+    write_atomic(html_file, render(data))
+
+
+@main.command()
+@db_option
+@click.option("--output", "output", metavar="FILE",
+              help="Write to FILE atomically (temp file + rename in its directory) instead of stdout.")
+@ledger_errors
+def metrics(db, output) -> None:
+    """Prometheus text exposition of the ledger, for node_exporter's textfile collector.
+
+    Known spend, invocations and unpriced invocations by runtime and graph; runs by live
+    status; ABANDONED runs; recorded input problems; the newest event's time. All
+    gauges, over all time.
+
+    \b
+    Example:
+      */5 * * * * omg-ledger sync && omg-ledger metrics --output /var/lib/node_exporter/omg.prom
+    """
+    from .reports.metrics import collect, exposition
+
+    text = exposition(collect(open_db(db)))
+    if output:
+        from .files import write_atomic
+
+        write_atomic(output, text)
+    else:
+        sys.stdout.write(text)
 
 
 @main.command()

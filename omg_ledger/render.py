@@ -116,11 +116,24 @@ def runs_table(rows: list[dict]) -> str:
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["legs"]),
                      money(r["cost_nano_usd"], r["unknown_cost_invocations"]), tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
-    text = table(["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"], body,
-                 right={2, 3})
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"]
+    with_estimate = "estimated_nano_usd" in rows[0]
+    if with_estimate:
+        headers.insert(5, "ESTIMATE")
+        for cells, r in zip(body, rows, strict=True):
+            cells.insert(5, estimate_cell(r))
+    text = table(headers, body, right={2, 3})
     total = sum(r["cost_nano_usd"] or 0 for r in rows)
     unknown = sum(r["unknown_cost_invocations"] for r in rows)
     notes = [f"\n{len(rows)} run(s), known spend {money(total, unknown)}"]
+    if with_estimate:
+        sums = {k: sum(r[k] for r in rows) for k in ("estimated_nano_usd", "estimated_invocations",
+                                                     "unestimated_invocations")}
+        reasons: dict[str, int] = {}
+        for r in rows:
+            for k, v in r["unestimated_reasons"].items():
+                reasons[k] = reasons.get(k, 0) + v
+        notes.append("\n" + estimate_line({"cost_nano_usd": total, **sums, "unestimated_reasons": reasons}))
     notes += [f"\n{safe(r['hint'])}" for r in rows if r["hint"]]
     return text + "".join(notes)
 
@@ -133,6 +146,9 @@ def run_detail(d: dict) -> str:
     if d.get("copies_in"):
         out.append(f"also copied in {', '.join(safe(label) for label in d['copies_in'])} (billed once"
                    f"{'' if d.get('billed', True) else ', from another copy'})")
+    if "price_book" in d:
+        out.append(f"estimate for its unpriced work: {estimate_part(d)}")
+        out.append(price_book_line(d["price_book"]))
     if d["hint"]:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")
@@ -147,10 +163,21 @@ def run_detail(d: dict) -> str:
          ",".join(x for x, ok in (("out", n["has_artifact"]), ("failed", n["has_failed_output"])) if ok) or "-"]
         for n in d["nodes"]]) if d["nodes"] else "  (none)")
     out.append("\nCHARGES")
-    out.append(table(["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"], [
+    charge_rows = [
         [str(c["seq"]), c["kind"], str(c["leg_ordinal"] or "-"), safe(c["node_id"] or "-"), str(c["round"] or 0),
          (c["at"] or "-")[:23], money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
-        for c in d["charges"]]) if d["charges"] else "  (none)")
+        for c in d["charges"]]
+    charge_headers = ["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"]
+    if "price_book" in d:
+        charge_headers.append("ESTIMATE")
+        for cells, c in zip(charge_rows, d["charges"], strict=True):
+            if c["cost_nano_usd"] is not None:
+                cells.append("-")
+            elif c["estimated_nano_usd"] is None:
+                cells.append(f"({c['estimate_unavailable']})")
+            else:
+                cells.append(f"~{format_usd(c['estimated_nano_usd'])}")
+    out.append(table(charge_headers, charge_rows) if d["charges"] else "  (none)")
     if d["goal_cycle"]:
         g = d["goal_cycle"]
         out.append(f"\nGOAL cycle {g['cycle']}/{g['max_cycles']} of {g['first_run_id']}: {safe(g['text'])}")
@@ -202,6 +229,7 @@ class progress_bar:
 
 COST_FIELDS = ["cost_usd", "cost_nano_usd", "cost_is_lower_bound", "invocations", "unknown_cost_invocations",
                "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"]
+ESTIMATE_CSV_FIELDS = ["estimated_usd", "estimated_nano_usd", "estimated_invocations", "unestimated_invocations"]
 
 
 def cost_window(report: dict) -> str:
@@ -222,13 +250,47 @@ def cost_text(report: dict) -> str:
     body = [[safe(r["key"]), money(r["cost_nano_usd"], r["unknown_cost_invocations"]), str(r["invocations"]),
              str(r["unknown_cost_invocations"]), tokens(r)] for r in rows]
     label = (by or "").upper() or "GROUP"
-    table_text = table([label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"], body, right={2, 3})
+    headers = [label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"]
+    if "price_book" in report:
+        headers.append("ESTIMATE (OF UNPRICED)")
+        for cells, r in zip(body, rows, strict=True):
+            cells.append(estimate_cell(r))
+    table_text = table(headers, body, right={2, 3})
     notes = []
+    if "price_book" in report:
+        notes.append(estimate_line(report["total"]))
+        notes.append(price_book_line(report["price_book"]))
     if not report["rows"] and by:
         notes.append("no charges in this window")
     if report["total"]["unknown_cost_invocations"]:
         notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
     return "\n".join([*head, "", table_text, *notes])
+
+
+def estimate_cell(row: dict) -> str:
+    unpriced = row["estimated_invocations"] + row["unestimated_invocations"]
+    if not unpriced:
+        return "-"
+    return f"~{format_usd(row['estimated_nano_usd'])} ({row['estimated_invocations']} of {unpriced})"
+
+
+def estimate_line(total: dict) -> str:
+    """Known spend, the estimate and what could not be estimated: three figures, never one sum."""
+    return f"{format_usd(total['cost_nano_usd'])} known + {estimate_part(total)}"
+
+
+def estimate_part(total: dict) -> str:
+    unpriced = total["estimated_invocations"] + total["unestimated_invocations"]
+    line = f"~{format_usd(total['estimated_nano_usd'])} estimated ({total['estimated_invocations']} of {unpriced} unpriced)"
+    reasons = {k: v for k, v in total.get("unestimated_reasons", {}).items() if v}
+    if reasons:
+        line += "; not estimated: " + ", ".join(f"{v} {k}" for k, v in reasons.items())
+    return line
+
+
+def price_book_line(book: dict) -> str:
+    runtimes = "; ".join(f"{name}: {safe(r['model'])} from {r['valid_from']}" for name, r in book["runtimes"].items())
+    return f"estimates from the price book {safe(book['path'])} ({runtimes}); the stream records no model name"
 
 
 def cost_csv(report: dict) -> str:
@@ -238,9 +300,10 @@ def cost_csv(report: dict) -> str:
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["key", *COST_FIELDS])
+    fields = COST_FIELDS + (ESTIMATE_CSV_FIELDS if "price_book" in report else [])
+    writer.writerow(["key", *fields])
     for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
-        writer.writerow([csv_cell(row["key"]), *(csv_cell(row[f]) for f in COST_FIELDS)])
+        writer.writerow([csv_cell(row["key"]), *(csv_cell(row[f]) for f in fields)])
     return out.getvalue()
 
 
@@ -249,7 +312,9 @@ def _section(title: str, lines: list[str], empty: str) -> list[str]:
 
 
 def audit_text(report: dict) -> str:
-    out = ["audit " + (f"since {report['since']}" if report["since"] else "of all runs")]
+    limits = report.get("limits")
+    out = [*limits["breaches"]] if limits else []  # first, for a cron mail's reader
+    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs"))
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
     out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
@@ -290,6 +355,12 @@ def audit_text(report: dict) -> str:
     out += _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
                     f"{unknown['unrecorded_attempts']}",
                     [f"  {safe(k)}: {v}" for k, v in unknown["by_runtime"].items()], "none")
+    if "estimate" in unknown:
+        out.append("  " + estimate_part(unknown["estimate"]))
+        out.append("  " + price_book_line(report["price_book"]))
+    if limits:
+        out.append("\nSPEND LIMITS")
+        out.extend("  " + line for line in limits_table(limits).splitlines())
     verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
         else "nothing needs attention"
     out.append(f"\n{verdict}")
@@ -322,3 +393,89 @@ def saved_queries_text(queries: list) -> str:
     for q in queries:
         out.append(f"{q.name}\n" + "\n".join(f"    {line}" if line else "" for line in q.header))
     return "\n\n".join(out)
+
+
+# -- limits ---------------------------------------------------------------------------
+
+
+def limits_table(report: dict) -> str:
+    """Every limit with its spend so far; the breach lines are printed before it by the caller."""
+    if not report["limits"]:
+        return "no spend limits set"
+    headers = ["LIMIT", "PERIOD", "KNOWN SPEND", "UNPRICED"]
+    if report["estimate"]:
+        headers.append("ESTIMATE")
+    headers += ["LIMIT USD", "STATUS"]
+    body = []
+    for item in report["limits"]:
+        cells = [safe(item["limit"]), f"{item['period_start'][:10]} ({item['period']})",
+                 format_usd(item["spent_nano_usd"]), str(item["unpriced_invocations"])]
+        if report["estimate"]:
+            cells.append(f"~{format_usd(item['estimated_nano_usd'])}")
+        status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
+        body.append([*cells, format_usd(item["limit_nano_usd"]), status])
+    right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
+    return (f"spend limits at {report['at']} (periods in {report['tz']})\n"
+            + table(headers, body, right=right))
+
+
+def limits_text(report: dict) -> str:
+    return "\n".join([*report["breaches"], *([""] if report["breaches"] else []), limits_table(report)])
+
+
+# -- cost --chart ---------------------------------------------------------------------
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(cells: float, unicode: bool) -> str:
+    if not unicode:
+        return "#" * round(cells)
+    whole, eighths = divmod(round(cells * 8), 8)
+    return "█" * whole + (_EIGHTHS[eighths] if eighths else "")
+
+
+def cost_chart(report: dict, width: int, unicode: bool) -> str:
+    """One bar per row, scaled to the largest row, fitted to `width` columns. Known spend is
+    drawn solid; with --estimate the estimate follows in a lighter mark. Without UTF-8 only
+    ASCII is written (# known, . estimate, >= for a lower bound)."""
+    rows = report["rows"]
+    ge, arrow = ("≥", "→") if unicode else (">=", "->")
+    head = [f"cost by {report['by']}", cost_window(report).replace("→", arrow)]
+    if not rows:
+        return "\n".join([*head, "", "no charges in this window"])
+    with_estimate = "price_book" in report
+
+    def label(r: dict) -> str:
+        text = format_usd(r["cost_nano_usd"])
+        if r["unknown_cost_invocations"]:
+            text = f"{ge} {text} +{r['unknown_cost_invocations']} unpriced"
+        if with_estimate and r.get("estimated_nano_usd"):
+            text += f" ~{format_usd(r['estimated_nano_usd'])}"
+        return text
+
+    keys = [safe(r["key"])[:32] for r in rows]
+    labels = [label(r) for r in rows]
+    key_w, label_w = max(map(len, keys)), max(map(len, labels))
+    if key_w + label_w + 4 + 10 > width:  # narrow terminal: shorten the keys, keep a 10-cell bar
+        key_w = max(width - label_w - 14, 6)
+        keys = [k if len(k) <= key_w else k[: key_w - 1] + ("…" if unicode else "~") for k in keys]
+    bar_w = max(width - key_w - label_w - 4, 3)
+    top = max(r["cost_nano_usd"] + (r.get("estimated_nano_usd") or 0) for r in rows) or 1
+    lines = []
+    for key, text, r in zip(keys, labels, rows, strict=True):
+        known = bar_w * r["cost_nano_usd"] / top
+        bar = _bar(known, unicode)
+        if with_estimate and r.get("estimated_nano_usd"):
+            extra = round(bar_w * r["estimated_nano_usd"] / top)
+            bar += ("░" if unicode else ".") * max(extra, 1)
+        lines.append(f"{key.ljust(key_w)}  {text.rjust(label_w)}  {bar}".rstrip())
+    notes = []
+    if with_estimate:
+        notes.append(("░" if unicode else ".") + " estimate for unpriced work (not known spend)")
+    if any(r["unknown_cost_invocations"] for r in rows):
+        notes.append(f"{ge} lower bound: unpriced work is not in the bar")
+    import textwrap
+
+    wrapped = [part for text in notes for part in textwrap.wrap(text, max(width, 20))]
+    return "\n".join([*head, "", *lines, *wrapped])

@@ -25,6 +25,9 @@ def hermetic_environment(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("OMG_HOME", str(fake_home / ".oh-my-graph"))
     monkeypatch.delenv("OMG_LEDGER_DB", raising=False)
     monkeypatch.delenv("OMG_LEDGER_INVOCATIONS", raising=False)
+    # Price book, config file and clock: never the user's, never this machine's override.
+    for name in ("XDG_CONFIG_HOME", "OMG_LEDGER_PRICES", "OMG_LEDGER_CONFIG", "OMG_LEDGER_NOW"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

@@ -1,0 +1,95 @@
+"""Spend so far in the current period of each limit, and which limits are exceeded.
+
+Spend is what ``cost`` reports for the period holding *now* (``[start, end)`` cut in
+``tz``), filtered to the limit's scope: known spend always; with a price book also the
+estimate for unpriced work. A limit is exceeded when known spend is above it, or, with
+``--estimate``, when known spend plus the estimate is. Spend equal to the limit is not
+over it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from sqlalchemy.engine import Engine
+
+from ..limits import Limit
+from ..prices import PriceBook
+from ..units import format_usd
+from .cost import cost_report, current_period, zone_named
+
+_GROUPING = {None: None, "graph": "node", "node": "node", "runtime": "runtime"}
+
+
+def _in_scope(limit: Limit, report: dict) -> dict:
+    fields = ("cost_nano_usd", "unknown_cost_invocations", "estimated_nano_usd", "estimated_invocations",
+              "unestimated_invocations")
+    if limit.scope is None:
+        rows = [report["total"]]
+    elif limit.scope == "graph":
+        rows = [r for r in report["rows"] if r.get("graph") == limit.name]
+    else:
+        rows = [r for r in report["rows"] if r["key"] == limit.name]
+    return {f: sum(int(r.get(f) or 0) for r in rows) for f in fields}
+
+
+def _breach_line(item: dict) -> str:
+    spent = format_usd(item["spent_nano_usd"])
+    of = format_usd(item["limit_nano_usd"])
+    period = f"{item['period']} from {item['period_start'][:10]} in {item['tz']}"
+    if item["exceeded"]:
+        text = f"LIMIT EXCEEDED: {item['limit']}: {spent} known spend of {of} ({period})"
+    else:
+        text = (f"LIMIT EXCEEDED: {item['limit']}: {spent} known + ~{format_usd(item['estimated_nano_usd'])} "
+                f"estimated of {of} ({period})")
+    if item["unpriced_invocations"]:
+        text += f"; {item['unpriced_invocations']} unpriced invocation(s) not in the known spend"
+    return text
+
+
+def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, now: datetime | None = None,
+                 prices: PriceBook | None = None, home_labels: tuple[str, ...] = ()) -> dict:
+    """Each limit with its spend so far; `breaches` holds one line per exceeded limit."""
+    now = now or datetime.now(UTC)
+    zone = zone_named(tz)
+    reports: dict[tuple, dict] = {}
+    items = []
+    for limit in limits:
+        start, end = current_period(now, limit.period, zone)
+        grouping = _GROUPING[limit.scope]
+        cache_key = (start, grouping)
+        if cache_key not in reports:
+            reports[cache_key] = cost_report(engine, since=start.isoformat(), until=end.isoformat(), by=grouping,
+                                             tz=tz, home_labels=home_labels, now=now, prices=prices)
+        spend = _in_scope(limit, reports[cache_key])
+        item = {
+            "limit": limit.label, "scope": limit.scope or "all", "name": limit.name, "period": limit.period,
+            "tz": reports[cache_key]["tz"], "period_start": start.isoformat(), "period_end": end.isoformat(),
+            "limit_nano_usd": limit.amount_nano_usd, "limit_usd": round(limit.amount_nano_usd / 1e9, 9),
+            "spent_nano_usd": spend["cost_nano_usd"], "spent_usd": round(spend["cost_nano_usd"] / 1e9, 9),
+            "unpriced_invocations": spend["unknown_cost_invocations"],
+            "exceeded": spend["cost_nano_usd"] > limit.amount_nano_usd,
+        }
+        if prices is not None:
+            with_estimate = spend["cost_nano_usd"] + spend["estimated_nano_usd"]
+            item.update({
+                "estimated_nano_usd": spend["estimated_nano_usd"],
+                "estimated_usd": round(spend["estimated_nano_usd"] / 1e9, 9),
+                "estimated_invocations": spend["estimated_invocations"],
+                "unestimated_invocations": spend["unestimated_invocations"],
+                "exceeded_with_estimate": with_estimate > limit.amount_nano_usd,
+            })
+        item["breach"] = item["exceeded"] or bool(item.get("exceeded_with_estimate"))
+        items.append(item)
+    out = {
+        "at": now.astimezone(zone).isoformat(),
+        "tz": zone.key if isinstance(zone, ZoneInfo) and zone.key else str(zone),
+        "estimate": prices is not None,
+        "limits": items,
+        "breaches": [_breach_line(item) for item in items if item["breach"]],
+    }
+    out["exceeded"] = bool(out["breaches"])
+    if prices is not None:
+        out["price_book"] = prices.describe()
+    return out

@@ -1,0 +1,107 @@
+"""`metrics`: the ledger as Prometheus text exposition (format 0.0.4), for node_exporter's
+textfile collector.
+
+Every figure is over all time, like ``cost`` without a window. Money is known spend only;
+unpriced work is its own series. All series are gauges: a re-derivation may correct a sum
+downwards, which a counter must never do.
+
+* ``omg_ledger_known_spend_usd{runtime,graph}``, ``omg_ledger_invocations{runtime,graph}``,
+  ``omg_ledger_unpriced_invocations{runtime,graph}`` — from the charges table. ``runtime``
+  is ``(no snapshot)`` for a run that never wrote state.json, ``graph`` ``(no graph)``
+  for one with no graph (the keys ``cost --by runtime`` and ``--by node`` use).
+* ``omg_ledger_runs{status}`` — runs by their live status now (every status, 0 included).
+* ``omg_ledger_abandoned_runs`` — ABANDONED runs now (each may have an orphan spending).
+* ``omg_ledger_open_problems`` — recorded input problems.
+* ``omg_ledger_last_event_timestamp_seconds`` — the newest event of any run (absent when
+  the ledger is empty). The ledger records no sync times, so "seconds since the last
+  successful sync" is not exported: alert on ``time() - this`` going stale, knowing it
+  also grows when nothing runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from decimal import Decimal
+
+from sqlalchemy import case, func, select
+from sqlalchemy.engine import Engine
+
+from .. import schema
+from ..status import ABANDONED, STATUSES
+from ..units import NANOS_PER_USD
+from .runs import iter_runs
+
+NO_SNAPSHOT = "(no snapshot)"
+NO_GRAPH = "(no graph)"
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _usd(nanos: int) -> str:
+    """Exact decimal dollars from nano-dollars (no float rounding in the text)."""
+    value = Decimal(nanos) / NANOS_PER_USD
+    return format(value.normalize(), "f") if nanos else "0"
+
+
+def _seconds(us: int) -> str:
+    return format((Decimal(us) / 1_000_000).normalize(), "f")
+
+
+def collect(engine: Engine) -> list[dict]:
+    """Metric families: {name, help, samples: [(labels dict, value text)]}."""
+    c, r = schema.charges.c, schema.runs.c
+    runtime = case((r.runtime.is_not(None), r.runtime), (r.snapshot_schema.is_(None), NO_SNAPSHOT),
+                   else_="(unknown)")
+    graph = func.coalesce(r.graph_name, NO_GRAPH)
+    query = (select(runtime.label("runtime"), graph.label("graph"), func.sum(c.cost_nano_usd).label("known"),
+                    func.count().label("invocations"),
+                    func.sum(case((c.cost_nano_usd.is_(None), 1), else_=0)).label("unpriced"))
+             .select_from(schema.charges.join(schema.runs, r.id == c.run_pk))
+             .where(r.billed)  # a run copied into several homes counts once
+             .group_by(runtime, graph))
+    with engine.connect() as conn:
+        groups = sorted(conn.execute(query).all(), key=lambda g: (g.runtime, g.graph))
+        problems = conn.execute(select(func.count()).select_from(schema.problems)).scalar() or 0
+        newest_us = conn.execute(select(func.max(r.last_event_at_us))).scalar()
+    statuses = Counter(run["status"] for run in iter_runs(engine))
+
+    def by_group(value) -> list:
+        return [({"runtime": g.runtime, "graph": g.graph}, value(g)) for g in groups]
+
+    families = [
+        {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
+         "samples": by_group(lambda g: _usd(int(g.known or 0)))},
+        {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
+         "samples": by_group(lambda g: str(int(g.invocations)))},
+        {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",
+         "samples": by_group(lambda g: str(int(g.unpriced or 0)))},
+        {"name": "omg_ledger_runs", "help": "Runs by their live status now.",
+         "samples": [({"status": s}, str(statuses.get(s, 0))) for s in STATUSES]},
+        {"name": "omg_ledger_abandoned_runs",
+         "help": "ABANDONED runs now: a leg died; a model-CLI subprocess may still be spending.",
+         "samples": [({}, str(statuses.get(ABANDONED, 0)))]},
+        {"name": "omg_ledger_open_problems", "help": "Recorded input problems (bad or unreadable run files).",
+         "samples": [({}, str(int(problems)))]},
+    ]
+    if newest_us is not None:
+        families.append({"name": "omg_ledger_last_event_timestamp_seconds",
+                         "help": "Unix time of the newest event of any run in the ledger.",
+                         "samples": [({}, _seconds(int(newest_us)))]})
+    return families
+
+
+def exposition(families: list[dict]) -> str:
+    out = []
+    for family in families:
+        out.append(f"# HELP {family['name']} {_help(family['help'])}")
+        out.append(f"# TYPE {family['name']} gauge")
+        for labels, value in family["samples"]:
+            text = ",".join(f'{k}="{_label_value(str(v))}"' for k, v in labels.items())
+            out.append(f"{family['name']}{{{text}}} {value}" if text else f"{family['name']} {value}")
+    return "\n".join(out) + "\n"

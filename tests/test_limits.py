@@ -1,0 +1,198 @@
+"""Spend limits (`limits`, `audit --limit`): spend so far in the current period, cut in
+--tz; exit 1 and one line per breach first. "Now" is always a fixed instant here (the
+library's `now=`, the CLI's OMG_LEDGER_NOW), so no test depends on today's date.
+
+Expected spend is the cost scenario's, by hand (tests/test_cost.py): everything is on
+2026-11-29 (a Sunday) except run C's second leg, $0.03 at 2026-11-30T09:00:02Z.
+  2026-11-29 UTC: $0.4514 - $0.03 = $0.4214; 2026-11-30 UTC: $0.03; November: $0.4514.
+  graph feedback-graph: $0.12 (all 11-29); node feedback-graph/impl: $0.04 + $0.04 = $0.08.
+  runtime codex: $0 known, 2 unpriced (run A) = 8_300_000 n$ with the test book.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from click.testing import CliRunner
+
+from omg_ledger.cli import main
+from omg_ledger.errors import BadArgument
+from omg_ledger.limits import Limit, limits_from_config, parse_limit, resolve_limits
+from omg_ledger.reports.limits import check_limits
+from tests import test_cost
+from tests.test_cost import ledger, nanos
+from tests.test_estimate import BOOK, book
+
+scenario_home = test_cost.scenario_home
+
+SUNDAY_EVENING = datetime(2026, 11, 29, 20, 0, tzinfo=UTC)
+MONDAY_NOON = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def spent(report: dict) -> dict:
+    return {item["limit"]: item["spent_nano_usd"] for item in report["limits"]}
+
+
+# -- what a limit is ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec, limit", [
+    ("day=50", Limit("day", 50 * 10**9)),
+    ("month=800", Limit("month", 800 * 10**9)),
+    ("week=0.5", Limit("week", 5 * 10**8)),
+    ("graph:nightly-refactor/day=5", Limit("day", 5 * 10**9, "graph", "nightly-refactor")),
+    ("runtime:codex/week=100", Limit("week", 100 * 10**9, "runtime", "codex")),
+    ("node:g/lane-a/review/day=1", Limit("day", 10**9, "node", "g/lane-a/review")),
+])
+def test_parse_limit(spec, limit):
+    assert parse_limit(spec) == limit
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("day", "cannot read limit"), ("year=5", "unknown period"), ("day=0", "more than $0"),
+    ("day=-3", "more than $0"), ("day=lots", "number of dollars"), ("team:x/day=5", "the scope is"),
+    ("graph:/day=5", "the scope is"), ("day=0.0000000001", "more than 9 decimals"),
+])
+def test_bad_limits_are_clear(spec, message):
+    with pytest.raises(BadArgument, match=message.replace("$", r"\$")):
+        parse_limit(spec)
+
+
+def test_config_file_limits_and_flags_replace_the_same_limit(tmp_path, monkeypatch):
+    config = tmp_path / "omg-ledger" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('[limits]\nday = 50\nmonth = 800\n[limits.graph."nightly-refactor"]\nday = 5\n'
+                      '[limits.runtime.codex]\nweek = 100\n[limits.node."g/review"]\nday = 1.5\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert set(limits_from_config()) == {Limit("day", 50 * 10**9), Limit("month", 800 * 10**9),
+                                         Limit("day", 5 * 10**9, "graph", "nightly-refactor"),
+                                         Limit("week", 100 * 10**9, "runtime", "codex"),
+                                         Limit("day", 15 * 10**8, "node", "g/review")}
+    merged = resolve_limits(["day=10", "graph:other/day=2"])
+    assert Limit("day", 10 * 10**9) in merged and Limit("day", 50 * 10**9) not in merged
+    assert Limit("day", 2 * 10**9, "graph", "other") in merged and len(merged) == 6
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[limits]\nyear = 5\n", "unknown key 'year'"),
+    ('[limits.graph."x"]\nfortnight = 5\n', "unknown period 'fortnight'"),
+    ("[limits]\nday = -1\n", "more than $0"),
+    ("[limits\n", "not valid TOML"),
+])
+def test_bad_config_files(tmp_path, monkeypatch, text, message):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    monkeypatch.setenv("OMG_LEDGER_CONFIG", str(path))
+    with pytest.raises(BadArgument, match=message.replace("$", r"\$")):
+        limits_from_config()
+
+
+def test_no_config_file_means_no_limits(tmp_path, monkeypatch):
+    assert limits_from_config() == []
+    monkeypatch.setenv("OMG_LEDGER_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(BadArgument, match="does not exist"):  # named explicitly: a typo must not pass silently
+        limits_from_config()
+
+
+# -- spend so far ------------------------------------------------------------------------------
+
+
+def test_spend_so_far_per_period_and_scope(db_url, scenario_home):
+    engine = ledger(db_url, scenario_home)
+    limits = [parse_limit(s) for s in ("day=100", "week=100", "month=100", "graph:feedback-graph/day=100",
+                                       "node:feedback-graph/impl/day=100", "runtime:codex/day=100")]
+    sunday = check_limits(engine, limits, tz="UTC", now=SUNDAY_EVENING)
+    assert spent(sunday) == {"day": nanos("0.4214"), "week": nanos("0.4214"), "month": nanos("0.4514"),
+                             "graph:feedback-graph/day": nanos("0.12"), "node:feedback-graph/impl/day": nanos("0.08"),
+                             "runtime:codex/day": 0}
+    codex = next(i for i in sunday["limits"] if i["limit"] == "runtime:codex/day")
+    assert codex["unpriced_invocations"] == 2 and "estimated_nano_usd" not in codex
+    day = sunday["limits"][0]
+    assert (day["period_start"], day["period_end"]) == ("2026-11-29T00:00:00+00:00", "2026-11-30T00:00:00+00:00")
+    monday = check_limits(engine, limits, tz="UTC", now=MONDAY_NOON)  # a new day and a new week (Monday)
+    assert spent(monday)["day"] == nanos("0.03") and spent(monday)["week"] == nanos("0.03")
+    assert spent(monday)["month"] == nanos("0.4514") and not monday["breaches"]
+
+
+def test_periods_are_cut_in_the_zone(db_url, scenario_home):
+    engine = ledger(db_url, scenario_home)
+    late = datetime(2026, 11, 29, 23, 30, tzinfo=UTC)  # Sunday 23:30 UTC = Monday 00:30 in Berlin
+    assert spent(check_limits(engine, [parse_limit("day=1")], tz="UTC", now=late))["day"] == nanos("0.4214")
+    berlin = check_limits(engine, [parse_limit("day=1")], tz="Europe/Berlin", now=late)
+    assert spent(berlin)["day"] == nanos("0.03")  # Monday in Berlin began at 23:00 UTC: only C's second leg
+    assert berlin["limits"][0]["period_start"] == "2026-11-30T00:00:00+01:00"
+
+
+def test_exceeded_is_above_the_limit_known_then_with_estimate(db_url, scenario_home):
+    engine = ledger(db_url, scenario_home)
+    at_limit = check_limits(engine, [parse_limit("day=0.4214")], tz="UTC", now=SUNDAY_EVENING)
+    assert not at_limit["exceeded"] and at_limit["breaches"] == []  # equal is not over
+    over = check_limits(engine, [parse_limit("day=0.4213"), parse_limit("month=1")], tz="UTC", now=SUNDAY_EVENING)
+    assert over["exceeded"] and [i["breach"] for i in over["limits"]] == [True, False]
+    assert over["breaches"] == ["LIMIT EXCEEDED: day: $0.4214 known spend of $0.4213 (day from 2026-11-29 in UTC); "
+                                "2 unpriced invocation(s) not in the known spend"]
+    codex = [parse_limit("runtime:codex/day=0.008")]
+    assert not check_limits(engine, codex, tz="UTC", now=SUNDAY_EVENING)["exceeded"]  # $0 known
+    estimated = check_limits(engine, codex, tz="UTC", now=SUNDAY_EVENING, prices=book())
+    item = estimated["limits"][0]
+    assert (item["exceeded"], item["exceeded_with_estimate"], item["estimated_nano_usd"]) == (False, True, 8_300_000)
+    assert estimated["breaches"] == ["LIMIT EXCEEDED: runtime:codex/day: $0.0000 known + ~$0.0083 estimated of "
+                                     "$0.0080 (day from 2026-11-29 in UTC); 2 unpriced invocation(s) not in the "
+                                     "known spend"]
+
+
+# -- the command line: OMG_LEDGER_NOW fixes the instant ----------------------------------------
+
+
+def run(args, **env):
+    return CliRunner().invoke(main, args, env={"OMG_LEDGER_NOW": "2026-11-29T20:00:00Z", **env})
+
+
+def test_cli_limits_exit_codes_and_breach_lines_first(sqlite_url, scenario_home):
+    ledger(sqlite_url, scenario_home)
+    ok = run(["limits", "--db", sqlite_url, "--tz", "UTC", "--limit", "day=1", "--limit", "month=800"])
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.startswith("spend limits at 2026-11-29T20:00:00+00:00 (periods in UTC)")
+    over = run(["limits", "--db", sqlite_url, "--tz", "UTC", "--limit", "month=800",
+                "--limit", "graph:feedback-graph/day=0.1"])
+    assert over.exit_code == 1
+    assert over.output.splitlines()[0] == ("LIMIT EXCEEDED: graph:feedback-graph/day: $0.1200 known spend of "
+                                           "$0.1000 (day from 2026-11-29 in UTC)")
+    doc = json.loads(run(["limits", "--db", sqlite_url, "--tz", "UTC", "--json", "--limit", "day=0.4"]).output)
+    assert doc["exceeded"] is True and doc["at"] == "2026-11-29T20:00:00+00:00"
+    assert doc["limits"][0] == {**doc["limits"][0], "limit": "day", "spent_nano_usd": nanos("0.4214"),
+                                "limit_nano_usd": nanos("0.4"), "exceeded": True, "breach": True}
+
+
+def test_cli_limits_from_config_and_none_is_a_usage_error(sqlite_url, scenario_home, tmp_path):
+    ledger(sqlite_url, scenario_home)
+    none = run(["limits", "--db", sqlite_url])
+    assert none.exit_code == 2 and "no spend limits" in none.output
+    config = tmp_path / "config.toml"
+    config.write_text('[limits.node."feedback-graph/impl"]\nday = 0.05\n')
+    result = run(["limits", "--db", sqlite_url, "--tz", "UTC"], OMG_LEDGER_CONFIG=str(config))
+    assert result.exit_code == 1 and result.output.startswith("LIMIT EXCEEDED: node:feedback-graph/impl/day: $0.0800")
+    bad_now = run(["limits", "--db", sqlite_url, "--limit", "day=1"], OMG_LEDGER_NOW="tomorrow")
+    assert bad_now.exit_code == 2 and "OMG_LEDGER_NOW" in bad_now.output
+
+
+def test_cli_audit_with_limits(sqlite_url, scenario_home, tmp_path):
+    ledger(sqlite_url, scenario_home)
+    plain = json.loads(run(["audit", "--db", sqlite_url, "--json"]).output)
+    assert "limits" not in plain  # no limit set anywhere: audit is as before
+    result = run(["audit", "--db", sqlite_url, "--tz", "UTC", "--limit", "day=0.3", "--limit", "month=10"])
+    lines = result.output.splitlines()
+    assert result.exit_code == 1
+    assert lines[0] == ("LIMIT EXCEEDED: day: $0.4214 known spend of $0.3000 (day from 2026-11-29 in UTC); "
+                        "2 unpriced invocation(s) not in the known spend")
+    assert lines[1].startswith("audit ") and "SPEND LIMITS" in result.output
+    assert "NEEDS ATTENTION: 1 spend limit(s) exceeded" in result.output
+    prices = tmp_path / "prices.toml"
+    prices.write_text(BOOK)
+    doc = json.loads(run(["audit", "--db", sqlite_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices),
+                          "--limit", "runtime:codex/day=0.008"]).output)
+    assert doc["limits"]["breaches"][0].startswith("LIMIT EXCEEDED: runtime:codex/day: $0.0000 known + ~$0.0083")
+    assert doc["unknown_cost"]["estimate"]["estimated_nano_usd"] == 8_300_000
+    assert doc["attention"][0] == "1 spend limit(s) exceeded" and doc["needs_attention"] is True

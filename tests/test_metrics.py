@@ -1,0 +1,118 @@
+"""`omg-ledger metrics`: parsed with prometheus_client's own parser (what a scraper does)
+and checked against `cost --json` and `runs --json` for the same ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from omg_ledger.cli import main
+from omg_ledger.status import STATUSES
+from tests.test_cost import ev, ledger, passed, state, t, write_run
+
+FAMILIES = {"omg_ledger_known_spend_usd", "omg_ledger_invocations", "omg_ledger_unpriced_invocations",
+            "omg_ledger_runs", "omg_ledger_abandoned_runs", "omg_ledger_open_problems",
+            "omg_ledger_last_event_timestamp_seconds"}
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def parse(text: str) -> dict:
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert all(f.type == "gauge" for f in families.values())
+    return families
+
+
+def by_labels(family, *names) -> dict:
+    return {tuple(s.labels[n] for n in names): s.value for s in family.samples}
+
+
+def test_metrics_equal_cost_and_runs_json(db_url, corpus_home):
+    ledger(db_url, corpus_home, "corpus")
+    families = parse(invoke("metrics", "--db", db_url))
+    assert set(families) == FAMILIES
+
+    spend = by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph")
+    calls = by_labels(families["omg_ledger_invocations"], "runtime", "graph")
+    unpriced = by_labels(families["omg_ledger_unpriced_invocations"], "runtime", "graph")
+    per_runtime: dict[str, list] = defaultdict(lambda: [0, 0, 0])
+    per_graph: dict[str, list] = defaultdict(lambda: [0, 0, 0])
+    for (runtime, graph), usd in spend.items():
+        nanos = round(usd * 1e9)  # the text holds at most 9 decimals
+        for into in (per_runtime[runtime], per_graph[graph]):
+            into[0] += nanos
+            into[1] += int(calls[(runtime, graph)])
+            into[2] += int(unpriced[(runtime, graph)])
+
+    cost_runtime = json.loads(invoke("cost", "--db", db_url, "--by", "runtime", "--json"))
+    assert dict(per_runtime) == {r["key"]: [r["cost_nano_usd"], r["invocations"], r["unknown_cost_invocations"]]
+                                 for r in cost_runtime["rows"]}
+    cost_node = json.loads(invoke("cost", "--db", db_url, "--by", "node", "--json"))
+    expected_graph: dict[str, list] = defaultdict(lambda: [0, 0, 0])
+    for r in cost_node["rows"]:
+        into = expected_graph[r["graph"] if r["graph"] is not None else "(no graph)"]
+        into[0] += r["cost_nano_usd"]
+        into[1] += r["invocations"]
+        into[2] += r["unknown_cost_invocations"]
+    assert dict(per_graph) == dict(expected_graph)
+    total = cost_runtime["total"]
+    assert sum(v[0] for v in per_graph.values()) == total["cost_nano_usd"]
+    assert sum(v[2] for v in per_graph.values()) == total["unknown_cost_invocations"] == 6  # the corpus' Codex calls
+
+    runs = json.loads(invoke("runs", "--db", db_url, "--json"))
+    statuses = Counter(r["status"] for r in runs)
+    assert by_labels(families["omg_ledger_runs"], "status") == {(s,): float(statuses.get(s, 0)) for s in STATUSES}
+    assert families["omg_ledger_abandoned_runs"].samples[0].value == statuses["ABANDONED"] == 2
+    assert families["omg_ledger_open_problems"].samples[0].value == 0
+    newest = max(r["last_event_at"] for r in runs)  # 2026-11-29T18:15:24.901354Z (s41's last line)
+    assert newest == "2026-11-29T18:15:24.901354Z"
+    assert families["omg_ledger_last_event_timestamp_seconds"].samples[0].value == 1795976124.901354
+
+
+def test_label_values_are_escaped(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    weird = 'we"ird\\graph\nline two'
+    run_id = "20261129-100000.000000001-1"
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="n"),
+        passed(run_id, t("10:00:02"), "n", 0.25, provenance="exit-only"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, weird, {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+    ledger(sqlite_url, home)
+    families = parse(invoke("metrics", "--db", sqlite_url))
+    assert by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph") == {("claude", weird): 0.25}
+
+
+def test_empty_ledger(sqlite_url):
+    families = parse(invoke("metrics", "--db", sqlite_url))
+    assert "omg_ledger_last_event_timestamp_seconds" not in families
+    assert families["omg_ledger_known_spend_usd"].samples == []
+    assert {s.value for s in families["omg_ledger_runs"].samples} == {0.0}
+
+
+def test_output_file_is_replaced_atomically(sqlite_url, corpus_home, tmp_path):
+    ledger(sqlite_url, corpus_home, "corpus")
+    target = tmp_path / "collector" / "omg.prom"
+    target.parent.mkdir()
+    target.write_text("old contents\n")
+    old_inode = target.stat().st_ino
+    assert invoke("metrics", "--db", sqlite_url, "--output", str(target)) == ""  # nothing on stdout
+    text = target.read_text()
+    assert text == invoke("metrics", "--db", sqlite_url)
+    assert target.stat().st_ino != old_inode  # a new file renamed over the old one, never rewritten in place
+    assert os.listdir(target.parent) == ["omg.prom"]  # no temporary file left behind
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_missing_output_directory_is_a_clear_error(sqlite_url, tmp_path):
+    result = CliRunner().invoke(main, ["metrics", "--db", sqlite_url, "--output", str(tmp_path / "no" / "x.prom")])
+    assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output

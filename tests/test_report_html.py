@@ -1,0 +1,162 @@
+"""`report --html`: the page opened in a real headless chromium. Its figures must equal
+`cost --json` for the same window (and the hand-computed redone spend), it must load
+with no console message at all (no script, nothing fetched), and a screenshot is taken."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from decimal import Decimal
+
+from click.testing import CliRunner
+
+from omg_ledger.cli import main
+from tests import test_cost
+from tests.browser import DomIndex, load
+from tests.test_cost import ev, ledger, nanos, passed, state, t, write_run
+from tests.test_estimate import BOOK
+
+scenario_home = test_cost.scenario_home
+NOW = {"OMG_LEDGER_NOW": "2026-11-29T20:00:00Z"}
+
+
+def cli(*args, **env) -> str:
+    result = CliRunner().invoke(main, list(args), env={**NOW, **env})
+    assert result.exit_code in (0, 1), result.output
+    return result.output
+
+
+def usd(nanos_value: int) -> str:
+    return f"${Decimal(nanos_value) / 10**9:.4f}"
+
+
+def test_corpus_page_equals_cost_json_and_loads_clean(db_url, corpus_home, tmp_path):
+    ledger(db_url, corpus_home, "corpus")
+    prices = tmp_path / "prices.toml"
+    prices.write_text(BOOK)
+    page = tmp_path / "report.html"
+    cli("report", "--db", db_url, "--html", str(page), "--tz", "UTC", "--estimate", "--prices", str(prices),
+        "--limit", "day=1", "--limit", "month=800")
+    loaded = load(page, tmp_path)
+    assert loaded.console == []  # no error, no CSP violation, no log line of any kind
+    assert loaded.screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and loaded.screenshot.stat().st_size > 10_000
+    dom = DomIndex(loaded.dom)
+    assert not dom.where("script") and not dom.where("link") and not dom.where("img")
+
+    base = ("--db", db_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices))
+    total = json.loads(cli("cost", *base))["total"]
+    known = dom.by_id("known")
+    assert int(known.attrs["data-nano-usd"]) == total["cost_nano_usd"]
+    assert known.text == f"≥ {usd(total['cost_nano_usd'])} +{total['unknown_cost_invocations']} unpriced"
+    assert int(dom.by_id("invocations").attrs["data-count"]) == total["invocations"]
+    assert int(dom.by_id("unpriced").attrs["data-count"]) == total["unknown_cost_invocations"] == 6
+    assert int(dom.by_id("estimated").attrs["data-nano-usd"]) == total["estimated_nano_usd"]
+    assert dom.by_id("estimated").text.startswith(f"~{usd(total['estimated_nano_usd'])}")
+
+    by_day = {r["key"]: r for r in json.loads(cli("cost", *base, "--by", "day"))["rows"]}
+    by_runtime = {r["key"]: r for r in json.loads(cli("cost", *base, "--by", "runtime"))["rows"]}
+    day_sum, runtime_sum = defaultdict(int), defaultdict(int)
+    day_estimate, runtime_estimate = defaultdict(int), defaultdict(int)
+    for row in dom.where("tr"):
+        if "data-day" not in row.attrs:
+            continue
+        cells = [e for e in dom.elements if e.tag == "td" and e in _children(dom, row)]
+        money = next(c for c in cells if "data-nano-usd" in c.attrs)
+        estimate = next(c for c in cells if "data-estimated-nano-usd" in c.attrs)
+        day_sum[row.attrs["data-day"]] += int(money.attrs["data-nano-usd"])
+        runtime_sum[row.attrs["data-runtime"]] += int(money.attrs["data-nano-usd"])
+        day_estimate[row.attrs["data-day"]] += int(estimate.attrs["data-estimated-nano-usd"])
+        runtime_estimate[row.attrs["data-runtime"]] += int(estimate.attrs["data-estimated-nano-usd"])
+    assert dict(day_sum) == {k: r["cost_nano_usd"] for k, r in by_day.items()}
+    assert dict(runtime_sum) == {k: r["cost_nano_usd"] for k, r in by_runtime.items()}
+    assert dict(day_estimate) == {k: r["estimated_nano_usd"] for k, r in by_day.items()}
+    assert dict(runtime_estimate) == {k: r["estimated_nano_usd"] for k, r in by_runtime.items()}
+    # the chart draws the same numbers: known bars and hatched estimate bars
+    bars = defaultdict(int)
+    for rect in dom.where("rect"):
+        if "data-part" in rect.attrs:
+            bars[(rect.attrs["data-day"], rect.attrs["data-part"])] += int(rect.attrs["data-nano-usd"])
+    assert bars == {(k, "known"): r["cost_nano_usd"] for k, r in by_day.items()} | \
+        {(k, "estimated"): r["estimated_nano_usd"] for k, r in by_day.items() if r["estimated_nano_usd"]}
+
+    by_node = json.loads(cli("cost", *base, "--by", "node"))["rows"]
+    shown_nodes = [(e.attrs["data-key"], int(_first(dom, e, "data-nano-usd")))
+                   for e in dom.where("tr") if "data-key" in e.attrs and _inside(dom, e, "nodes")]
+    assert shown_nodes == [(r["key"], r["cost_nano_usd"]) for r in by_node[:10]]
+
+    runs = json.loads(cli("runs", "--db", db_url, "--json"))
+    shown_status = {e.attrs["data-status"]: int(_first(dom, e, "data-count")) for e in dom.where("tr")
+                    if "data-status" in e.attrs}
+    assert shown_status == dict(Counter(r["status"] for r in runs))
+    assert len(dom.by_id("abandoned").text.strip()) and "ABANDONED" not in dom.by_id("paused").text
+    # the breach is the first thing on the page
+    body_text = [e for e in dom.elements if e.tag == "p"]
+    assert body_text[0].attrs.get("class") == "breach" and body_text[0].text.startswith("LIMIT EXCEEDED: day: ")
+
+
+def _children(dom: DomIndex, parent) -> list:
+    """Elements after `parent` up to the next sibling row (the index is in document order)."""
+    start = dom.elements.index(parent)
+    out = []
+    for element in dom.elements[start + 1:]:
+        if element.tag == "tr":
+            break
+        out.append(element)
+    return out
+
+
+def _first(dom: DomIndex, row, attr: str) -> str:
+    return next(e.attrs[attr] for e in _children(dom, row) if attr in e.attrs)
+
+
+def _inside(dom: DomIndex, row, table_id: str) -> bool:
+    index = dom.elements.index(row)
+    tables = [e for e in dom.elements[:index] if e.tag == "table"]
+    return bool(tables) and tables[-1].attrs.get("id") == table_id
+
+
+def test_window_redone_work_and_hostile_text(db_url, scenario_home, tmp_path):
+    hostile = "20261129-120000.000000001-1"
+    name = '<script>alert("x")</script>&amp;'
+    write_run(scenario_home, hostile, [
+        ev(hostile, t("12:00:00"), "run_started"),
+        ev(hostile, t("12:00:01"), "node_started", node_id="<b>n</b>"),
+        passed(hostile, t("12:00:02"), "<b>n</b>", 0.5, provenance="exit-only"),
+        ev(hostile, t("12:00:03"), "run_finished", outcome="passed"),
+    ], state(hostile, name, {"<b>n</b>": {"verdict": "PASS", "cost_usd": 0.5}}))
+    ledger(db_url, scenario_home)
+    page = tmp_path / "day.html"
+    window = ("--since", "2026-11-29T00:00:00Z", "--until", "2026-11-30T00:00:00Z", "--tz", "UTC")
+    cli("report", "--db", db_url, "--html", str(page), *window)
+    loaded = load(page, tmp_path)
+    assert loaded.console == []
+    dom = DomIndex(loaded.dom)
+    assert not dom.where("script") and not dom.where("b")  # run text is shown, never interpreted
+    assert name in dom.by_id("graphs").text and "<b>n</b>" in dom.by_id("nodes").text  # as text, verbatim
+
+    # By hand: the cost scenario on 2026-11-29 ($0.4214, tests/test_limits.py) + the $0.50 run.
+    total = json.loads(cli("cost", "--db", db_url, "--json", *window))["total"]
+    assert total["cost_nano_usd"] == nanos("0.9214")
+    assert int(dom.by_id("known").attrs["data-nano-usd"]) == nanos("0.9214")
+    assert dom.by_id("window").text == "2026-11-29T00:00:00+00:00 → 2026-11-30T00:00:00+00:00"
+    # Redone, by hand: run B's impl round 0 ($0.04) and review's non-final judgment ($0.02) were
+    # re-run in the same leg (feedback); run C's compile FAIL ($0.03, leg 1) ran again in leg 2.
+    redone = {e.attrs["data-key"]: (int(_first(dom, e, "data-nano-usd")), int(_first(dom, e, "data-count")))
+              for e in dom.where("tr") if _inside(dom, e, "redone") and "data-key" in e.attrs}
+    assert redone == {"feedback": (nanos("0.06"), 2), "retry": (nanos("0.03"), 1)}
+    assert "estimate" not in dom.by_id("known").text and not [e for e in dom.elements if e.attrs.get("id") ==
+                                                                "estimated"]
+
+
+def test_console_check_catches_a_broken_page(tmp_path):
+    # The detector itself can fail: a page with a script error and a blocked fetch.
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" "
+                    "content=\"default-src 'none'\"></head><body><img src=\"http://example.invalid/x.png\">"
+                    "<p>x</p></body></html>")
+    assert load(page, tmp_path).console  # the CSP violation is reported
+
+
+def test_bad_html_target_is_a_clear_error(sqlite_url, tmp_path):
+    result = CliRunner().invoke(main, ["report", "--db", sqlite_url, "--html", str(tmp_path / "no" / "r.html")])
+    assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
