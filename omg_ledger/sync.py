@@ -273,7 +273,8 @@ class _HomeSync:
             self.report.runs_gone += len(vanished)
         self._sync_plans()
         with write_transaction(self.engine) as conn:
-            conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=self.now))
+            finished = format_instant(datetime.fromtimestamp(self.clock_ns() / 1e9, UTC))
+            conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=finished))
 
     def _load_known(self, conn: Connection) -> dict[str, _Known]:
         """Everything the change check compares, for every run of this home, in two

@@ -391,7 +391,8 @@ def test_relative_since_is_exact_hours_up_to_now(db_url, tmp_path):
 def test_home_filter(db_url, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one_charge_run(one, "20261129-090000.000000001-1", "2026-11-29T09:00:00.000000Z", 1.0)
-    one_charge_run(two, "20261129-090000.000000001-1", "2026-11-29T09:00:00.000000Z", 2.0)  # same run id
+    # Same run id on another machine: another run (its first line's nanosecond time differs).
+    one_charge_run(two, "20261129-090000.000000001-1", "2026-11-29T09:00:00.000000001Z", 2.0)
     engine = open_ledger(db_url)
     sync(engine, [Home.from_path(str(one), "one"), Home.from_path(str(two), "two")])
     assert cost_report(engine, home_labels=("two",), tz="UTC", now=NOW)["total"]["cost_nano_usd"] == 2 * 10**9

@@ -16,7 +16,7 @@ from tests.test_cost import ev, ledger, passed, state, t, write_run
 
 FAMILIES = {"omg_ledger_known_spend_usd", "omg_ledger_invocations", "omg_ledger_unpriced_invocations",
             "omg_ledger_runs", "omg_ledger_abandoned_runs", "omg_ledger_open_problems",
-            "omg_ledger_last_event_timestamp_seconds"}
+            "omg_ledger_last_event_timestamp_seconds", "omg_ledger_last_sync_timestamp_seconds"}
 
 
 def invoke(*args):
@@ -116,3 +116,15 @@ def test_output_file_is_replaced_atomically(sqlite_url, corpus_home, tmp_path):
 def test_missing_output_directory_is_a_clear_error(sqlite_url, tmp_path):
     result = CliRunner().invoke(main, ["metrics", "--db", sqlite_url, "--output", str(tmp_path / "no" / "x.prom")])
     assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
+
+
+def test_last_sync_time_per_home(sqlite_url, corpus_home, tmp_path):
+    import time
+
+    before = time.time()
+    invoke("sync", "--db", sqlite_url, "--home", f"corpus={corpus_home}")
+    after = time.time()
+    families = parse(invoke("metrics", "--db", sqlite_url))
+    (sample,) = families["omg_ledger_last_sync_timestamp_seconds"].samples
+    assert sample.labels == {"home": "corpus"}
+    assert before <= sample.value <= after

@@ -13,9 +13,10 @@ downwards, which a counter must never do.
 * ``omg_ledger_abandoned_runs`` — ABANDONED runs now (each may have an orphan spending).
 * ``omg_ledger_open_problems`` — recorded input problems.
 * ``omg_ledger_last_event_timestamp_seconds`` — the newest event of any run (absent when
-  the ledger is empty). The ledger records no sync times, so "seconds since the last
-  successful sync" is not exported: alert on ``time() - this`` going stale, knowing it
-  also grows when nothing runs.
+  the ledger is empty).
+* ``omg_ledger_last_sync_timestamp_seconds{home}`` — when each home's last sync completed;
+  alert on ``time() - omg_ledger_last_sync_timestamp_seconds > 900`` for a cron that
+  stopped. (A timestamp, not an age: the textfile is read long after it was written.)
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from sqlalchemy import case, func, select
 from sqlalchemy.engine import Engine
 
 from .. import schema
+from ..invocations import parse_rfc3339
 from ..status import ABANDONED, STATUSES
-from ..units import NANOS_PER_USD
+from ..units import NANOS_PER_USD, instant_to_us
 from .runs import iter_runs
 
 NO_SNAPSHOT = "(no snapshot)"
@@ -69,6 +71,9 @@ def collect(engine: Engine) -> list[dict]:
         groups = sorted(conn.execute(query).all(), key=lambda g: (g.runtime, g.graph))
         problems = conn.execute(select(func.count()).select_from(schema.problems)).scalar() or 0
         newest_us = conn.execute(select(func.max(r.last_event_at_us))).scalar()
+        synced = conn.execute(select(schema.homes.c.label, schema.homes.c.last_synced_at)
+                              .where(schema.homes.c.last_synced_at.is_not(None))
+                              .order_by(schema.homes.c.label)).all()
     statuses = Counter(run["status"] for run in iter_runs(engine))
 
     def by_group(value) -> list:
@@ -93,6 +98,11 @@ def collect(engine: Engine) -> list[dict]:
         families.append({"name": "omg_ledger_last_event_timestamp_seconds",
                          "help": "Unix time of the newest event of any run in the ledger.",
                          "samples": [({}, _seconds(int(newest_us)))]})
+    if synced:
+        families.append({"name": "omg_ledger_last_sync_timestamp_seconds",
+                         "help": "Unix time at which the last sync of each home completed.",
+                         "samples": [({"home": label}, _seconds(instant_to_us(parse_rfc3339(at))))
+                                     for label, at in synced]})
     return families
 
 
