@@ -80,17 +80,15 @@ class SQLiteBackend(Backend):
             fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise DatabaseUnavailable(f"cannot create the sync lock {lock_path}: {exc.strerror or exc}") from exc
-        deadline = time.monotonic() + wait_seconds
         try:
-            while True:
+            def take() -> bool:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LedgerBusy(f"another sync holds this ledger ({lock_path}); gave up after "
-                                         f"{wait_seconds:g}s (use --wait to wait longer)") from None
-                    time.sleep(0.1)
+                    return False
+                return True
+
+            _retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
             yield
         finally:
             os.close(fd)
@@ -109,14 +107,10 @@ class PostgresBackend(Backend):
     def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
         """A session advisory lock per scope, so different homes sync in parallel."""
         key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
-        deadline = time.monotonic() + wait_seconds
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            while not conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar():
-                if time.monotonic() >= deadline:
-                    raise LedgerBusy(f"another sync of {scope} into this ledger is running; gave up after "
-                                     f"{wait_seconds:g}s (use --wait to wait longer)")
-                time.sleep(0.2)
+            _retry_until(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()),
+                         wait_seconds, 0.2, f"another sync of {scope} into this ledger is running")
             try:
                 yield
             finally:
@@ -136,6 +130,15 @@ class PostgresBackend(Backend):
         for table in tables:  # names from schema.py, never user input
             conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                               f"COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"))
+
+
+def _retry_until(attempt, wait_seconds: float, pause: float, holder: str) -> None:
+    """Call ``attempt`` until it succeeds or ``wait_seconds`` have passed (then LedgerBusy)."""
+    deadline = time.monotonic() + wait_seconds
+    while not attempt():
+        if time.monotonic() >= deadline:
+            raise LedgerBusy(f"{holder}; gave up after {wait_seconds:g}s (use --wait to wait longer)")
+        time.sleep(pause)
 
 
 _BACKENDS: dict[str, Backend] = {"sqlite": SQLiteBackend(), "postgresql": PostgresBackend()}

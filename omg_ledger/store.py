@@ -90,7 +90,9 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, relabe
                 raise HomeConflict(
                     f"{path} is already indexed as home {found.label!r}; sync it as --home {found.label}={path}, "
                     f"or rename that home with `omg-ledger homes rename {found.label} {label}`")
-        conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
+        if (found.path, found.machine, found.dev, found.inode, found.real_path) != (
+                path, machine, identity["dev"], identity["inode"], real):
+            conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
         return found.id
     if by_label is not None:
         unknown = by_label.real_path is None  # recorded before homes had identities

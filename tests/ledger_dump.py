@@ -35,6 +35,7 @@ from omg_ledger.db import database_url
 
 VOLATILE = {
     "problems": {"id", "first_seen_at", "last_seen_at"},
+    "homes": {"last_synced_at"},  # wall-clock time of the last sync, not a fact about the files
 }
 CACHE_HINTS = {"ingest_state": {"dir_mtime_ns", "failed_dir_mtime_ns"}}
 

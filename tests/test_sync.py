@@ -17,12 +17,13 @@ from .conftest import CORPUS_HOME
 
 
 def dump(engine) -> dict[str, list[tuple]]:
-    """Every row of every table, in key order: the ledger's data."""
+    """Every row of every table, in key order: the ledger's data (not when a home last synced)."""
     out = {}
     with engine.connect() as conn:
         for table in schema.metadata.sorted_tables:
             key = list(table.primary_key.columns) or list(table.columns)
-            out[table.name] = [tuple(r) for r in conn.execute(select(table).order_by(*key))]
+            columns = [c for c in table.columns if (table.name, c.name) != ("homes", "last_synced_at")]
+            out[table.name] = [tuple(r) for r in conn.execute(select(*columns).order_by(*key))]
     return out
 
 
@@ -42,19 +43,36 @@ def test_second_sync_of_the_corpus_changes_nothing(db_url):
     assert dump(engine) == before
 
 
-def test_sqlite_file_is_byte_identical_after_a_second_sync(tmp_path):
+def test_a_second_sync_writes_only_the_homes_last_sync_time(tmp_path):
+    """Every table but homes.last_synced_at (when the sync ran, for `omg-ledger homes`
+    and metrics) is byte for byte what the first sync left."""
+    import sqlite3
+
     db = tmp_path / "ledger.sqlite"
     engine = open_ledger(str(db))
     home = [Home.from_path(str(CORPUS_HOME), "corpus")]
     sync(engine, home)
     engine.dispose()
-    with open(db, "rb") as f:
-        first = f.read()
+
+    def contents():
+        con = sqlite3.connect(db)
+        try:
+            tables = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+            data = {t: sorted(con.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables if t != "homes"}
+            homes = con.execute("SELECT id, label, path, machine, dev, inode, real_path, last_synced_at "
+                                "FROM homes").fetchall()
+            return data, homes
+        finally:
+            con.close()
+
+    first, first_homes = contents()
     engine = open_ledger(str(db))
     sync(engine, home)
     engine.dispose()
-    with open(db, "rb") as f:
-        assert f.read() == first
+    second, second_homes = contents()
+    assert second == first
+    assert [h[:-1] for h in second_homes] == [h[:-1] for h in first_homes]
+    assert second_homes[0][-1] >= first_homes[0][-1]
 
 
 def test_appended_lines_are_read_from_the_offset_and_a_partial_line_waits(tmp_path):
@@ -131,9 +149,17 @@ def test_a_vanished_run_is_kept_and_marked_gone(tmp_path):
 
 
 def test_runs_are_keyed_by_home_and_run_id(tmp_path):
+    """Two homes holding copies of the same runs keep a row per copy; each run is billed once."""
+    import shutil
+
+    laptop, ci = tmp_path / "laptop", tmp_path / "ci"
+    shutil.copytree(CORPUS_HOME, laptop)
+    shutil.copytree(CORPUS_HOME, ci)
     engine = open_ledger(str(tmp_path / "l.sqlite"))
-    sync(engine, [Home.from_path(str(CORPUS_HOME), "laptop:/h"), Home.from_path(str(CORPUS_HOME), "ci:/h")])
+    sync(engine, [Home.from_path(str(laptop), "laptop:/h"), Home.from_path(str(ci), "ci:/h")])
     assert count(engine, schema.runs) == 50 and count(engine, schema.homes) == 2
+    with engine.connect() as conn:
+        assert conn.execute(select(schema.runs.c.id).where(schema.runs.c.billed)).all().__len__() == 25
 
 
 def test_default_home_label_names_the_host_and_path(tmp_path):
