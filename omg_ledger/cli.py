@@ -406,5 +406,25 @@ def export(db, target) -> None:
     click.echo(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
 
 
+@main.command(name="datasette-metadata")
+@db_option
+@click.option("--name", "database_name", metavar="NAME",
+              help="Database name Datasette shows (default: the --db file's name without its extension).")
+def datasette_metadata(db, database_name) -> None:
+    """Print Datasette metadata for the ledger: a title, descriptions of every table,
+    view and column, and label columns so foreign keys show names, not ids.
+
+    Reads nothing: the descriptions come from omg-ledger's own schema.
+
+    \b
+    Example:
+      datasette ledger.sqlite -m <(omg-ledger datasette-metadata --db ledger.sqlite)
+    """
+    from .datasette import database_name as name_of
+    from .datasette import datasette_metadata as build
+
+    _emit_json(build(database_name or name_of(config.resolve_db(db))))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
