@@ -73,6 +73,13 @@ def open_db(db: str | None):
     return open_ledger(config.resolve_db(db), say=stderr_say)
 
 
+def open_db_readonly(db: str | None, oldest: str | None = None):
+    """For commands that only read: never creates, migrates or writes the ledger."""
+    from .db import HEAD_REVISION, open_ledger_readonly
+
+    return open_ledger_readonly(config.resolve_db(db), oldest=oldest or HEAD_REVISION)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="omg-ledger")
 def main() -> None:
@@ -151,10 +158,11 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.runs import iter_runs
     from .timespec import parse_since
 
-    engine = open_db(db)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
     rows = iter_runs(engine, since_us=parse_since(since), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     if as_json:
@@ -177,9 +185,10 @@ def show(db, as_json, run_id) -> None:
     Example:
       omg-ledger show 20261129-181518
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.runs import show_run
 
-    detail = show_run(open_db(db), run_id)
+    detail = show_run(open_db_readonly(db, RUN_TABLES_SINCE), run_id)
     if as_json:
         _emit_json(detail)
     else:
@@ -195,7 +204,7 @@ def db_group() -> None:
 @db_option
 @ledger_errors
 def db_upgrade(db) -> None:
-    """Bring the ledger database to the newest schema (every command does this too).
+    """Bring the ledger database to the newest schema (sync does this too; reading commands never do).
 
     \b
     Example:
@@ -218,9 +227,9 @@ def db_current(db) -> None:
     Example:
       omg-ledger db current --db ~/.local/share/omg-ledger/ledger.sqlite
     """
-    from .db import create_ledger_engine, current_revision, head_revision
+    from .db import current_revision, head_revision, open_ledger_readonly
 
-    engine = create_ledger_engine(config.resolve_db(db))
+    engine = open_ledger_readonly(config.resolve_db(db), oldest=None)
     with engine.connect() as conn:
         current = current_revision(conn)
     click.echo(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
@@ -257,7 +266,9 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
     now = datetime.now(UTC)
-    report = invocation_report(open_db(db), now=now, by=by, since_us=parse_since(since, now=now))
+    from .db import INVOCATIONS_SINCE
+
+    report = invocation_report(open_db_readonly(db, INVOCATIONS_SINCE), now=now, by=by, since_us=parse_since(since, now=now))
     if as_json:
         _emit_json(report)
     elif as_csv:
@@ -304,9 +315,10 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
       omg-ledger cost --since 7d --by day --tz Europe/Berlin
       omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.cost import cost_report
 
-    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
+    report = cost_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
     _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
 
 
@@ -328,9 +340,10 @@ def audit(db, as_json, since) -> None:
     Example:
       omg-ledger audit --since 1d || notify-someone
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.audit import audit_report
 
-    report = audit_report(open_db(db), since=since)
+    report = audit_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since)
     _emit(report, as_json, False, str, render.audit_text)
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
@@ -353,9 +366,10 @@ def sql(db, as_json, as_csv, statement) -> None:
     Example:
       omg-ledger sql "SELECT runtime, SUM(cost_nano_usd) FROM v_charges GROUP BY runtime"
     """
+    from .db import VIEWS_SINCE
     from .reports.sql import run_sql
 
-    result = run_sql(open_db(db), statement).as_dict()
+    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -380,7 +394,9 @@ def query(db, as_json, as_csv, listing, params, name) -> None:
     if listing or not name:
         click.echo(render.saved_queries_text(saved_queries()))
         return
-    result = run_saved(open_db(db), name, parse_params(params)).as_dict()
+    from .db import VIEWS_SINCE
+
+    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params)).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -402,7 +418,7 @@ def export(db, target) -> None:
     """
     from .export import export_ledger
 
-    copied = export_ledger(open_db(db), open_db(target))
+    copied = export_ledger(open_db_readonly(db), open_db(target))
     click.echo(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
 
 

@@ -44,3 +44,21 @@ class ReadOnlyViolation(LedgerError):
 
 class BadArgument(LedgerError):
     exit_code = 2
+
+
+class LedgerMissing(LedgerError):
+    """A read named a path that holds no ledger (reads never create one)."""
+
+    exit_code = 3
+
+
+class NotALedger(LedgerError):
+    """The path holds something other than an omg-ledger database."""
+
+    exit_code = 3
+
+
+class DatabaseTooOld(LedgerError):
+    """The ledger is at a revision older than what this read needs (reads never migrate)."""
+
+    exit_code = 3
