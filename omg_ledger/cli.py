@@ -20,6 +20,12 @@ from .status import STATUSES
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
+EXIT_DATABASE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def _emit_json(value: object) -> None:
@@ -63,13 +69,28 @@ def ledger_errors(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except LedgerError as exc:
-            click.echo(f"omg-ledger: error: {exc}", err=True)
+            click.echo(f"omg-ledger: error: {_one_line(exc)}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("omg-ledger: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            from sqlalchemy.exc import SQLAlchemyError
+
+            if not isinstance(exc, SQLAlchemyError):
+                raise
+            from .db import one_line
+
+            click.echo(f"omg-ledger: error: database: {one_line(exc)}", err=True)
+            sys.exit(EXIT_DATABASE)
 
     return wrapper
 
 
 def open_db(db: str | None):
+    from .db import check_database_target
+
+    check_database_target(config.resolve_db(db))
     return open_ledger(config.resolve_db(db), say=stderr_say)
 
 

@@ -56,7 +56,7 @@ def head_revision() -> str:
 def database_url(db: str) -> str:
     """Accept a SQLAlchemy URL or a plain filesystem path (SQLite)."""
     if "://" in db:
-        return db
+        return with_default_driver(db)
     return "sqlite:///" + os.path.abspath(os.path.expanduser(db))
 
 
@@ -182,9 +182,12 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
     engine = create_ledger_engine(db)
     try:
         migrate(engine, say=say)
+    except DatabaseUnavailable as exc:
+        engine.dispose()  # name the database as the user typed it, password masked
+        raise DatabaseUnavailable(str(exc).replace(repr(engine.url), shown_url(db))) from exc
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise DatabaseUnavailable(f"cannot open the ledger database {db}: {exc}") from exc
+        raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}") from exc
     except BaseException:
         engine.dispose()
         raise
@@ -254,6 +257,68 @@ VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0003"  # the runner invocation tables: what `invocations` reads
 
 
+SUPPORTED_DATABASES = "a SQLite file path (or sqlite:///PATH) or postgresql://USER@HOST/DB"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def with_default_driver(url: str) -> str:
+    """postgres:// (the common spelling) and a bare postgresql:// mean the psycopg driver
+    omg-ledger ships with (its [postgres] extra); SQLAlchemy alone would look for psycopg2."""
+    scheme, sep, rest = url.partition("://")
+    if scheme.lower() in ("postgres", "postgresql"):
+        return "postgresql+psycopg" + sep + rest
+    return url
+
+
+def one_line(exc: BaseException) -> str:
+    """The driver's own message, without SQLAlchemy's [SQL: …] and background lines."""
+    message = str(getattr(exc, "orig", None) or exc).strip()
+    return message.splitlines()[0] if message else type(exc).__name__
+
+
+def check_database_target(db: str) -> None:
+    """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
+    another database or an uninstalled driver, a directory, a file that is not SQLite."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from .errors import NotALedger, UnsupportedDatabase
+
+    shown = shown_url(db)
+    try:
+        url = make_url(database_url(db))
+    except ArgumentError as exc:
+        raise UnsupportedDatabase(f"cannot read {shown} as a database URL: give {SUPPORTED_DATABASES}") from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        path = url.database
+        if not path or path == ":memory:":
+            return
+        if os.path.isdir(path):
+            raise NotALedger(f"{shown} is a directory, not a ledger file "
+                             f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
+        try:
+            with open(path, "rb") as f:
+                header = f.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
+        if header and header != SQLITE_HEADER:
+            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger")
+        return
+    if backend != "postgresql":
+        raise UnsupportedDatabase(f"{shown}: omg-ledger keeps its ledger in SQLite or PostgreSQL, not {backend}; "
+                                  f"give {SUPPORTED_DATABASES}")
+    try:
+        url.get_dialect().import_dbapi()
+    except NoSuchModuleError as exc:
+        raise UnsupportedDatabase(f"{shown}: unknown PostgreSQL driver {url.get_driver_name()!r}; use "
+                                  f"postgresql://… (the psycopg driver: pip install 'omg-ledger[postgres]')") from exc
+    except ImportError as exc:
+        raise UnsupportedDatabase(f"{shown}: the PostgreSQL driver {url.get_driver_name()} is not installed: "
+                                  f"pip install 'omg-ledger[postgres]'") from exc
+
+
 def shown_url(db: str) -> str:
     """What the user typed, with a password masked."""
     import re
@@ -270,9 +335,6 @@ def _readonly_sqlite_engine(url: str, shown: str) -> Engine:
     path = make_url(url).database
     if not path or path == ":memory:":
         raise NotALedger("an in-memory SQLite database holds no ledger: give the ledger's file")
-    if os.path.isdir(path):
-        raise NotALedger(f"{shown} is a directory, not a ledger file "
-                         f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
     if not os.path.exists(path):
         raise LedgerMissing(f"no ledger at {path}: `omg-ledger sync --db {path}` creates one "
                             f"(reading commands never create a ledger)")
@@ -310,12 +372,12 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
     except OperationalError as exc:
         if "not a database" in str(exc):
             raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
-        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {exc.orig}"
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
                                   f"{_wal_hint(engine)}") from exc
     except SQLAlchemyError as exc:
         if "not a database" in str(exc):
             raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
-        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {getattr(exc, 'orig', exc)}") from exc
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
     if current is None:
         raise NotALedger(f"{shown} holds no ledger (an empty or foreign database): "
                          f"`omg-ledger sync --db {shown}` makes it one")
@@ -365,6 +427,7 @@ def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION) -> Engine:
     PostgreSQL sessions default to read-only transactions. ``oldest`` is the oldest
     revision the caller can read (None: any, e.g. to print the revision).
     """
+    check_database_target(db)
     url = database_url(db)
     shown = shown_url(db)
     if url.startswith("sqlite"):

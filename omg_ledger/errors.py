@@ -29,11 +29,15 @@ class LedgerBusy(LedgerError):
 
 
 class RunNotFound(LedgerError):
-    exit_code = 4
+    """No run has that id or prefix: the argument names nothing (a usage error)."""
+
+    exit_code = 2
 
 
 class AmbiguousRun(LedgerError):
-    exit_code = 4
+    """A prefix matches several runs."""
+
+    exit_code = 2
 
 
 class ReadOnlyViolation(LedgerError):
@@ -60,5 +64,11 @@ class NotALedger(LedgerError):
 
 class DatabaseTooOld(LedgerError):
     """The ledger is at a revision older than what this read needs (reads never migrate)."""
+
+    exit_code = 3
+
+
+class UnsupportedDatabase(LedgerError):
+    """--db names a database omg-ledger cannot use (another engine, a missing driver)."""
 
     exit_code = 3

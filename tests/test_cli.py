@@ -51,4 +51,4 @@ def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_p
 def test_unknown_run_is_a_clear_error_not_a_traceback(tmp_path):
     open_ledger(str(tmp_path / "l.sqlite")).dispose()
     result = CliRunner().invoke(main, ["show", "--db", str(tmp_path / "l.sqlite"), "nope"])
-    assert result.exit_code == 4 and "no run matches 'nope'" in result.output
+    assert result.exit_code == 2 and "no run matches 'nope'" in result.output
