@@ -261,7 +261,8 @@ def db_current(db) -> None:
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Print the per-group rows as CSV on stdout.")
 @click.option("--since", metavar="T", help="Only invocations started since T (7d, 12h, 2026-11-01, RFC 3339).")
-@click.option("--by", "by", type=click.Choice(["role", "status", "milestone"]), default="role", show_default=True,
+@click.option("--by", "by", type=click.Choice(["role", "status", "milestone"], case_sensitive=False), default="role",
+              show_default=True,
               help="Group by role, end status or milestone.")
 @ledger_errors
 def invocations(db, as_json, as_csv, since, by) -> None:
@@ -317,7 +318,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @csv_option
 @click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, 2026-11-01T08:00, RFC 3339.")
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
-@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"]),
+@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"],
+                                        case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")

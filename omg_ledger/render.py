@@ -173,7 +173,7 @@ def cost_text(report: dict) -> str:
     table_text = table([label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"], body, right={2, 3})
     notes = []
     if not report["rows"] and by:
-        notes.append("no charges in this window")
+        notes.append(empty_window_note(report))
     if report["total"]["unknown_cost_invocations"]:
         notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
     return "\n".join([*head, "", table_text, *notes])
@@ -268,3 +268,10 @@ def saved_queries_text(queries: list) -> str:
     for q in queries:
         out.append(f"{q.name}\n" + "\n".join(f"    {line}" if line else "" for line in q.header))
     return "\n\n".join(out)
+
+
+def empty_window_note(report: dict) -> str:
+    """Why a window can be empty: --until is exclusive."""
+    if report.get("until"):
+        return "no charges in this window (--until is exclusive: the window is [since, until))"
+    return "no charges in this window"

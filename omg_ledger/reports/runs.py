@@ -120,6 +120,9 @@ def _could_be(status: str):
     return r.last_leg_open.is_(False)  # PASS, FAIL
 
 
+AMBIGUOUS_LISTED = 20
+
+
 def resolve_run(conn, run_id: str):
     runs, homes = schema.runs, schema.homes
     base = select(*RUN_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
@@ -132,8 +135,11 @@ def resolve_run(conn, run_id: str):
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:
-        names = ", ".join(f"{c.run_id} ({c.label})" for c in candidates[:20])
-        raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}")
+        shown = candidates[:AMBIGUOUS_LISTED]
+        names = ", ".join(f"{c.run_id} ({c.label})" for c in shown)
+        more = len(candidates) - len(shown)
+        tail = f", and {more} more not listed" if more else ""
+        raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}{tail}; give a longer prefix")
     return candidates[0]
 
 
