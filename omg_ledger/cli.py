@@ -396,30 +396,56 @@ def sql(db, as_json, as_csv, statement) -> None:
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
-@main.command()
+@main.command(add_help_option=False)
 @db_option
 @json_option
 @csv_option
-@click.option("--list", "listing", is_flag=True, help="List the saved queries with their header comments.")
+@click.option("--list", "listing", is_flag=True, help="One line per saved query: name, summary, parameters.")
+@click.option("--describe", is_flag=True, help="Describe the saved query NAME (the same as NAME --help).")
+@click.option("--queries", "queries_dir", metavar="DIR",
+              help="Your own saved queries (*.sql), listed beside the shipped ones. "
+                   "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
 @click.argument("name", required=False)
+@click.pass_context
 @ledger_errors
-def query(db, as_json, as_csv, listing, params, name) -> None:
-    """Run a saved query (queries/NAME.sql) read-only, or list them with --list.
+def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show_help, name) -> None:
+    """Run a saved query read-only, list them with --list, describe one with NAME --help.
+
+    Saved queries are the shipped ones plus your own *.sql files in --queries DIR
+    (default ~/.config/omg-ledger/queries). A query of yours with a shipped query's
+    name is listed but never run: rename it.
 
     \b
     Example:
       omg-ledger query --list
+      omg-ledger query spend_by_day --help
       omg-ledger query spend_by_day --param since=2026-11-01
     """
-    from .reports.sql import parse_params, run_saved, saved_queries
+    from .reports.sql import parse_params, run_saved, saved_queries, saved_query
 
+    if show_help and not name:
+        click.echo(ctx.get_help())
+        return
+    if (show_help or describe) and name:
+        click.echo(render.saved_query_detail(saved_query(name, queries_dir)))
+        return
+    if describe:
+        raise BadArgument("--describe needs a query NAME (omg-ledger query --list names them)")
     if listing or not name:
-        click.echo(render.saved_queries_text(saved_queries()))
+        queries = saved_queries(queries_dir)
+        if as_json:
+            _emit_json([{"name": q.name, "summary": q.one_line, "origin": q.origin, "path": q.path or None,
+                         "shadowed": q.shadowed,
+                         "params": [{"name": p.name, "description": p.description, "default": p.default}
+                                    for p in q.params]} for q in queries])
+        else:
+            click.echo(render.saved_queries_list(queries))
         return
     from .db import VIEWS_SINCE
 
-    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params)).as_dict()
+    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 

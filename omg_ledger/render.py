@@ -207,7 +207,7 @@ def audit_text(report: dict) -> str:
     fails = report["failures"]
     out += _section("FAILS JUDGED (engine's judged field)",
                     [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                     + ("  [ours: reads like machinery]" if f["ours_likely_machinery"] else "")
+                     + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
                      for f in fails["judged"]], "none")
     out += _section("FAILS BY MACHINERY (judged absent)",
                     [f"  {f['run_id']}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
@@ -275,3 +275,44 @@ def empty_window_note(report: dict) -> str:
     if report.get("until"):
         return "no charges in this window (--until is exclusive: the window is [since, until))"
     return "no charges in this window"
+
+
+def _param_usage(query) -> str:
+    return " ".join(f"--param {p.name}=…" if p.default is None else f"[{p.name}]" for p in query.params)
+
+
+def saved_queries_list(queries: list) -> str:
+    """One line per saved query: name, one-line summary, parameters."""
+    if not queries:
+        return "no saved queries"
+    width = max(len(q.name) for q in queries)
+    lines = []
+    for q in queries:
+        summary = safe(q.one_line)
+        if q.shadowed:
+            summary = f"(yours, not used: a shipped query has this name — rename {safe(q.path)})"
+        elif q.path:
+            summary = f"{summary} (yours)"
+        params = _param_usage(q)
+        lines.append(f"{safe(q.name).ljust(width)}  {summary}" + (f"  {params}" if params else ""))
+    lines.append("\n[name] = optional (--param name=VALUE). Details: omg-ledger query NAME --help")
+    return "\n".join(lines)
+
+
+def saved_query_detail(query) -> str:
+    """Everything a saved query's header says, its parameters and where it lives."""
+    out = [f"{safe(query.name)} — {safe(query.one_line)}"]
+    for line in query.header[1:]:
+        if line.startswith(":") or (not line and not out[-1]):
+            continue  # parameters are listed below; one blank line at a time
+        out.append(f"  {safe(line)}" if line else "")
+    while out and not out[-1]:
+        out.pop()
+    out.append("\nParameters:" if query.params else "\nParameters: none")
+    for p in query.params:
+        default = "required" if p.default is None else f"default {p.default!r}"
+        out.append(f"  --param {p.name}=VALUE  {safe(p.description)} ({default})")
+    out.append(f"\nFile: {safe(query.path) if query.path else 'shipped with omg-ledger'}")
+    out.append(f"Run: omg-ledger query {safe(query.name)}" + "".join(
+        f" --param {p.name}=…" for p in query.params if p.default is None))
+    return "\n".join(out)
