@@ -491,5 +491,28 @@ def datasette_metadata(db, database_name) -> None:
     _emit_json(build(database_name or name_of(config.resolve_db(db))))
 
 
+@main.command()
+@db_option
+@json_option
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only plans of this home label (repeatable).")
+@ledger_errors
+def plans(db, as_json, home_labels) -> None:
+    """List plan previews (<home>/plans/<id>/), newest first: graph name and whether the
+    planner refused. A preview was paid for but is never a run, and records no spend.
+
+    \b
+    Example:
+      omg-ledger plans --json
+    """
+    from .db import RUN_TABLES_SINCE
+    from .reports.plans import list_plans
+
+    rows = list_plans(open_db_readonly(db, RUN_TABLES_SINCE), home_labels=home_labels)
+    if as_json:
+        _emit_json(rows)
+    else:
+        click.echo(render.plans_table(rows))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -316,3 +316,13 @@ def saved_query_detail(query) -> str:
     out.append(f"Run: omg-ledger query {safe(query.name)}" + "".join(
         f" --param {p.name}=…" for p in query.params if p.default is None))
     return "\n".join(out)
+
+
+def plans_table(rows: list[dict]) -> str:
+    if not rows:
+        return "no plan previews in the ledger (they are indexed from <home>/plans/ by `omg-ledger sync`)"
+    body = [[r["plan_id"] + (" (gone)" if r["gone"] else ""), r["graph"] or "-", "yes" if r["refused"] else "no",
+             r["home"]] for r in rows]
+    refused = sum(r["refused"] for r in rows)
+    return (table(["PLAN", "GRAPH", "REFUSED", "HOME"], body)
+            + f"\n{len(rows)} plan preview(s), {refused} refused; plan previews are paid for but are not runs")
