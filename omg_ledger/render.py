@@ -67,7 +67,7 @@ def runs_table(rows: list[dict]) -> str:
     body = []
     for r in rows:
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
-        body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["legs"]),
+        body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["leg_count"]),
                      money(r["cost_nano_usd"], r["unknown_cost_invocations"]), tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
     text = table(["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"], body,
@@ -81,9 +81,10 @@ def runs_table(rows: list[dict]) -> str:
 
 def run_detail(d: dict) -> str:
     out = [f"run {safe(d['run_id'])}  [{d['status']}]  home {safe(d['home'])}",
-           f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  legs {d['legs']}  "
+           f"graph {safe(d['graph'] or '-')}  runtime {d['runtime'] or '-'}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
-           f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
+           f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}",
+           legs_line(d["legs"])]
     if d["hint"]:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")
@@ -326,3 +327,12 @@ def plans_table(rows: list[dict]) -> str:
     refused = sum(r["refused"] for r in rows)
     return (table(["PLAN", "GRAPH", "REFUSED", "HOME"], body)
             + f"\n{len(rows)} plan preview(s), {refused} refused; plan previews are paid for but are not runs")
+
+
+def legs_line(legs: list[dict]) -> str:
+    """The legs in one readable line: "legs: 1 initial failed, 2 retry passed"."""
+    if not legs:
+        return "legs: none"
+    parts = [f"{leg['ordinal']} {leg['kind']} "
+             + (leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-")) for leg in legs]
+    return "legs: " + ", ".join(safe(p) for p in parts)

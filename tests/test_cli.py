@@ -41,7 +41,7 @@ def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_p
     runs = json.loads(subprocess.run([*cli, "runs", "--db", db, "--json"], capture_output=True, text=True,
                                      check=True).stdout)
     assert len(runs) == 25
-    assert set(runs[0]) >= {"run_id", "home", "graph", "status", "nodes_total", "nodes_passed", "legs", "cost_usd",
+    assert set(runs[0]) >= {"run_id", "home", "graph", "status", "nodes_total", "nodes_passed", "leg_count", "cost_usd",
                             "unknown_cost_invocations", "started_at", "last_event_at"}
     shown = json.loads(subprocess.run([*cli, "show", "--db", db, "--json", runs[0]["run_id"]], capture_output=True,
                                       text=True, check=True).stdout)

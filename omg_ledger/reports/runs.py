@@ -59,7 +59,7 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
         "status": status,
         "nodes_total": m["node_count"],
         "nodes_passed": m["nodes_passed"],
-        "legs": m["leg_count"],
+        "leg_count": m["leg_count"],  # as the engine counts (unphased legs); show's "legs" lists them all
         "cost_usd": _money(m["cost_nano_usd"]),
         "cost_nano_usd": m["cost_nano_usd"],
         "invocations": m["invocations"],
