@@ -189,7 +189,7 @@ def runs(db, as_json, since, statuses, home_labels) -> None:
     if as_json:
         _emit_json_array(rows)
     else:
-        click.echo(render.runs_table(list(rows)))
+        click.echo(render.runs_table(list(rows), **render.terminal_options(sys.stdout)))
 
 
 @main.command()
@@ -342,7 +342,8 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels) -> None:
     from .reports.cost import cost_report
 
     report = cost_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since, until=until, by=by, tz=tz, home_labels=home_labels)
-    _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+    width = render.terminal_width(sys.stdout)
+    _emit(report, as_json, as_csv, render.cost_csv, lambda r: render.cost_text(r, width=width))
 
 
 @main.command()
@@ -367,7 +368,9 @@ def audit(db, as_json, since) -> None:
     from .reports.audit import audit_report
 
     report = audit_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since)
-    _emit(report, as_json, False, str, render.audit_text)
+    colour = render.use_colour(sys.stdout)
+    _emit(report, as_json, False, str,
+          lambda r: render.colour_verdicts(render.audit_text(r)) if colour else render.audit_text(r))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
