@@ -33,6 +33,12 @@ def _say(text: str, err: bool = False, nl: bool = True) -> None:
 def _say_line(text: str) -> None:
     """One message line on stderr, inert, newlines in it escaped too: it stays one line."""
     click.echo(render.inert(text), err=True)
+EXIT_DATABASE = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
 def _emit_json(value: object) -> None:
@@ -110,14 +116,36 @@ def ledger_errors(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except LedgerError as exc:
-            _say_line(f"omg-ledger: error: {exc}")
+            _say_line(f"omg-ledger: error: {_one_line(exc)}")
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("omg-ledger: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:
+            from sqlalchemy.exc import SQLAlchemyError
+
+            if not isinstance(exc, SQLAlchemyError):
+                raise
+            from .db import one_line
+
+            _say_line(f"omg-ledger: error: database: {one_line(exc)}")
+            sys.exit(EXIT_DATABASE)
 
     return wrapper
 
 
 def open_db(db: str | None):
+    from .db import check_database_target
+
+    check_database_target(config.resolve_db(db))
     return open_ledger(config.resolve_db(db), say=stderr_say)
+
+
+def open_db_readonly(db: str | None, oldest: str | None = None):
+    """For commands that only read: never creates, migrates or writes the ledger."""
+    from .db import HEAD_REVISION, open_ledger_readonly
+
+    return open_ledger_readonly(config.resolve_db(db), oldest=oldest or HEAD_REVISION)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -212,7 +240,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     if as_json:
         _emit_json(report.as_dict())
     else:
-        click.echo(f"re-derived {report.runs_rederived} run(s) and {report.streams_rederived} invocation "
+        _say(f"re-derived {report.runs_rederived} run(s) and {report.streams_rederived} invocation "
                    f"stream(s) from stored facts in {report.seconds:.1f}s")
 
 
@@ -235,10 +263,11 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.runs import iter_runs
     from .timespec import parse_since
 
-    engine = open_db(db)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
     rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     prices = _price_book(estimate, prices_file)
@@ -250,7 +279,7 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
     if as_json:
         _emit_json_array(rows)
     else:
-        _say(render.runs_table(list(rows)))
+        _say(render.runs_table(list(rows), **render.terminal_options(sys.stdout)))
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -274,9 +303,10 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
       omg-ledger show 20261129-181518
       omg-ledger show 20261129-181518.678721711-1 --home laptop
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.runs import show_run
 
-    detail = show_run(open_db(db), run_id, home_label)
+    detail = show_run(open_db_readonly(db, RUN_TABLES_SINCE), run_id, home_label)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
         from .reports.estimate import annotate_run
@@ -314,7 +344,7 @@ def homes_group(ctx, db, as_json) -> None:
     if as_json:
         _emit_json(rows)
         return
-    click.echo(render.table(
+    _say(render.table(
         ["HOME", "PATH", "RUNS", "GONE", "BILLED ELSEWHERE", "LAST SYNC"],
         [[r["label"], r["path"] if r["real_path"] in (None, r["path"]) else f"{r['path']} -> {r['real_path']}",
           str(r["runs"]), str(r["gone"]), str(r["copies_elsewhere"]), r["last_synced_at"] or "never"]
@@ -336,7 +366,7 @@ def homes_rename(db, old, new) -> None:
     from .reports.homes import rename_home
 
     rename_home(open_db(db), old, new)
-    click.echo(f"home {render.safe(old)} is now {render.safe(new)}")
+    _say(f"home {old} is now {new}")
 
 
 @homes_group.command(name="forget")
@@ -358,7 +388,7 @@ def homes_forget(db, label, yes) -> None:
     if not yes:
         raise BadArgument(f"forgetting {label!r} removes its runs from the ledger for good; add --yes to do it")
     count = forget_home(open_db(db), label)
-    click.echo(f"forgot home {render.safe(label)} and its {count} run(s)")
+    _say(f"forgot home {label} and its {count} run(s)")
 
 
 @main.group(name="db")
@@ -370,7 +400,7 @@ def db_group() -> None:
 @db_option
 @ledger_errors
 def db_upgrade(db) -> None:
-    """Bring the ledger database to the newest schema (every command does this too).
+    """Bring the ledger database to the newest schema (sync does this too; reading commands never do).
 
     \b
     Example:
@@ -393,9 +423,9 @@ def db_current(db) -> None:
     Example:
       omg-ledger db current --db ~/.local/share/omg-ledger/ledger.sqlite
     """
-    from .db import create_ledger_engine, current_revision, head_revision
+    from .db import current_revision, head_revision, open_ledger_readonly
 
-    engine = create_ledger_engine(config.resolve_db(db))
+    engine = open_ledger_readonly(config.resolve_db(db), oldest=None)
     with engine.connect() as conn:
         current = current_revision(conn)
     _say(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
@@ -406,7 +436,8 @@ def db_current(db) -> None:
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Print the per-group rows as CSV on stdout.")
 @click.option("--since", metavar="T", help="Only invocations started since T (7d, 12h, 2026-11-01, RFC 3339).")
-@click.option("--by", "by", type=click.Choice(["role", "status", "milestone"]), default="role", show_default=True,
+@click.option("--by", "by", type=click.Choice(["role", "status", "milestone"], case_sensitive=False), default="role",
+              show_default=True,
               help="Group by role, end status or milestone.")
 @ledger_errors
 def invocations(db, as_json, as_csv, since, by) -> None:
@@ -432,7 +463,9 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
     now = datetime.now(UTC)
-    report = invocation_report(open_db(db), now=now, by=by, since_us=parse_since(since, now=now))
+    from .db import INVOCATIONS_SINCE
+
+    report = invocation_report(open_db_readonly(db, INVOCATIONS_SINCE), now=now, by=by, since_us=parse_since(since, now=now))
     if as_json:
         _emit_json(report)
     elif as_csv:
@@ -460,7 +493,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @csv_option
 @click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, 2026-11-01T08:00, RFC 3339.")
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
-@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"]),
+@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"],
+                                        case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
@@ -487,16 +521,18 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
       omg-ledger cost --since 7d --by runtime --estimate
       omg-ledger cost --since 30d --by day --chart
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.cost import cost_report
 
     if chart and (as_json or as_csv or not by):
         raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
-    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
+    report = cost_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
                          now=_now(), prices=_price_book(estimate, prices_file))
     if chart:
         _emit_chart(report)
         return
-    _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+    width = render.terminal_width(sys.stdout)
+    _emit(report, as_json, as_csv, render.cost_csv, lambda r: render.cost_text(r, width=width))
 
 
 def _emit_chart(report: dict) -> None:
@@ -508,7 +544,7 @@ def _emit_chart(report: dict) -> None:
         unicode = codecs.lookup(encoding).name == "utf-8"
     except LookupError:
         unicode = False
-    click.echo(render.cost_chart(report, shutil.get_terminal_size((80, 24)).columns, unicode))
+    _say(render.cost_chart(report, shutil.get_terminal_size((80, 24)).columns, unicode))
 
 
 def limit_options(f: Callable) -> Callable:
@@ -580,9 +616,10 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
       omg-ledger audit --since 1d || notify-someone
       omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.audit import audit_report
 
-    engine = open_db(db)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
     now = _now()
     prices = _price_book(estimate, prices_file)
     report = audit_report(engine, since=since, now=now)
@@ -600,7 +637,9 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
         if limits_report["exceeded"]:
             report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
             report["needs_attention"] = True
-    _emit(report, as_json, False, str, render.audit_text)
+    colour = render.use_colour(sys.stdout)
+    _emit(report, as_json, False, str,
+          lambda r: render.colour_verdicts(render.audit_text(r)) if colour else render.audit_text(r))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
@@ -681,34 +720,63 @@ def sql(db, as_json, as_csv, statement) -> None:
     Example:
       omg-ledger sql "SELECT runtime, SUM(cost_nano_usd) FROM v_charges GROUP BY runtime"
     """
+    from .db import VIEWS_SINCE
     from .reports.sql import run_sql
 
-    result = run_sql(open_db(db), statement).as_dict()
+    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
-@main.command()
+@main.command(add_help_option=False)
 @db_option
 @json_option
 @csv_option
-@click.option("--list", "listing", is_flag=True, help="List the saved queries with their header comments.")
+@click.option("--list", "listing", is_flag=True, help="One line per saved query: name, summary, parameters.")
+@click.option("--describe", is_flag=True, help="Describe the saved query NAME (the same as NAME --help).")
+@click.option("--queries", "queries_dir", metavar="DIR",
+              help="Your own saved queries (*.sql), listed beside the shipped ones. "
+                   "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
 @click.argument("name", required=False)
+@click.pass_context
 @ledger_errors
-def query(db, as_json, as_csv, listing, params, name) -> None:
-    """Run a saved query (queries/NAME.sql) read-only, or list them with --list.
+def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show_help, name) -> None:
+    """Run a saved query read-only, list them with --list, describe one with NAME --help.
+
+    Saved queries are the shipped ones plus your own *.sql files in --queries DIR
+    (default ~/.config/omg-ledger/queries). A query of yours with a shipped query's
+    name is listed but never run: rename it.
 
     \b
     Example:
       omg-ledger query --list
+      omg-ledger query spend_by_day --help
       omg-ledger query spend_by_day --param since=2026-11-01
     """
-    from .reports.sql import parse_params, run_saved, saved_queries
+    from .reports.sql import parse_params, run_saved, saved_queries, saved_query
 
-    if listing or not name:
-        _say(render.saved_queries_text(saved_queries()))
+    if show_help and not name:
+        click.echo(ctx.get_help())
         return
-    result = run_saved(open_db(db), name, parse_params(params)).as_dict()
+    if (show_help or describe) and name:
+        _say(render.saved_query_detail(saved_query(name, queries_dir)))
+        return
+    if describe:
+        raise BadArgument("--describe needs a query NAME (omg-ledger query --list names them)")
+    if listing or not name:
+        queries = saved_queries(queries_dir)
+        if as_json:
+            _emit_json([{"name": q.name, "summary": q.one_line, "origin": q.origin, "path": q.path or None,
+                         "shadowed": q.shadowed,
+                         "params": [{"name": p.name, "description": p.description, "default": p.default}
+                                    for p in q.params]} for q in queries])
+        else:
+            _say(render.saved_queries_list(queries))
+        return
+    from .db import VIEWS_SINCE
+
+    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -730,8 +798,51 @@ def export(db, target) -> None:
     """
     from .export import export_ledger
 
-    copied = export_ledger(open_db(db), open_db(target))
+    copied = export_ledger(open_db_readonly(db), open_db(target))
     _say(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
+
+
+@main.command(name="datasette-metadata")
+@db_option
+@click.option("--name", "database_name", metavar="NAME",
+              help="Database name Datasette shows (default: the --db file's name without its extension).")
+def datasette_metadata(db, database_name) -> None:
+    """Print Datasette metadata for the ledger: a title, descriptions of every table,
+    view and column, and label columns so foreign keys show names, not ids.
+
+    Reads nothing: the descriptions come from omg-ledger's own schema.
+
+    \b
+    Example:
+      datasette ledger.sqlite -m <(omg-ledger datasette-metadata --db ledger.sqlite)
+    """
+    from .datasette import database_name as name_of
+    from .datasette import datasette_metadata as build
+
+    _emit_json(build(database_name or name_of(config.resolve_db(db))))
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only plans of this home label (repeatable).")
+@ledger_errors
+def plans(db, as_json, home_labels) -> None:
+    """List plan previews (<home>/plans/<id>/), newest first: graph name and whether the
+    planner refused. A preview was paid for but is never a run, and records no spend.
+
+    \b
+    Example:
+      omg-ledger plans --json
+    """
+    from .db import RUN_TABLES_SINCE
+    from .reports.plans import list_plans
+
+    rows = list_plans(open_db_readonly(db, RUN_TABLES_SINCE), home_labels=home_labels)
+    if as_json:
+        _emit_json(rows)
+    else:
+        _say(render.plans_table(rows))
 
 
 if __name__ == "__main__":  # pragma: no cover

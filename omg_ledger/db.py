@@ -1,8 +1,9 @@
 """Opening the ledger database: engine, pragmas, migrations, the sync lock.
 
-Every path that opens a ledger goes through :func:`open_ledger`, which brings the
-database to the migration head first (a new file is created and migrated; an older
-one is upgraded with a message; one from a newer omg-ledger is refused).
+Every path that opens a ledger for writing goes through :func:`open_ledger`, which
+brings the database to the migration head first (a new file is created and migrated;
+an older one is upgraded with a message; one from a newer omg-ledger is refused).
+Commands that only read use :func:`open_ledger_readonly`, which never does any of that.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def head_revision() -> str:
 def database_url(db: str) -> str:
     """Accept a SQLAlchemy URL or a plain filesystem path (SQLite)."""
     if "://" in db:
-        return db
+        return with_default_driver(db)
     return "sqlite:///" + os.path.abspath(os.path.expanduser(db))
 
 
@@ -176,9 +177,12 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
     engine = create_ledger_engine(db)
     try:
         migrate(engine, say=say)
+    except DatabaseUnavailable as exc:
+        engine.dispose()  # name the database as the user typed it, password masked
+        raise DatabaseUnavailable(str(exc).replace(repr(engine.url), shown_url(db))) from exc
     except SQLAlchemyError as exc:
         engine.dispose()
-        raise DatabaseUnavailable(f"cannot open the ledger database {db}: {exc}") from exc
+        raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}") from exc
     except BaseException:
         engine.dispose()
         raise
@@ -197,3 +201,199 @@ def sync_lock(engine: Engine, scope: str, wait_seconds: float) -> contextlib.Abs
 
 def stderr_say(message: str) -> None:
     print(f"omg-ledger: {message}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- read-only opening
+# Reads never create, migrate or write a ledger. The oldest revision each kind of read
+# understands: a migration that changes what a read uses raises its constant.
+RUN_TABLES_SINCE = "0001"  # runs, legs, nodes, charges, …: what runs, show, cost and audit read
+VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
+INVOCATIONS_SINCE = "0003"  # the runner invocation tables: what `invocations` reads
+
+
+SUPPORTED_DATABASES = "a SQLite file path (or sqlite:///PATH) or postgresql://USER@HOST/DB"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def with_default_driver(url: str) -> str:
+    """postgres:// (the common spelling) and a bare postgresql:// mean the psycopg driver
+    omg-ledger ships with (its [postgres] extra); SQLAlchemy alone would look for psycopg2."""
+    scheme, sep, rest = url.partition("://")
+    if scheme.lower() in ("postgres", "postgresql"):
+        return "postgresql+psycopg" + sep + rest
+    return url
+
+
+def one_line(exc: BaseException) -> str:
+    """The driver's own message, without SQLAlchemy's [SQL: …] and background lines."""
+    message = str(getattr(exc, "orig", None) or exc).strip()
+    return message.splitlines()[0] if message else type(exc).__name__
+
+
+def check_database_target(db: str) -> None:
+    """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
+    another database or an uninstalled driver, a directory, a file that is not SQLite."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from .errors import NotALedger, UnsupportedDatabase
+
+    shown = shown_url(db)
+    try:
+        url = make_url(database_url(db))
+    except ArgumentError as exc:
+        raise UnsupportedDatabase(f"cannot read {shown} as a database URL: give {SUPPORTED_DATABASES}") from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        path = url.database
+        if not path or path == ":memory:":
+            return
+        if os.path.isdir(path):
+            raise NotALedger(f"{shown} is a directory, not a ledger file "
+                             f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
+        try:
+            with open(path, "rb") as f:
+                header = f.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
+        if header and header != SQLITE_HEADER:
+            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger")
+        return
+    if backend != "postgresql":
+        raise UnsupportedDatabase(f"{shown}: omg-ledger keeps its ledger in SQLite or PostgreSQL, not {backend}; "
+                                  f"give {SUPPORTED_DATABASES}")
+    try:
+        url.get_dialect().import_dbapi()
+    except NoSuchModuleError as exc:
+        raise UnsupportedDatabase(f"{shown}: unknown PostgreSQL driver {url.get_driver_name()!r}; use "
+                                  f"postgresql://… (the psycopg driver: pip install 'omg-ledger[postgres]')") from exc
+    except ImportError as exc:
+        raise UnsupportedDatabase(f"{shown}: the PostgreSQL driver {url.get_driver_name()} is not installed: "
+                                  f"pip install 'omg-ledger[postgres]'") from exc
+
+
+def shown_url(db: str) -> str:
+    """What the user typed, with a password masked."""
+    import re
+
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", db)
+
+
+def _readonly_sqlite_engine(url: str, shown: str) -> Engine:
+    import sqlite3
+    from urllib.parse import quote
+
+    from .errors import LedgerMissing, NotALedger
+
+    path = make_url(url).database
+    if not path or path == ":memory:":
+        raise NotALedger("an in-memory SQLite database holds no ledger: give the ledger's file")
+    if not os.path.exists(path):
+        raise LedgerMissing(f"no ledger at {path}: `omg-ledger sync --db {path}` creates one "
+                            f"(reading commands never create a ledger)")
+    uri = f"file:{quote(path)}?mode=ro"
+
+    def connect():
+        # mode=ro: never created, never written, no journal_mode or synchronous pragma
+        # (both write, or fail on a file the reader may not write).
+        connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+                                     isolation_level=None, check_same_thread=False)
+        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA query_only = ON")
+        return connection
+
+    engine = create_engine(url, creator=connect)
+
+    @event.listens_for(engine, "begin")
+    def _sqlite_begin(conn) -> None:  # pragma: no cover - trivial
+        conn.exec_driver_sql("BEGIN")  # one consistent snapshot per read
+
+    return engine
+
+
+def _revision_number(revision: str) -> int | None:
+    return int(revision) if revision.isdigit() else None
+
+
+def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | None:
+    from .errors import DatabaseTooOld, NotALedger
+
+    try:
+        with engine.connect() as conn:
+            has_version = "alembic_version" in _table_names(conn)
+            current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
+    except OperationalError as exc:
+        if "not a database" in str(exc):
+            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
+                                  f"{_wal_hint(engine)}") from exc
+    except SQLAlchemyError as exc:
+        if "not a database" in str(exc):
+            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
+    if current is None:
+        raise NotALedger(f"{shown} holds no ledger (an empty or foreign database): "
+                         f"`omg-ledger sync --db {shown}` makes it one")
+    if oldest is None:
+        return current
+    number, head = _revision_number(current), _revision_number(HEAD_REVISION)
+    if number is None or number > head:
+        raise DatabaseTooNew(f"the ledger database is at revision {current}, which this omg-ledger does not "
+                             f"know (its newest is {HEAD_REVISION}); it was written by a newer omg-ledger — "
+                             f"upgrade omg-ledger, or point --db at another database")
+    if number < int(oldest):
+        raise DatabaseTooOld(f"the ledger database {shown} is at revision {current}, older than this command "
+                             f"reads ({oldest}); run `omg-ledger db upgrade --db {shown}` (reads never migrate)")
+    return current
+
+
+def _wal_hint(engine: Engine) -> str:
+    """Why a mode=ro reader fails on a WAL ledger: SQLite needs the -shm file beside it,
+    and a reader that may not write the directory cannot create it."""
+    path = make_url(str(engine.url)).database if engine.dialect.name == "sqlite" else None
+    if not path or os.path.exists(path + "-shm") or os.access(os.path.dirname(path) or ".", os.W_OK):
+        return ""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return ""
+    if len(header) < 20 or header[18] != 2:
+        return ""
+    return (f" (a WAL-mode ledger needs its {os.path.basename(path)}-shm file, which does not exist and which "
+            f"you may not create here: read a copy instead, see README 'Sharing a ledger')")
+
+
+def _table_names(conn: Connection) -> set[str]:
+    if conn.dialect.name == "sqlite":
+        rows = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    else:
+        rows = conn.execute(text("SELECT table_name FROM information_schema.tables "
+                                 "WHERE table_schema = current_schema()"))
+    return {r[0] for r in rows}
+
+
+def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION) -> Engine:
+    """An engine for reading an existing ledger: nothing is created, migrated or written.
+
+    SQLite is opened ``mode=ro`` (a ledger the reader may not write is readable);
+    PostgreSQL sessions default to read-only transactions. ``oldest`` is the oldest
+    revision the caller can read (None: any, e.g. to print the revision).
+    """
+    check_database_target(db)
+    url = database_url(db)
+    shown = shown_url(db)
+    if url.startswith("sqlite"):
+        engine = _readonly_sqlite_engine(url, shown)
+    elif make_url(url).get_backend_name() == "postgresql":
+        engine = create_engine(url, pool_pre_ping=True,
+                               connect_args={"options": "-c default_transaction_read_only=on"})
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    try:
+        _check_readable(engine, shown, oldest)
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine

@@ -29,11 +29,15 @@ class LedgerBusy(LedgerError):
 
 
 class RunNotFound(LedgerError):
-    exit_code = 4
+    """No run has that id or prefix: the argument names nothing (a usage error)."""
+
+    exit_code = 2
 
 
 class AmbiguousRun(LedgerError):
-    exit_code = 4
+    """A prefix matches several runs."""
+
+    exit_code = 2
 
 
 class ReadOnlyViolation(LedgerError):
@@ -50,3 +54,27 @@ class HomeConflict(LedgerError):
     """A home named with a label or path that belongs to another directory."""
 
     exit_code = 2
+
+
+class LedgerMissing(LedgerError):
+    """A read named a path that holds no ledger (reads never create one)."""
+
+    exit_code = 3
+
+
+class NotALedger(LedgerError):
+    """The path holds something other than an omg-ledger database."""
+
+    exit_code = 3
+
+
+class DatabaseTooOld(LedgerError):
+    """The ledger is at a revision older than what this read needs (reads never migrate)."""
+
+    exit_code = 3
+
+
+class UnsupportedDatabase(LedgerError):
+    """--db names a database omg-ledger cannot use (another engine, a missing driver)."""
+
+    exit_code = 3

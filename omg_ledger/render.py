@@ -107,25 +107,32 @@ def tokens(row: dict) -> str:
     return "-" if not any(values) else "/".join(str(v) for v in values)
 
 
-def runs_table(rows: list[dict]) -> str:
+def runs_table(rows: list[dict], width: int | None = None, colour: bool = False) -> str:
     if not rows:
         return "no runs in the ledger match (run `omg-ledger sync` first?)"
     body = []
     for r in rows:
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
-        body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["legs"]),
-                     money(r["cost_nano_usd"], r["unknown_cost_invocations"]), tokens(r),
+        body.append([r["run_id"], safe(r["graph"] or "-"), nodes, grouped(r["leg_count"]),
+                     grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])), grouped_tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
     headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"]
     with_estimate = "estimated_nano_usd" in rows[0]
     if with_estimate:
-        headers.insert(5, "ESTIMATE")
+        headers.append("ESTIMATE")
         for cells, r in zip(body, rows, strict=True):
-            cells.insert(5, estimate_cell(r))
-    text = table(headers, body, right={2, 3})
+            cells.append(estimate_cell(r))
+    # Narrow terminals lose the estimate, tokens, legs, start time and nodes first, then
+    # the graph name is cut and dropped, and last the run id is cut (still a prefix for
+    # `show`). Money is never cut.
+    text = fitted_table(headers, body, right={2, 3, 4, 5}, width=width,
+                        steps=((("drop", 8),) if with_estimate else ()) + (
+                            ("drop", 5), ("drop", 3), ("drop", 7), ("drop", 2), ("cut", 1, 12), ("drop", 1),
+                            ("cut", 0, 15)),
+                        styles={6: status_style} if colour else None)
     total = sum(r["cost_nano_usd"] or 0 for r in rows)
     unknown = sum(r["unknown_cost_invocations"] for r in rows)
-    notes = [f"\n{len(rows)} run(s), known spend {money(total, unknown)}"]
+    notes = [f"\n{wrapped(f'{len(rows)} run(s), known spend {grouped_money(money(total, unknown))}', width)}"]
     if with_estimate:
         sums = {k: sum(r[k] for r in rows) for k in ("estimated_nano_usd", "estimated_invocations",
                                                      "unestimated_invocations")}
@@ -134,15 +141,16 @@ def runs_table(rows: list[dict]) -> str:
             for k, v in r["unestimated_reasons"].items():
                 reasons[k] = reasons.get(k, 0) + v
         notes.append("\n" + estimate_line({"cost_nano_usd": total, **sums, "unestimated_reasons": reasons}))
-    notes += [f"\n{safe(r['hint'])}" for r in rows if r["hint"]]
+    notes += [f"\n{wrapped(safe(r['hint']), width)}" for r in rows if r["hint"]]
     return text + "".join(notes)
 
 
 def run_detail(d: dict) -> str:
     out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
-           f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  legs {d['legs']}  "
+           f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
-           f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}"]
+           f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}",
+           legs_line(d["legs"])]
     if d.get("copies_in"):
         out.append(f"also copied in {', '.join(safe(label) for label in d['copies_in'])} (billed once"
                    f"{'' if d.get('billed', True) else ', from another copy'})")
@@ -240,28 +248,30 @@ def cost_window(report: dict) -> str:
     return safe(f"window: {span} (periods and times in {report['tz']})")
 
 
-def cost_text(report: dict) -> str:
+def cost_text(report: dict, width: int | None = None) -> str:
     """A table of groups with a TOTAL line; unpriced work shown as a lower bound."""
     by = report["by"]
     head = [f"cost by {by}" if by else "cost", cost_window(report)]
     if report.get("homes"):
         head.append("homes: " + ", ".join(safe(h) for h in report["homes"]))
     rows = [*report["rows"], {"key": "TOTAL", **report["total"]}]
-    body = [[safe(r["key"]), money(r["cost_nano_usd"], r["unknown_cost_invocations"]), str(r["invocations"]),
-             str(r["unknown_cost_invocations"]), tokens(r)] for r in rows]
+    body = [[safe(r["key"]), grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])),
+             grouped(r["invocations"]), grouped(r["unknown_cost_invocations"]), grouped_tokens(r)] for r in rows]
     label = (by or "").upper() or "GROUP"
     headers = [label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"]
+    steps = (("drop", 4), ("drop", 3), ("cut", 0, 10))
     if "price_book" in report:
         headers.append("ESTIMATE (OF UNPRICED)")
+        steps = (("drop", 5), *steps)
         for cells, r in zip(body, rows, strict=True):
             cells.append(estimate_cell(r))
-    table_text = table(headers, body, right={2, 3})
+    table_text = fitted_table(headers, body, right={1, 2, 3, 4}, width=width, steps=steps)
     notes = []
     if "price_book" in report:
         notes.append(estimate_line(report["total"]))
         notes.append(price_book_line(report["price_book"]))
     if not report["rows"] and by:
-        notes.append("no charges in this window")
+        notes.append(empty_window_note(report))
     if report["total"]["unknown_cost_invocations"]:
         notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
     return "\n".join([*head, "", table_text, *notes])
@@ -324,7 +334,7 @@ def audit_text(report: dict) -> str:
     fails = report["failures"]
     out += _section("FAILS JUDGED (engine's judged field)",
                     [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                     + ("  [ours: reads like machinery]" if f["ours_likely_machinery"] else "")
+                     + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
                      for f in fails["judged"]], "none")
     out += _section("FAILS BY MACHINERY (judged absent)",
                     [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
@@ -479,3 +489,218 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
 
     wrapped = [part for text in notes for part in textwrap.wrap(text, max(width, 20))]
     return "\n".join([*head, "", *lines, *wrapped])
+def empty_window_note(report: dict) -> str:
+    """Why a window can be empty: --until is exclusive."""
+    if report.get("until"):
+        return "no charges in this window (--until is exclusive: the window is [since, until))"
+    return "no charges in this window"
+
+
+def _param_usage(query) -> str:
+    return " ".join(f"--param {p.name}=…" if p.default is None else f"[{p.name}]" for p in query.params)
+
+
+def saved_queries_list(queries: list) -> str:
+    """One line per saved query: name, one-line summary, parameters."""
+    if not queries:
+        return "no saved queries"
+    width = max(len(q.name) for q in queries)
+    lines = []
+    for q in queries:
+        summary = safe(q.one_line)
+        if q.shadowed:
+            summary = f"(yours, not used: a shipped query has this name — rename {safe(q.path)})"
+        elif q.path:
+            summary = f"{summary} (yours)"
+        params = _param_usage(q)
+        lines.append(f"{safe(q.name).ljust(width)}  {summary}" + (f"  {params}" if params else ""))
+    lines.append("\n[name] = optional (--param name=VALUE). Details: omg-ledger query NAME --help")
+    return "\n".join(lines)
+
+
+def saved_query_detail(query) -> str:
+    """Everything a saved query's header says, its parameters and where it lives."""
+    out = [f"{safe(query.name)} — {safe(query.one_line)}"]
+    for line in query.header[1:]:
+        if line.startswith(":") or (not line and not out[-1]):
+            continue  # parameters are listed below; one blank line at a time
+        out.append(f"  {safe(line)}" if line else "")
+    while out and not out[-1]:
+        out.pop()
+    out.append("\nParameters:" if query.params else "\nParameters: none")
+    for p in query.params:
+        default = "required" if p.default is None else f"default {p.default!r}"
+        out.append(f"  --param {p.name}=VALUE  {safe(p.description)} ({default})")
+    out.append(f"\nFile: {safe(query.path) if query.path else 'shipped with omg-ledger'}")
+    out.append(f"Run: omg-ledger query {safe(query.name)}" + "".join(
+        f" --param {p.name}=…" for p in query.params if p.default is None))
+    return "\n".join(out)
+
+
+def plans_table(rows: list[dict]) -> str:
+    if not rows:
+        return "no plan previews in the ledger (they are indexed from <home>/plans/ by `omg-ledger sync`)"
+    body = [[r["plan_id"] + (" (gone)" if r["gone"] else ""), r["graph"] or "-", "yes" if r["refused"] else "no",
+             r["home"]] for r in rows]
+    refused = sum(r["refused"] for r in rows)
+    return (table(["PLAN", "GRAPH", "REFUSED", "HOME"], body)
+            + f"\n{len(rows)} plan preview(s), {refused} refused; plan previews are paid for but are not runs")
+
+
+def legs_line(legs: list[dict]) -> str:
+    """The legs in one readable line: "legs: 1 initial failed, 2 retry passed"."""
+    if not legs:
+        return "legs: none"
+    parts = [f"{leg['ordinal']} {leg['kind']} "
+             + (leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-")) for leg in legs]
+    return "legs: " + ", ".join(safe(p) for p in parts)
+
+
+# -- terminal: width, numbers, colour ---------------------------------------------------
+# Fitting and colour apply only to a terminal (or an explicit COLUMNS): a pipe or a file
+# gets every column in full and no escape sequences.
+
+_SGR = {"PASS": "32", "FAIL": "31", "ABANDONED": "1;31", "PAUSED": "33", "RUNNING": "36", "PLANNING": "36",
+        "NOT-KNOWN-YET": "2"}
+ELLIPSIS = "…"
+
+
+def terminal_width(stream) -> int | None:
+    """COLUMNS when set, else the terminal's width; None for a pipe (nothing is cut)."""
+    import os
+
+    value = os.environ.get("COLUMNS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def use_colour(stream) -> bool:
+    """Only on a terminal, never with NO_COLOR set (no-color.org) or TERM=dumb."""
+    import os
+
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (ValueError, AttributeError):
+        return False
+
+
+def terminal_options(stream) -> dict:
+    return {"width": terminal_width(stream), "colour": use_colour(stream)}
+
+
+def display_width(text: str) -> int:
+    """Columns the terminal gives `text`: wide (CJK, emoji) characters take two,
+    combining marks none."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def ellipsize(text: str, width: int) -> str:
+    """`text` cut to `width` terminal columns, the cut marked with an ellipsis."""
+    if display_width(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    out, used = [], 0
+    for ch in text:
+        w = display_width(ch)
+        if used + w > width - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def grouped(number: int | None) -> str:
+    """An integer with thousands separators: 1,234,567."""
+    return "-" if number is None else f"{number:,}"
+
+
+def grouped_money(text: str) -> str:
+    """money() text with thousands separators in its dollar amounts: $12,345.6789."""
+    return re.sub(r"\$(\d{4,})", lambda m: "$" + f"{int(m.group(1)):,}", text)
+
+
+def grouped_tokens(row: dict) -> str:
+    values = [row.get(k) or 0 for k in ("input_tokens", "cached_input_tokens", "output_tokens",
+                                        "reasoning_output_tokens")]
+    return "-" if not any(values) else "/".join(f"{v:,}" for v in values)
+
+
+def fitted_table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset(), width: int | None = None,
+                 steps: tuple[tuple, ...] = (), styles: dict | None = None) -> str:
+    """A table that fits `width` columns (None: no fitting). `steps`, in order, until it
+    fits: ("drop", i) removes column i; ("cut", i, floor) ellipsizes column i down to
+    `floor` columns (at least its header). `styles` maps a column to a function giving a
+    cell's SGR code (colour), applied outside the padding so widths stay right."""
+    rows = [[safe(cell) for cell in row] for row in rows]
+    keep = list(range(len(headers)))
+    widths = {i: max([display_width(headers[i]), *(display_width(r[i]) for r in rows)]) for i in keep}
+
+    def total() -> int:
+        return sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+
+    for step in steps if width else ():
+        over = total() - width
+        if over <= 0:
+            break
+        i = step[1]
+        if i not in keep:
+            continue
+        if step[0] == "drop" and len(keep) > 1:
+            keep.remove(i)
+        elif step[0] == "cut":
+            floor = min(widths[i], max(display_width(headers[i]), step[2]))
+            widths[i] -= min(over, widths[i] - floor)
+
+    def cell(i: int, text: str, header: bool = False) -> str:
+        text = ellipsize(text, widths[i])
+        pad = " " * (widths[i] - display_width(text))
+        code = None if header or not styles or i not in styles else styles[i](text)
+        shown = f"\x1b[{code}m{text}\x1b[0m" if code else text
+        return pad + shown if i in right else shown + pad
+
+    def line(cells: list[str], header: bool = False) -> str:
+        return "  ".join(cell(i, cells[i], header) for i in keep).rstrip()
+
+    return "\n".join([line(headers, True), "  ".join("-" * widths[i] for i in keep),
+                      *(line(r) for r in rows)])
+
+
+def status_style(text: str) -> str | None:
+    return _SGR.get(text.split(" ", 1)[0])
+
+
+def wrapped(text: str, width: int | None, indent: str = "  ") -> str:
+    """A long note wrapped to the terminal, continuation lines indented under it."""
+    if not width or display_width(text) <= width:
+        return text
+    import textwrap
+
+    return textwrap.fill(text, width=width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def attention(text: str, colour: bool) -> str:
+    return f"\x1b[1;31m{text}\x1b[0m" if colour else text
+
+
+def colour_verdicts(text: str) -> str:
+    """Audit text with its NEEDS ATTENTION verdict in bold red (for a terminal)."""
+    return "\n".join(attention(line, True) if line.startswith("NEEDS ATTENTION") else line
+                     for line in text.split("\n"))

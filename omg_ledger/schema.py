@@ -446,3 +446,392 @@ invocations = Table(
     Index("ix_invocations_started_at_us", "started_at_us"),
     Index("ix_invocations_outcome", "outcome"),
 )
+
+# --------------------------------------------------------------------------- documentation
+# One description per table, view and column: what Datasette shows (`omg-ledger
+# datasette-metadata`) and what a notebook user reads. tests/test_datasette.py keeps it
+# complete: a new table, view or column without a line here fails the tests.
+
+_TOKEN_DOCS = {
+    "input_tokens": "Input tokens the engine reported (0 when it reported none).",
+    "cached_input_tokens": "Cached input tokens the engine reported.",
+    "output_tokens": "Output tokens the engine reported.",
+    "reasoning_output_tokens": "Reasoning output tokens the engine reported (Codex).",
+}
+_RUN_PK = "The run (runs.id)."
+_STREAM_IDENTITY = {
+    "dev": "Device number of the file when last read.",
+    "inode": "Inode of the file when last read.",
+    "size": "Size in bytes when last read.",
+    "mtime_ns": "Modification time (epoch ns) when last read.",
+    "stream_offset": "Byte offset just after the last complete line read: the next sync resumes here.",
+    "next_line": "Line number (1-based) of the next line to read.",
+    "head_len": "Number of leading bytes fingerprinted by head_sha256.",
+    "head_sha256": "SHA-256 of the first head_len bytes: a replaced or rewritten file is noticed.",
+}
+
+DOCS: dict[str, dict[str, str]] = {
+    "alembic_version": {
+        "": "The ledger's schema revision (`omg-ledger db current` prints it; `db upgrade` moves it).",
+        "version_num": "The revision the database is at.",
+    },
+    "homes": {
+        "": "Each oh-my-graph home indexed. The label defaults to <hostname>:<absolute path>, so homes "
+            "from several machines never collide in one shared ledger.",
+        "id": "Row id (other tables refer to it as home_id).",
+        "label": "The home's name: --home LABEL=DIR, or <hostname>:<absolute path>.",
+        "path": "Absolute path of the home on the machine that synced it.",
+    },
+    "runs": {
+        "": "One row per run directory ever seen, gone ones included. Status is not stored: it is "
+            "composed when asked from these facts plus a live lock probe (`omg-ledger runs`).",
+        "id": "Row id (other tables refer to it as run_pk).",
+        "home_id": "The home the run belongs to (homes.id).",
+        "run_id": "The engine's run id (the directory name); unique per home, not across machines.",
+        "dir_path": "Absolute path of the run directory.",
+        "gone": "1 when the directory disappeared; its history is kept.",
+        "has_events": "1 when events.jsonl exists.",
+        "has_state": "1 when state.json exists.",
+        "has_graph_json": "1 when graph.json exists.",
+        "has_rejected": "1 when rejected.json exists (a refused plan).",
+        "has_assess": "1 when assess.json exists (an assessed goal cycle).",
+        "has_lock": "1 when resume.lock exists.",
+        "snapshot_schema": "Schema version of state.json; NULL when there is no readable snapshot.",
+        "runtime": "claude or codex (a snapshot without the key means claude).",
+        "graph_name": "Name of the graph the run executed.",
+        "graph_version": "Version of the graph.",
+        "node_count": "Number of nodes in the snapshot's graph.",
+        "graph_source_path": "Where the graph was loaded from, as the engine recorded it.",
+        "graph_sha256": "SHA-256 of the graph source.",
+        "inputs_json": "The run's inputs, as JSON.",
+        "continue_on_fail": "1 when the run continues after a failed node.",
+        "goal_text": "Goal of an iterated auto run.",
+        "goal_cycle": "This run's cycle number within its goal.",
+        "goal_max_cycles": "Most cycles the goal may take.",
+        "goal_first_run_id": "Run id of the goal's first cycle: the key that groups a goal's runs.",
+        "build_evidence_answer": "Build evidence of an auto run: attached, declared, disclosed or none-detected.",
+        "build_evidence_declared_by": "Who declared the build evidence.",
+        "build_evidence_signals_json": "The signals the build evidence answer rests on, as JSON.",
+        "gate_paused_at": "Node whose gate paused the run, when one did.",
+        "gate_decisions_json": "Gate decisions taken so far, as JSON.",
+        "planning_cost_nano_usd": "Planning spend in nano-dollars (1e-9 USD); NULL when unknown.",
+        "planning_cost_unknown": "1 when the planning call reported no price.",
+        "snapshot_cost_nano_usd": "The engine's own total from state.json (what `runs list` shows); "
+                                  "it misses earlier legs and assessments.",
+        "snapshot_cost_unknown": "1 when the engine's state.json total includes unpriced work.",
+        "nodes_passed": "Graph nodes whose snapshot record is PASS.",
+        "all_nodes_passed": "1 when every graph node's snapshot record is PASS.",
+        "event_count": "Stream lines ingested.",
+        "first_event_at": "Time of the first stream event (UTC).",
+        "first_event_at_us": "first_event_at as epoch microseconds.",
+        "last_event_at": "Time of the last stream event (UTC).",
+        "last_event_at_us": "last_event_at as epoch microseconds.",
+        "leg_count": "Unphased legs, counted as the engine counts them.",
+        "any_leg": "1 when the stream opened at least one leg.",
+        "last_leg_open": "1 when the last leg never reported an end (running, planning or abandoned).",
+        "last_leg_phase": "Phase of the last leg: planning or run.",
+        "last_outcome": "Outcome of the last closed leg: passed, failed, paused or planned.",
+        "last_detail": "Detail the last closed leg reported.",
+        "stream_paused": "1 when ingestion waits: the stream uses a newer event schema than this omg-ledger reads.",
+        "cost_nano_usd": "Known spend over every leg and the assessment, in nano-dollars (1e-9 USD). "
+                         "Unpriced work is not in it: see unknown_cost_invocations.",
+        "invocations": "Paid invocations (charges) of the run.",
+        "unknown_cost_invocations": "Invocations with no known price (Codex, killed calls): the cost is a lower bound.",
+        "unrecorded_attempts": "Retried calls the engine never billed (spend recorded nowhere).",
+        **_TOKEN_DOCS,
+    },
+    "legs": {
+        "": "One row per leg bracket, in file order. A planning leg is closed by the run_started that "
+            "commits the plan, or by run_finished of a refused plan.",
+        "run_pk": _RUN_PK,
+        "ordinal": "Leg number, 1-based, in file order.",
+        "phase": "planning or run.",
+        "kind": "planning, initial, resume, retry or after-abandoned.",
+        "started_at": "When the leg started (UTC).",
+        "started_at_us": "started_at as epoch microseconds.",
+        "finished_at": "When the leg finished (UTC); NULL while open.",
+        "outcome": "passed, failed, paused, planned (plan committed) or NULL.",
+        "detail": "Detail the leg's end reported.",
+        "is_open": "1 when the leg never reported an end.",
+        "closed_by": "What closed the leg: run_finished, plan_committed, superseded, or NULL (open).",
+        "session_limited": "1 when the leg stopped at a session limit.",
+        "start_line": "Stream line that opened the leg.",
+        "end_line": "Stream line that closed the leg.",
+    },
+    "nodes": {
+        "": "One row per node per run: the latest authoritative verdict (latest terminal event in file "
+            "order, across legs and rounds), recovered from the snapshot when the event was dropped.",
+        "run_pk": _RUN_PK,
+        "node_id": "The node's id in the graph.",
+        "node_type": "Node type from the snapshot's graph; NULL for a model-CLI node.",
+        "in_graph": "1 when the node is in the snapshot's graph.",
+        "verdict": "PASS, FAIL, or NULL (not settled).",
+        "verdict_source": "stream, or snapshot (a dropped event recovered from state.json).",
+        "state": "settled, running, paused, unfinished or pending.",
+        "retries": "Retries the node took.",
+        "round": "Feedback round of the verdict (0 = initial pass).",
+        "provenance": "How the verdict was reached (e.g. judged, self-reported, exit-only).",
+        "judged": "The engine's judged field: 1 when a judge decided the verdict.",
+        "budget_nano_usd": "The node's budget in nano-dollars; NULL when it has none.",
+        "duration_ns": "Duration the engine reported, in nanoseconds.",
+        "session_id": "Model CLI session id.",
+        "detail": "Detail of the verdict.",
+        "artifact_name": "Artifact file name: <id with / replaced by ~>.out.",
+        "artifact_path": "Artifact path as the engine recorded it (on the engine's machine).",
+        "has_artifact": "1 when the .out artifact is on disk.",
+        "has_failed_output": "1 when a failed/ reply is on disk.",
+        "budget_overrun": "1 for a FAIL whose .out is on disk: a post-hoc budget failure.",
+        "last_leg": "Last leg in which the node ran.",
+        "cost_nano_usd": "Known spend of the node over every leg and round, in nano-dollars.",
+        "invocations": "Paid invocations of the node.",
+        "unknown_cost_invocations": "Invocations of the node with no known price.",
+        "unrecorded_attempts": "Retried calls of the node the engine never billed.",
+        "snapshot_verdict": "Verdict in state.json.",
+        "snapshot_round": "Round in state.json.",
+        "snapshot_cost_nano_usd": "Cost in state.json (latest leg only), in nano-dollars.",
+        "snapshot_cost_unknown": "1 when state.json marks the cost unknown.",
+    },
+    "rounds": {
+        "": "One row per execution of a node within a leg: round 0 is the initial pass, k the k-th "
+            "feedback round. Outcome FEEDBACK is a declarer's non-final judgment.",
+        "run_pk": _RUN_PK,
+        "leg_ordinal": "Leg number (legs.ordinal); 0 = outside any leg (damaged stream).",
+        "node_id": "The node's id.",
+        "seq": "Execution order of this node within the leg.",
+        "round": "0 = initial pass, k = k-th feedback round.",
+        "started_at": "When the execution started (UTC).",
+        "ended_at": "When it ended (UTC).",
+        "outcome": "PASS, FAIL, FEEDBACK, PAUSED or NULL (no terminal event).",
+        "retries": "Retries within this execution.",
+        "session_id": "Model CLI session id.",
+        "provenance": "How the outcome was reached.",
+        "detail": "Detail of the outcome.",
+        "cost_nano_usd": "Spend of this execution in nano-dollars; NULL when unknown.",
+        "cost_unknown": "1 when the engine reported no price.",
+        "start_line": "Stream line of the node's start.",
+        "end_line": "Stream line of the node's end.",
+    },
+    "goal_cycles": {
+        "": "Goal cycles of iterated auto runs: the state.json goal block joined with assess.json.",
+        "run_pk": _RUN_PK,
+        "first_run_id": "Run id of the goal's first cycle.",
+        "cycle": "This cycle's number.",
+        "max_cycles": "Most cycles the goal may take.",
+        "text": "The goal.",
+        "assessed": "1 when assess.json exists for this cycle.",
+        "goal_met": "The assessment's answer: 1 when the goal is met.",
+        "remaining": "What the assessment says remains.",
+        "evidence": "The assessment's evidence.",
+        "assess_cost_nano_usd": "Spend of the assessment in nano-dollars (only assess.json records it).",
+    },
+    "charges": {
+        "": "Exactly one row per paid invocation. kind: node (terminal node event), feedback (a "
+            "declarer's feedback round), planning (the run_started that committed a plan), refused (a "
+            "plan refused before a graph existed), assessment (assess.json), recovered (a verdict the "
+            "stream dropped, from state.json), other (accounting on any other event).",
+        "run_pk": _RUN_PK,
+        "seq": "Charge number within the run.",
+        "leg_ordinal": "Leg number (legs.ordinal).",
+        "leg_kind": "Kind of that leg.",
+        "node_id": "The node charged, when a node was.",
+        "round": "Feedback round (0 = initial pass).",
+        "kind": "node, feedback, planning, refused, assessment, recovered or other.",
+        "at": "When the charge counts (UTC): the event's time.",
+        "at_us": "at as epoch microseconds.",
+        "cost_nano_usd": "Spend in nano-dollars (1e-9 USD); NULL = unknown, never 0 for unknown.",
+        "cost_unknown": "1 when the engine reported no price.",
+        **_TOKEN_DOCS,
+        "source_file": "File the charge was read from.",
+        "source_offset": "Byte offset of the line in source_file.",
+        "source_line": "Line number in source_file.",
+    },
+    "events": {
+        "": "Every stream line ingested, in file order, with typed columns and the original line.",
+        "run_pk": _RUN_PK,
+        "line_no": "Line number in events.jsonl, 1-based.",
+        "byte_offset": "Byte offset of the line in events.jsonl.",
+        "schema": "The event's schema version.",
+        "ts": "The event's time as written.",
+        "event": "The event name (run_started, node_passed, …).",
+        "node_id": "The node the event is about, when any.",
+        "raw": "The line exactly as written (unknown fields kept).",
+    },
+    "ingest_state": {
+        "": "Resume point per run directory: the directory's own mtimes, and the stream's identity, "
+            "size, offset after the last complete line and a fingerprint of its head, so a replaced or "
+            "rewritten stream is noticed.",
+        "run_pk": _RUN_PK,
+        "dir_mtime_ns": "The run directory's mtime (epoch ns); NULL = must rescan.",
+        "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns).",
+        "stream_dev": "Device number of events.jsonl.",
+        "stream_inode": "Inode of events.jsonl.",
+        "stream_size": "Size of events.jsonl in bytes.",
+        "stream_mtime_ns": "Modification time of events.jsonl (epoch ns).",
+        **{k: _STREAM_IDENTITY[k] for k in ("stream_offset", "next_line", "head_len", "head_sha256")},
+        "blocked_reason": "Why ingestion waits at stream_offset (e.g. a newer event schema).",
+    },
+    "snapshot_files": {
+        "": "The small JSON files of a run (state.json, assess.json, rejected.json, graph.json): "
+            "identity, content hash and content, so the run's history survives its directory.",
+        "run_pk": _RUN_PK,
+        "name": "File name.",
+        **{k: _STREAM_IDENTITY[k] for k in ("dev", "inode", "size", "mtime_ns")},
+        "sha256": "SHA-256 of the content.",
+        "content": "The file's content.",
+        "error": "Why the file could not be used: unreadable, not JSON, wrong shape.",
+    },
+    "problems": {
+        "": "Bad input found by sync: where, what, when first and last seen. Never silently dropped.",
+        "id": "Row id.",
+        "run_pk": "The run, when the problem belongs to one (runs.id).",
+        "path": "File or directory with the problem.",
+        "byte_offset": "Byte offset of the problem in the file.",
+        "reason": "What is wrong.",
+        "first_seen_at": "When a sync first saw it (UTC).",
+        "last_seen_at": "When a sync last saw it (UTC).",
+    },
+    "findings": {
+        "": "Disagreements between state.json and the stream, per run (rebuilt with the run).",
+        "run_pk": _RUN_PK,
+        "seq": "Finding number within the run.",
+        "kind": "dropped_event, snapshot_record_missing, snapshot_behind, cost_mismatch or "
+                "run_finished_without_leg.",
+        "node_id": "The node concerned, when any.",
+        "leg_ordinal": "The leg concerned, when any.",
+        "detail": "What disagrees.",
+    },
+    "plans": {
+        "": "Plan previews under <home>/plans/<id>/: paid for, but never runs.",
+        "home_id": "The home (homes.id).",
+        "plan_id": "The plan directory's name.",
+        "has_graph_json": "1 when the plan produced a graph.json.",
+        "has_rejected": "1 when the plan was refused (rejected.json).",
+        "graph_name": "Name of the planned graph.",
+        "gone": "1 when the directory disappeared.",
+    },
+    "invocation_files": {
+        "": "One row per runner invocation stream (events.jsonl) given to `sync --invocations`: its "
+            "identity and resume point.",
+        "id": "Row id (other tables refer to it as file_pk).",
+        "path": "Absolute path of the stream on the syncing machine.",
+        **_STREAM_IDENTITY,
+    },
+    "invocation_lines": {
+        "": "Every valid line of a runner invocation stream, in file order.",
+        "file_pk": "The stream (invocation_files.id).",
+        "line_no": "Line number, 1-based.",
+        "byte_offset": "Byte offset of the line.",
+        "ts": "The line's time (UTC).",
+        "ts_us": "ts as epoch microseconds.",
+        "event": "start or end.",
+        "role": "The role invoked; NULL on recover's end line.",
+        "milestone": "The milestone; NULL for planning, alt and navi.",
+        "status": "End status, verbatim (ends only).",
+        "duration_ms": "Duration the end line reported, in ms.",
+        "raw": "The line exactly as written.",
+    },
+    "invocations": {
+        "": "One row per runner role invocation: a start paired with its end (outcome paired), closed by "
+            "recover (recovered), still open (dangling) or an end with no start (unmatched_end).",
+        "file_pk": "The stream (invocation_files.id).",
+        "seq": "Invocation number in the stream, 0-based, by start (or end) line.",
+        "role": "The role invoked.",
+        "milestone": "The milestone.",
+        "started_at": "Start time (UTC).",
+        "started_at_us": "started_at as epoch microseconds.",
+        "ended_at": "End time (UTC).",
+        "ended_at_us": "ended_at as epoch microseconds.",
+        "status": "End status, verbatim.",
+        "duration_ms": "Duration in ms.",
+        "duration_source": "reported (the end line said), timestamps (end minus start) or NULL.",
+        "outcome": "paired, recovered, dangling or unmatched_end.",
+        "start_line": "Line of the start.",
+        "end_line": "Line of the end.",
+    },
+}
+
+
+def _view_docs(description: str, columns: dict[str, str | tuple[str, str]]) -> dict[str, str]:
+    """A view's docs; a column given as (table, column) borrows that table column's doc."""
+    out = {"": description}
+    for name, doc in columns.items():
+        out[name] = DOCS[doc[0]][doc[1]] if isinstance(doc, tuple) else doc
+    return out
+
+
+def _same(table: str, *columns: str) -> dict[str, tuple[str, str]]:
+    return {c: (table, c) for c in columns}
+
+
+_HOME = {"home": "Home label (homes.label); with run_id, the key of a run."}
+_RUN = {"run_id": ("runs", "run_id"), "graph": ("runs", "graph_name"), "runtime": ("runs", "runtime")}
+_USD_DOC = "The same amount in US dollars, a float for display: sum cost_nano_usd for exact totals."
+_TOKENS = tuple(_TOKEN_DOCS)
+
+
+def _add_view_docs() -> None:
+    from .views import VIEWS_0002
+
+    def about(view: str) -> str:
+        return VIEWS_0002[view][0]
+
+    DOCS["v_charges"] = _view_docs(about("v_charges"), {
+        **_HOME, **_RUN, **_same("charges", "seq", "kind"), "leg": ("charges", "leg_ordinal"),
+        "leg_kind": ("charges", "leg_kind"), "node": ("charges", "node_id"),
+        **_same("charges", "round", "at", "at_us", "cost_nano_usd"), "cost_usd": _USD_DOC,
+        **_same("charges", "cost_unknown", *_TOKENS, "source_file", "source_line"),
+    })
+    DOCS["v_runs"] = _view_docs(about("v_runs"), {
+        **_HOME, **_RUN, "graph_version": ("runs", "graph_version"),
+        "ledger_state": "What the stored facts say: NOT-KNOWN-YET, OPEN (running, planning or abandoned: "
+                        "`omg-ledger runs` probes which), PAUSED, PASS or FAIL.",
+        "started_at": ("runs", "first_event_at"), "started_at_us": ("runs", "first_event_at_us"),
+        **_same("runs", "last_event_at", "last_event_at_us"), "legs": ("runs", "leg_count"),
+        "nodes_total": ("runs", "node_count"), "nodes_passed": ("runs", "nodes_passed"),
+        "cost_nano_usd": ("runs", "cost_nano_usd"), "cost_usd": _USD_DOC,
+        **_same("runs", "invocations", "unknown_cost_invocations"),
+        "cost_is_lower_bound": "1 when some invocations have no known price: the cost is a lower bound.",
+        **_same("runs", "unrecorded_attempts", *_TOKENS, "goal_first_run_id", "goal_cycle", "goal_max_cycles",
+                "goal_text", "build_evidence_answer", "build_evidence_declared_by", "gate_paused_at",
+                "last_outcome", "last_detail"),
+        "engine_snapshot_cost_nano_usd": ("runs", "snapshot_cost_nano_usd"),
+        **_same("runs", "gone", "dir_path"),
+    })
+    DOCS["v_node_rounds"] = _view_docs(about("v_node_rounds"), {
+        **_HOME, **_RUN, "leg": ("rounds", "leg_ordinal"), "leg_kind": ("legs", "kind"),
+        "node": ("rounds", "node_id"),
+        **_same("rounds", "seq", "round", "outcome", "retries", "provenance", "started_at", "ended_at",
+                "cost_nano_usd"), "cost_usd": _USD_DOC,
+        **_same("rounds", "cost_unknown", "session_id", "detail"),
+    })
+    DOCS["v_nodes"] = _view_docs(about("v_nodes"), {
+        **_HOME, **_RUN, "node": ("nodes", "node_id"),
+        **_same("nodes", "node_type", "in_graph", "verdict", "verdict_source", "state", "provenance", "judged",
+                "round", "retries", "cost_nano_usd"), "cost_usd": _USD_DOC,
+        **_same("nodes", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "budget_nano_usd"),
+        "budget_usd": "The budget in US dollars (a float for display).",
+        "over_budget": "1 when the node's known spend exceeds its budget.",
+        **_same("nodes", "budget_overrun", "has_artifact", "has_failed_output", "detail"),
+    })
+    DOCS["v_problems"] = _view_docs(about("v_problems"), {
+        **_HOME, "run_id": ("runs", "run_id"),
+        **_same("problems", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at"),
+    })
+    DOCS["v_findings"] = _view_docs(about("v_findings"), {
+        **_HOME, "run_id": ("runs", "run_id"), "graph": ("runs", "graph_name"), **_same("findings", "seq", "kind"),
+        "node": ("findings", "node_id"), "leg": ("findings", "leg_ordinal"), "detail": ("findings", "detail"),
+    })
+    DOCS["v_invocations"] = _view_docs(
+        "One row per runner role invocation, with its stream's path and whether its status is a success, "
+        "a judged verdict or a failure.", {
+            "path": ("invocation_files", "path"),
+            **_same("invocations", "seq", "role", "milestone", "outcome", "status"),
+            "status_class": "success (DONE, GO, SUCCESS, OBSERVED, READY, ACCEPT), judged (BLOCKED, NEEDS_DEEP, "
+                            "NO-GO, NEEDS_CONFIRMATION), failure (any other end status) or NULL (no end yet).",
+            **_same("invocations", "started_at", "started_at_us", "ended_at", "ended_at_us"),
+            "at_us": "started_at_us, or ended_at_us for an end with no start: the time to filter on.",
+            **_same("invocations", "duration_ms", "duration_source", "start_line", "end_line"),
+        })
+
+
+_add_view_docs()

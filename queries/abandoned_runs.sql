@@ -1,7 +1,7 @@
 -- abandoned_runs: runs whose last leg is still open (candidates for ABANDONED).
 --
 -- CAUTION: status is live, and SQL cannot see it. ABANDONED means "open leg AND the
--- resume.lock is affirmatively free right now" (ADR 0015); only a live probe can tell
+-- resume.lock is affirmatively free right now"; only a live probe can tell
 -- that from RUNNING/PLANNING. This query lists every run whose last leg is open —
 -- RUNNING, PLANNING and ABANDONED alike. For the real answer run
 -- `omg-ledger runs --status ABANDONED` or `omg-ledger audit`. Before resuming an

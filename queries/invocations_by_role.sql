@@ -1,7 +1,7 @@
 -- invocations_by_role: runner role invocations per role, from `sync --invocations` streams.
 --
 -- One row per role (NULL role = a recover end that found nothing open). Reads the
--- v_invocations view (migration 0003): an invocation is a paired start/end, a start
+-- v_invocations view: an invocation is a paired start/end, a start
 -- closed by recover, a dangling start (no end yet) or an end whose start was never seen.
 -- status_class: success | judged (a negative verdict, not a failure) | failure | NULL (no end).
 -- Percentiles need code: `omg-ledger invocations --by role` adds p50/p95.

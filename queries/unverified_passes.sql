@@ -1,6 +1,6 @@
 -- unverified_passes: PASS verdicts reached without evidence the engine gathered.
 --
--- provenance (RUN-FEED.md / ADR 0016): 'verified' = a verify command the engine ran;
+-- provenance: 'verified' = a verify command the engine ran;
 -- 'approved' = a human approved a gate; 'self-reported' = the model said so;
 -- 'exit-only' = the process exited 0. NULL = the run predates the field.
 -- This lists the self-reported, exit-only and unknown ones, with how many of the

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from omg_ledger.cli import main
+from omg_ledger.db import open_ledger
 
 from .conftest import CORPUS_HOME
 
@@ -40,7 +41,7 @@ def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_p
     runs = json.loads(subprocess.run([*cli, "runs", "--db", db, "--json"], capture_output=True, text=True,
                                      check=True).stdout)
     assert len(runs) == 25
-    assert set(runs[0]) >= {"run_id", "home", "graph", "status", "nodes_total", "nodes_passed", "legs", "cost_usd",
+    assert set(runs[0]) >= {"run_id", "home", "graph", "status", "nodes_total", "nodes_passed", "leg_count", "cost_usd",
                             "unknown_cost_invocations", "started_at", "last_event_at"}
     shown = json.loads(subprocess.run([*cli, "show", "--db", db, "--json", runs[0]["run_id"]], capture_output=True,
                                       text=True, check=True).stdout)
@@ -48,5 +49,6 @@ def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_p
 
 
 def test_unknown_run_is_a_clear_error_not_a_traceback(tmp_path):
+    open_ledger(str(tmp_path / "l.sqlite")).dispose()
     result = CliRunner().invoke(main, ["show", "--db", str(tmp_path / "l.sqlite"), "nope"])
-    assert result.exit_code == 4 and "no run matches 'nope'" in result.output
+    assert result.exit_code == 2 and "no run matches 'nope'" in result.output

@@ -408,6 +408,7 @@ def test_home_filter(db_url, tmp_path):
     (["--json", "--csv"], "exclusive"),
 ], ids=["bad-zone", "bad-time", "empty-window", "json-and-csv"])
 def test_cli_bad_arguments(sqlite_url, args, message):
+    open_ledger(sqlite_url).dispose()  # reading commands never create a ledger
     result = CliRunner().invoke(main, ["cost", "--db", sqlite_url, *args])
     assert result.exit_code == 2, result.output
     assert message in result.output

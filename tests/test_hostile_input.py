@@ -318,7 +318,7 @@ def test_the_rest_of_the_home_is_indexed_and_plans_are_checked(hostile_home, hos
     assert len(rows) == expected_runs
     for run_id, row in rows.items():
         if run_id.startswith("real-"):
-            assert row["legs"] >= 1 or row["status"] != "NOT-KNOWN-YET"
+            assert row["leg_count"] >= 1 or row["status"] != "NOT-KNOWN-YET"
     # An empty stream and a lone partial line: the run has said nothing yet.
     assert rows["stream-empty-file"]["status"] == "NOT-KNOWN-YET"
     assert rows["stream-only-a-partial-line"]["status"] == "NOT-KNOWN-YET"

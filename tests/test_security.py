@@ -151,7 +151,7 @@ def test_escape_sequences_in_run_ids_and_stream_enums_are_not_sent_to_the_termin
 def test_user_input_is_never_sql(corpus_home, tmp_path):
     db = tmp_path / "ledger.sqlite"
     ok(cli("sync", "--db", db, "--home", corpus_home))
-    result = ok(cli("show", "--db", db, "x' OR '1'='1"), code=4)
+    result = ok(cli("show", "--db", db, "x' OR '1'='1"), code=2)  # an unknown run id is a usage error
     assert b"no run matches" in result.stderr, result.stderr
     listed = ok(cli("runs", "--db", db, "--json", "--home", "x' OR '1'='1"))
     assert json.loads(listed.stdout) == []

@@ -74,7 +74,17 @@ def zone_named(name: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise BadArgument(f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin or UTC") from None
+        pass
+    from zoneinfo import available_timezones
+
+    zones = {zone.lower(): zone for zone in available_timezones()}
+    if name.lower() in zones:  # europe/berlin, utc: the case is the only difference
+        return ZoneInfo(zones[name.lower()])
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), list(zones), n=1, cutoff=0.6)
+    hint = f"did you mean {zones[close[0]]}? " if close else ""
+    raise BadArgument(f"unknown time zone {name!r}: {hint}use an IANA name such as Europe/Berlin or UTC")
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,9 @@ def window(since: str | None, until: str | None, zone: tzinfo, now: datetime | N
     start = parse_time(since, now, zone) if since else None
     end = parse_time(until, now, zone) if until else (now if since else None)
     if start is not None and end is not None and end <= start:
-        raise BadArgument(f"empty window: --until ({end.isoformat()}) is not after --since ({start.isoformat()})")
+        raise BadArgument(f"empty window: --until ({end.isoformat()}) is not after --since ({start.isoformat()}); "
+                          f"--until is exclusive (the window is [since, until)): to include a whole day, end "
+                          f"the window at the start of the next one")
     return Window(start, end)
 
 

@@ -59,7 +59,7 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
         "status": status,
         "nodes_total": m["node_count"],
         "nodes_passed": m["nodes_passed"],
-        "legs": m["leg_count"],
+        "leg_count": m["leg_count"],  # as the engine counts (unphased legs); show's "legs" lists them all
         "cost_usd": _money(m["cost_nano_usd"]),
         "cost_nano_usd": m["cost_nano_usd"],
         "invocations": m["invocations"],
@@ -118,6 +118,9 @@ def _could_be(status: str):
     return r.last_leg_open.is_(False)  # PASS, FAIL
 
 
+AMBIGUOUS_LISTED = 20
+
+
 def resolve_run(conn, run_id: str, home_label: str | None = None):
     """The run an id (or a unique prefix) names. Copies of one run in several homes
     are one run: its billed copy, unless ``home_label`` picks a copy."""
@@ -143,8 +146,11 @@ def resolve_run(conn, run_id: str, home_label: str | None = None):
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:
-        names = ", ".join(f"{c.run_id} ({c.label})" for c in candidates[:20])
-        raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}")
+        shown = candidates[:AMBIGUOUS_LISTED]
+        names = ", ".join(f"{c.run_id} ({c.label})" for c in shown)
+        more = len(candidates) - len(shown)
+        tail = f", and {more} more not listed" if more else ""
+        raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}{tail}; give a longer prefix")
     return candidates[0]
 
 

@@ -94,10 +94,23 @@ class SavedQuery:
     sql: str
     header: list[str] = field(default_factory=list)
     params: list[Param] = field(default_factory=list)
+    path: str = ""  # the user's file; "" for a shipped query
+    shadowed: bool = False  # a user's query whose name a shipped one has: never run
 
     @property
     def summary(self) -> str:
         return self.header[0] if self.header else ""
+
+    @property
+    def one_line(self) -> str:
+        """The summary without its leading "name:"."""
+        text = self.summary
+        prefix = f"{self.name}:"
+        return text[len(prefix):].strip() if text.startswith(prefix) else text
+
+    @property
+    def origin(self) -> str:
+        return "yours" if self.path else "shipped"
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -442,18 +455,55 @@ def placeholders(sql: str) -> list[str]:
     return found
 
 
-def saved_queries() -> list[SavedQuery]:
+def user_queries_dir() -> str:
+    """Where a user keeps their own saved queries: $XDG_CONFIG_HOME/omg-ledger/queries."""
+    import os
+
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "omg-ledger", "queries")
+
+
+def _user_queries(directory: str, shipped: set[str]) -> list[SavedQuery]:
+    import os
+
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".sql"))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise BadArgument(f"cannot list the saved queries in {directory}: {exc.strerror or exc}") from exc
+    found = []
+    for file_name in names:
+        path = os.path.join(directory, file_name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadArgument(f"cannot read the saved query {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        query = parse_saved(file_name[:-4], text)
+        query.path = path
+        query.shadowed = query.name in shipped
+        found.append(query)
+    return found
+
+
+def saved_queries(user_dir: str | None = None) -> list[SavedQuery]:
+    """The shipped queries and the user's (from `user_dir`, default :func:`user_queries_dir`),
+    by name. A user's query whose name a shipped query has is listed as shadowed and never
+    run: the shipped ones are documented, and their meaning must not change under a reader."""
     root = resources.files("omg_ledger.queries")
     found = [parse_saved(entry.name[:-4], entry.read_text(encoding="utf-8"))
              for entry in root.iterdir() if entry.name.endswith(".sql")]
-    return sorted(found, key=lambda q: q.name)
+    found += _user_queries(user_dir or user_queries_dir(), {q.name for q in found})
+    return sorted(found, key=lambda q: (q.name, q.shadowed))
 
 
-def saved_query(name: str) -> SavedQuery:
-    for query in saved_queries():
-        if query.name == name:
+def saved_query(name: str, user_dir: str | None = None) -> SavedQuery:
+    queries = saved_queries(user_dir)
+    for query in queries:
+        if query.name == name and not query.shadowed:
             return query
-    names = ", ".join(q.name for q in saved_queries())
+    names = ", ".join(q.name for q in queries if not q.shadowed)
     raise UnknownQuery(f"no saved query named {name!r} (saved: {names}; `omg-ledger query --list` describes them)")
 
 
@@ -467,9 +517,10 @@ def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None) -> QueryResult:
+def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None,
+              user_dir: str | None = None) -> QueryResult:
     """Run a saved query with its declared defaults, overridden by `given`."""
-    query = saved_query(name)
+    query = saved_query(name, user_dir)
     given = dict(given or {})
     declared = {p.name: p for p in query.params}
     unknown = sorted(set(given) - set(declared))

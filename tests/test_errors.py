@@ -1,0 +1,106 @@
+"""Bad --db values are one-line errors, never tracebacks, naming the database as the
+user typed it with the password masked; exit codes are the documented ones."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import REPO
+
+EXAMPLES = REPO / "examples" / "home"
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("omg-ledger: error: "), result.stderr
+    return lines[0]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once this socket is closed
+
+
+WRITE_AND_READ = [["sync", "--home", str(EXAMPLES)], ["runs"], ["cost"], ["db", "current"]]
+
+
+@pytest.mark.postgres
+def test_postgres_spelling_works_like_postgresql(pg_url):
+    # pg_url is postgresql+psycopg://…; the same server as users usually write it.
+    typed = pg_url.replace("postgresql+psycopg://", "postgres://", 1)
+    assert cli("sync", "--db", typed, "--home", EXAMPLES).returncode == 0
+    listed = cli("runs", "--db", typed.replace("postgres://", "postgresql://", 1), "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count('"run_id"') == 25
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+def test_unreachable_server_names_the_url_as_typed_with_the_password_masked(args):
+    typed = f"postgres://ledger:hunter2@127.0.0.1:{closed_port()}/ledger"
+    line = one_line_error(cli(*args, "--db", typed), 3)
+    assert "postgres://ledger:***@127.0.0.1:" in line
+    assert "hunter2" not in line and "psycopg" not in line
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+def test_unknown_or_uninstalled_driver_says_what_to_install(args):
+    assert importlib.util.find_spec("pg8000") is None  # SQLAlchemy knows it; it is not installed here
+    line = one_line_error(cli(*args, "--db", "postgresql+pg8000://u:pw@db.internal/ledger"), 3)
+    assert "pg8000 is not installed" in line and "pip install 'omg-ledger[postgres]'" in line
+    assert "pw@" not in line
+    line = one_line_error(cli(*args, "--db", "postgresql+nosuchdriver://db.internal/ledger"), 3)
+    assert "unknown PostgreSQL driver 'nosuchdriver'" in line and "omg-ledger[postgres]" in line
+    line = one_line_error(cli(*args, "--db", "mysql://db.internal/ledger"), 3)
+    assert "SQLite or PostgreSQL, not mysql" in line
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+def test_a_directory_or_a_file_that_is_not_sqlite_is_not_a_ledger(tmp_path, args):
+    line = one_line_error(cli(*args, "--db", tmp_path), 3)
+    assert f"{tmp_path} is a directory" in line
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    line = one_line_error(cli(*args, "--db", notes), 3)
+    assert f"{notes} is not a SQLite database" in line
+    assert notes.read_text() == "not a database\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_foreign_sqlite_database_is_not_a_ledger_for_reads(tmp_path):
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    line = one_line_error(cli("runs", "--db", other), 3)
+    assert "holds no ledger" in line
+
+
+def test_unknown_run_is_a_usage_error(tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", db, "--home", EXAMPLES).returncode == 0
+    line = one_line_error(cli("show", "--db", db, "no-such-run"), 2)
+    assert "no run matches 'no-such-run'" in line
+
+
+def test_readme_documents_the_exit_codes_in_one_table():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    codes = re.findall(r"^\| `(\d+)` \|", section, re.M)
+    assert codes == ["0", "1", "2", "3", "75", "130"]
+    assert readme.count("### Exit codes") == 1

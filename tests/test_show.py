@@ -1,0 +1,47 @@
+"""`show` and `runs --json`: legs read as a line; one key never means two things."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+# examples/home's s15-retry-failed: a first leg that failed, then a retry that passed.
+S15 = "20261129-181518.678721711-1"
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("show") / "ledger.sqlite"
+    assert cli("sync", "--db", path, "--home", REPO / "examples" / "home").returncode == 0
+    return path
+
+
+def test_show_header_lists_the_legs_as_a_line(db):
+    result = cli("show", "--db", db, S15)
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.split("\n\n", 1)[0]
+    assert "legs: 1 initial failed, 2 retry passed" in header.splitlines()
+    assert "[{" not in header and "'ordinal'" not in header
+
+
+def test_legs_is_a_list_in_show_and_leg_count_a_number_in_both(db):
+    runs = json.loads(cli("runs", "--db", db, "--json").stdout)
+    assert all("legs" not in r and isinstance(r["leg_count"], int) for r in runs)
+    listed = next(r for r in runs if r["run_id"] == S15)
+    shown = json.loads(cli("show", "--db", db, "--json", S15).stdout)
+    assert listed["leg_count"] == shown["leg_count"] == 2
+    assert [(leg["ordinal"], leg["kind"], leg["outcome"]) for leg in shown["legs"]] == [
+        (1, "initial", "failed"), (2, "retry", "passed")]
+    # Every key of a runs row means the same in show.
+    assert {k: shown[k] for k in listed} == listed
