@@ -279,7 +279,8 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
     if as_json:
         _emit_json_array(rows)
     else:
-        _say(render.runs_table(list(rows), **render.terminal_options(sys.stdout)))
+        # The table makes every cell inert itself, then adds its own colour codes.
+        click.echo(render.runs_table(list(rows), **render.terminal_options(sys.stdout)))
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -338,9 +339,10 @@ def homes_group(ctx, db, as_json) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    from .db import RUN_TABLES_SINCE
     from .reports.homes import list_homes
 
-    rows = list_homes(open_db(db))
+    rows = list_homes(open_db_readonly(db, RUN_TABLES_SINCE))
     if as_json:
         _emit_json(rows)
         return
@@ -587,7 +589,9 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
       omg-ledger limits --limit day=50 --limit graph:nightly-refactor/day=5 --tz Europe/Berlin
       omg-ledger limits --json --estimate || notify-someone
     """
-    engine = open_db(db)
+    from .db import RUN_TABLES_SINCE
+
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
     report = _check_limits(engine, limit_specs, tz, _price_book(estimate, prices_file), required=True)
     _emit(report, as_json, False, str, render.limits_text)
     sys.exit(EXIT_ATTENTION if report["exceeded"] else 0)
@@ -637,9 +641,11 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
         if limits_report["exceeded"]:
             report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
             report["needs_attention"] = True
-    colour = render.use_colour(sys.stdout)
-    _emit(report, as_json, False, str,
-          lambda r: render.colour_verdicts(render.audit_text(r)) if colour else render.audit_text(r))
+    if not as_json and render.use_colour(sys.stdout):
+        # Inert first, then our own colour codes on the verdict words.
+        click.echo(render.colour_verdicts(render.inert(render.audit_text(report), keep_newlines=True)))
+    else:
+        _emit(report, as_json, False, str, render.audit_text)
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
@@ -663,11 +669,12 @@ def report(db, html_file, since, until, limit_specs, tz, estimate, prices_file) 
     Example:
       omg-ledger report --html /tmp/omg.html --since 30d --tz Europe/Berlin --estimate
     """
+    from .db import RUN_TABLES_SINCE
     from .files import write_atomic
     from .htmlpage import render
     from .reports.overview import overview
 
-    engine = open_db(db)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
     prices = _price_book(estimate, prices_file)
     limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
     data = overview(engine, since=since, until=until, tz=tz, now=_now(), prices=prices, limits=limits_report)
@@ -690,9 +697,10 @@ def metrics(db, output) -> None:
     Example:
       */5 * * * * omg-ledger sync && omg-ledger metrics --output /var/lib/node_exporter/omg.prom
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.metrics import collect, exposition
 
-    text = exposition(collect(open_db(db)))
+    text = exposition(collect(open_db_readonly(db, RUN_TABLES_SINCE)))
     if output:
         from .files import write_atomic
 

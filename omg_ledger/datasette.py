@@ -15,7 +15,7 @@ TITLE = "omg-ledger"
 DESCRIPTION = ("oh-my-graph run history: what was spent, how every verdict was reached. Money is integer "
                "nano-dollars (cost_nano_usd; NULL = unknown, never 0). Status is live and not in SQL: "
                "ask `omg-ledger runs`. The v_* views are the stable names to query.")
-LABEL_COLUMNS = {"homes": "label", "runs": "run_id", "invocation_files": "path"}
+LABEL_COLUMNS = {"homes": "label", "runs": "run_id", "streams": "path"}
 
 
 def database_name(db: str) -> str:

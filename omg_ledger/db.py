@@ -206,9 +206,9 @@ def stderr_say(message: str) -> None:
 # --------------------------------------------------------------------------- read-only opening
 # Reads never create, migrate or write a ledger. The oldest revision each kind of read
 # understands: a migration that changes what a read uses raises its constant.
-RUN_TABLES_SINCE = "0001"  # runs, legs, nodes, charges, …: what runs, show, cost and audit read
+RUN_TABLES_SINCE = "0005"  # runs, legs, nodes, charges with runs.billed: what runs, show, cost and audit read
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
-INVOCATIONS_SINCE = "0003"  # the runner invocation tables: what `invocations` reads
+INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
 
 
 SUPPORTED_DATABASES = "a SQLite file path (or sqlite:///PATH) or postgresql://USER@HOST/DB"

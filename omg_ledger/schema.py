@@ -480,7 +480,12 @@ DOCS: dict[str, dict[str, str]] = {
             "from several machines never collide in one shared ledger.",
         "id": "Row id (other tables refer to it as home_id).",
         "label": "The home's name: --home LABEL=DIR, or <hostname>:<absolute path>.",
-        "path": "Absolute path of the home on the machine that synced it.",
+        "path": "Absolute path of the home on the machine that synced it, as last given.",
+        "machine": "The machine the directory is on: machine:<machine-id>, or host:<hostname> where there is none.",
+        "dev": "Device number of the home directory: with inode, its identity (labels and paths may change).",
+        "inode": "Inode of the home directory.",
+        "real_path": "The home's path with symlinks resolved.",
+        "last_synced_at": "When the last sync of this home completed (UTC).",
     },
     "runs": {
         "": "One row per run directory ever seen, gone ones included. Status is not stored: it is "
@@ -533,6 +538,12 @@ DOCS: dict[str, dict[str, str]] = {
         "last_outcome": "Outcome of the last closed leg: passed, failed, paused or planned.",
         "last_detail": "Detail the last closed leg reported.",
         "stream_paused": "1 when ingestion waits: the stream uses a newer event schema than this omg-ledger reads.",
+        "derivation_version": "The version of omg-ledger's rules that derived this run's rows (a newer "
+                              "omg-ledger re-derives older ones from the stored facts on its next sync).",
+        "stream_identity": "The run id with a hash of its stream's first line: equal identities are copies "
+                           "of one run.",
+        "billed": "1 for the one copy of a run that counts (the one holding most of the stream); the views "
+                  "show only these.",
         "cost_nano_usd": "Known spend over every leg and the assessment, in nano-dollars (1e-9 USD). "
                          "Unpriced work is not in it: see unknown_cost_invocations.",
         "invocations": "Paid invocations (charges) of the run.",
@@ -657,18 +668,38 @@ DOCS: dict[str, dict[str, str]] = {
         "raw": "The line exactly as written (unknown fields kept).",
     },
     "ingest_state": {
-        "": "Resume point per run directory: the directory's own mtimes, and the stream's identity, "
-            "size, offset after the last complete line and a fingerprint of its head, so a replaced or "
-            "rewritten stream is noticed.",
+        "": "A run directory's own mtimes: only what lets an unchanged directory cost a few stat calls.",
         "run_pk": _RUN_PK,
         "dir_mtime_ns": "The run directory's mtime (epoch ns); NULL = must rescan.",
-        "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns).",
-        "stream_dev": "Device number of events.jsonl.",
-        "stream_inode": "Inode of events.jsonl.",
-        "stream_size": "Size of events.jsonl in bytes.",
-        "stream_mtime_ns": "Modification time of events.jsonl (epoch ns).",
-        **{k: _STREAM_IDENTITY[k] for k in ("stream_offset", "next_line", "head_len", "head_sha256")},
-        "blocked_reason": "Why ingestion waits at stream_offset (e.g. a newer event schema).",
+        "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns); -1 = it did not exist.",
+    },
+    "streams": {
+        "": "One row per stream file ever read, of every kind (a run's events.jsonl, a runner's invocation "
+            "stream): its identity and where reading resumes.",
+        "id": "Row id (invocation tables refer to it as file_pk).",
+        "kind": "run (a run's events.jsonl) or invocations (a runner's role-invocation stream).",
+        "source": "Where it was read: home:<homes.id> for a run stream, machine:<id> for a runner stream.",
+        "path": "Absolute path where it was read.",
+        "run_pk": "The run, for a run stream (runs.id).",
+        **{k: _STREAM_IDENTITY[k] for k in ("dev", "inode", "size", "mtime_ns")},
+        "ctime_ns": "Status-change time (epoch ns): no user can set it back, so an in-place rewrite shows.",
+        "end_offset": _STREAM_IDENTITY["stream_offset"],
+        "next_line": _STREAM_IDENTITY["next_line"],
+        "head_len": _STREAM_IDENTITY["head_len"],
+        "head_sha256": _STREAM_IDENTITY["head_sha256"],
+        "tail_len": "Number of bytes just before end_offset fingerprinted by tail_sha256.",
+        "tail_sha256": "SHA-256 of the bytes before end_offset: a file truncated and regrown is noticed.",
+        "scan_offset": "Where the scan of a line still without its newline (over 1 MiB) stopped.",
+        "scan_line": "The line number of that runaway line.",
+        "paused_schema": "A line of this newer schema waits at end_offset; reading resumes once understood.",
+        "paused_reason": "Why reading waits.",
+        "derivation_version": "For a runner stream: the version of the rules that paired its invocations.",
+    },
+    "run_files": {
+        "": "The '*.out' files a run directory holds: a directory fact derivation reads.",
+        "run_pk": _RUN_PK,
+        "place": "'' for a node's artifact directly in the run directory, 'failed' for a reply under failed/.",
+        "name": "The file name.",
     },
     "snapshot_files": {
         "": "The small JSON files of a run (state.json, assess.json, rejected.json, graph.json): "
@@ -694,8 +725,8 @@ DOCS: dict[str, dict[str, str]] = {
         "": "Disagreements between state.json and the stream, per run (rebuilt with the run).",
         "run_pk": _RUN_PK,
         "seq": "Finding number within the run.",
-        "kind": "dropped_event, snapshot_record_missing, snapshot_behind, cost_mismatch or "
-                "run_finished_without_leg.",
+        "kind": "dropped_event, snapshot_record_missing, snapshot_behind, cost_mismatch, "
+                "run_finished_without_leg or diverged_copy.",
         "node_id": "The node concerned, when any.",
         "leg_ordinal": "The leg concerned, when any.",
         "detail": "What disagrees.",
@@ -709,16 +740,9 @@ DOCS: dict[str, dict[str, str]] = {
         "graph_name": "Name of the planned graph.",
         "gone": "1 when the directory disappeared.",
     },
-    "invocation_files": {
-        "": "One row per runner invocation stream (events.jsonl) given to `sync --invocations`: its "
-            "identity and resume point.",
-        "id": "Row id (other tables refer to it as file_pk).",
-        "path": "Absolute path of the stream on the syncing machine.",
-        **_STREAM_IDENTITY,
-    },
     "invocation_lines": {
         "": "Every valid line of a runner invocation stream, in file order.",
-        "file_pk": "The stream (invocation_files.id).",
+        "file_pk": "The stream (streams.id).",
         "line_no": "Line number, 1-based.",
         "byte_offset": "Byte offset of the line.",
         "ts": "The line's time (UTC).",
@@ -733,7 +757,7 @@ DOCS: dict[str, dict[str, str]] = {
     "invocations": {
         "": "One row per runner role invocation: a start paired with its end (outcome paired), closed by "
             "recover (recovered), still open (dangling) or an end with no start (unmatched_end).",
-        "file_pk": "The stream (invocation_files.id).",
+        "file_pk": "The stream (streams.id).",
         "seq": "Invocation number in the stream, 0-based, by start (or end) line.",
         "role": "The role invoked.",
         "milestone": "The milestone.",
@@ -824,7 +848,8 @@ def _add_view_docs() -> None:
     DOCS["v_invocations"] = _view_docs(
         "One row per runner role invocation, with its stream's path and whether its status is a success, "
         "a judged verdict or a failure.", {
-            "path": ("invocation_files", "path"),
+            "path": ("streams", "path"),
+            "source": ("streams", "source"),
             **_same("invocations", "seq", "role", "milestone", "outcome", "status"),
             "status_class": "success (DONE, GO, SUCCESS, OBSERVED, READY, ACCEPT), judged (BLOCKED, NEEDS_DEEP, "
                             "NO-GO, NEEDS_CONFIRMATION), failure (any other end status) or NULL (no end yet).",

@@ -93,6 +93,7 @@ def test_label_values_are_escaped(sqlite_url, tmp_path):
 
 
 def test_empty_ledger(sqlite_url):
+    invoke("db", "upgrade", "--db", sqlite_url)  # a ledger with nothing in it (reads never create one)
     families = parse(invoke("metrics", "--db", sqlite_url))
     assert "omg_ledger_last_event_timestamp_seconds" not in families
     assert families["omg_ledger_known_spend_usd"].samples == []
@@ -114,6 +115,7 @@ def test_output_file_is_replaced_atomically(sqlite_url, corpus_home, tmp_path):
 
 
 def test_missing_output_directory_is_a_clear_error(sqlite_url, tmp_path):
+    invoke("db", "upgrade", "--db", sqlite_url)
     result = CliRunner().invoke(main, ["metrics", "--db", sqlite_url, "--output", str(tmp_path / "no" / "x.prom")])
     assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
 

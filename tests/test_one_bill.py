@@ -225,7 +225,7 @@ def test_equal_ids_that_are_different_runs_stay_two_and_show_says_how_to_pick(tm
         assert sum(1 for r in list_runs(engine) if r["run_id"] == RUN) == 2
         result = CliRunner().invoke(main, ["show", "--db", str(engine.url.render_as_string(hide_password=False)),
                                            RUN])
-        assert result.exit_code == 4 and "pick one with --home LABEL" in result.output
+        assert result.exit_code == 2 and "pick one with --home LABEL" in result.output
         assert show_run(engine, RUN, "b")["home"] == "b"
     finally:
         engine.dispose()

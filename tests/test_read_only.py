@@ -19,6 +19,7 @@ import pytest
 from .conftest import REPO
 
 EXAMPLES = REPO / "examples" / "home"
+V0003 = Path(__file__).parent / "fixtures" / "ledger-v0003.sqlite"
 V0001 = Path(__file__).parent / "fixtures" / "ledger-v0001.sqlite"
 PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2
 
@@ -154,21 +155,31 @@ def test_a_ledger_the_reader_may_not_write_is_readable(tmp_path):
 
 
 def test_an_older_ledger_is_read_where_the_schema_allows_and_never_migrated(tmp_path):
+    """Release 0.1's ledger (revision 0003): its views answer `sql`; what needs later
+    tables (billed copies, streams) says to upgrade; nothing is migrated or written."""
     db = tmp_path / "old.sqlite"
-    shutil.copy(V0001, db)
+    shutil.copy(V0003, db)
     before = fingerprint(tmp_path)
-    runs = cli("runs", "--json", "--db", db)
-    assert runs.returncode == 0, runs.stderr
-    assert len(json.loads(runs.stdout)) == 25  # the fixture was synced from examples/home
-    assert cli("cost", "--db", db).returncode == 0
+    counted = cli("sql", "--json", "SELECT COUNT(*) AS n FROM v_runs", "--db", db)
+    assert counted.returncode == 0, counted.stderr
+    assert json.loads(counted.stdout)["rows"][0] in ([25], {"n": 25})  # the fixture holds the corpus home
     current = cli("db", "current", "--db", db)
-    assert current.returncode == 0 and "current: 0001" in current.stdout
-    for args in (["sql", "SELECT 1"], ["invocations"], ["query", "spend_by_day"]):
+    assert current.returncode == 0 and "current: 0003" in current.stdout
+    for args in (["runs"], ["cost"], ["invocations"]):
         line = one_line_error(cli(*args, "--db", db), 3)
-        assert "revision 0001" in line and f"omg-ledger db upgrade --db {db}" in line
+        assert "revision 0003" in line and f"omg-ledger db upgrade --db {db}" in line
     after = fingerprint(tmp_path)
     assert after[db.name] == before[db.name]
     assert set(after) - set(before) <= {"old.sqlite-wal", "old.sqlite-shm"}
+    assert sqlite3.connect(db).execute("SELECT version_num FROM alembic_version").fetchone() == ("0003",)
+
+
+def test_a_first_revision_ledger_is_refused_with_the_upgrade_command(tmp_path):
+    db = tmp_path / "old.sqlite"
+    shutil.copy(V0001, db)
+    for args in (["runs"], ["cost"], ["sql", "SELECT 1"], ["query", "spend_by_day"]):
+        line = one_line_error(cli(*args, "--db", db), 3)
+        assert "revision 0001" in line and f"omg-ledger db upgrade --db {db}" in line
     assert sqlite3.connect(db).execute("SELECT version_num FROM alembic_version").fetchone() == ("0001",)
 
 

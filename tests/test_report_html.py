@@ -158,5 +158,6 @@ def test_console_check_catches_a_broken_page(tmp_path):
 
 
 def test_bad_html_target_is_a_clear_error(sqlite_url, tmp_path):
+    assert CliRunner().invoke(main, ["db", "upgrade", "--db", sqlite_url]).exit_code == 0
     result = CliRunner().invoke(main, ["report", "--db", sqlite_url, "--html", str(tmp_path / "no" / "r.html")])
     assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output

@@ -129,7 +129,7 @@ def test_reports_are_inert(hostile_home):
 def test_the_ambiguous_prefix_error_is_one_inert_line(hostile_home):
     db = synced(hostile_home)
     result = cli("show", "--db", db, "20261129-100000")
-    text = inert(result, "show <ambiguous>", codes=(4,))
+    text = inert(result, "show <ambiguous>", codes=(2,))
     assert result.stdout == b""
     assert text.count("\n") == 1 and text.startswith("omg-ledger: error: "), text
     assert RUN_A in text and RUN_B in text and "lab\\x1b" in text
@@ -137,7 +137,7 @@ def test_the_ambiguous_prefix_error_is_one_inert_line(hostile_home):
 
 def test_a_hostile_prefix_in_the_not_found_error_is_inert(hostile_home):
     db = synced(hostile_home)
-    text = inert(cli("show", "--db", db, "nope\x1b[2J\u202e\u2028x"), "show <missing>", codes=(4,))
+    text = inert(cli("show", "--db", db, "nope\x1b[2J\u202e\u2028x"), "show <missing>", codes=(2,))
     assert text.count("\n") == 1, text
 
 
