@@ -40,13 +40,14 @@ from sqlalchemy.engine import Engine
 from .. import schema
 from ..errors import BadArgument
 from ..timespec import parse_time
-from ..units import instant_to_us, us_to_instant
+from ..units import instant_in_range, instant_to_us, us_to_instant
 
 GROUPINGS = ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind")
 PERIODS = ("day", "week", "month")
 BUCKET_US = 900_000_000  # 15 minutes
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 UNDATED = "(undated)"
+OUT_OF_RANGE = "(out of range)"  # a time an older omg-ledger stored before instants were range-checked
 
 
 def local_zone() -> ZoneInfo:
@@ -256,6 +257,9 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
             if m["bucket"] is None:
                 key = UNDATED
                 extra[key] = {}
+            elif not instant_in_range(int(m["bucket"]) * BUCKET_US):
+                key = OUT_OF_RANGE
+                extra[key] = {}
             else:
                 start = period_start(us_to_instant(int(m["bucket"]) * BUCKET_US).astimezone(zone), by)
                 key = _period_key(start, by)
@@ -277,7 +281,7 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         shown = key.split("\0", 1)[1] if by == "run" else key
         out_rows.append(_finish({"key": shown, **extra.get(key, {}), **values}))
     if by in PERIODS or by == "run":
-        out_rows.sort(key=lambda row: (row["key"] == UNDATED, row["key"], row.get("home", "")))
+        out_rows.sort(key=lambda row: (row["key"] in (UNDATED, OUT_OF_RANGE), row["key"], row.get("home", "")))
     else:
         out_rows.sort(key=lambda row: (-row["cost_nano_usd"], -row["unknown_cost_invocations"], row["key"]))
     return {

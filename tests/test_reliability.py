@@ -1,0 +1,118 @@
+"""No input stops the ledger (issue 13): each break, reproduced with real files, a real
+database and real processes, is one bad thing after which sync still completes, the
+bad thing is a problem at its byte offset, and no report crashes.
+
+Expected values come from the bytes the test wrote and from the contract, never from
+the code under test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from sqlalchemy import select
+
+from omg_ledger import schema
+from omg_ledger.db import open_ledger
+from omg_ledger.reports.cost import cost_report
+from omg_ledger.sync import Home, sync
+
+CLI = [sys.executable, "-m", "omg_ledger.cli"]
+TS = "2026-11-29T18:15:12.931494010Z"
+
+
+def line(run_id: str, event: str, ts: str = TS, **fields) -> bytes:
+    return orjson.dumps({"schema": 3, "ts": ts, "run_id": run_id, "event": event, **fields}) + b"\n"
+
+
+def paid_run(run_id: str, cost: float = 0.5, ts: str = TS, node: str = "a") -> list[bytes]:
+    """A complete one-node leg whose terminal event carries ``cost``."""
+    return [line(run_id, "run_started", ts), line(run_id, "node_started", ts, node_id=node, session_id="s"),
+            line(run_id, "node_passed", ts, node_id=node, verdict="PASS", cost_usd=cost, provenance="exit-only"),
+            line(run_id, "run_finished", ts, outcome="passed")]
+
+
+def write_stream(home: Path, run_id: str, lines: list[bytes]) -> tuple[Path, list[int]]:
+    """Write a run's stream; returns its path and the byte offset of every line."""
+    run_dir = home / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    offsets, position = [], 0
+    for item in lines:
+        offsets.append(position)
+        position += len(item)
+    path = run_dir / "events.jsonl"
+    path.write_bytes(b"".join(lines))
+    return path, offsets
+
+
+def problems_of(engine) -> set[tuple[str, int, str]]:
+    with engine.connect() as conn:
+        return {(r.path, r.byte_offset, r.reason) for r in conn.execute(
+            select(schema.problems.c.path, schema.problems.c.byte_offset, schema.problems.c.reason))}
+
+
+def problem_offsets(engine, path: Path) -> set[int]:
+    return {offset for p, offset, _ in problems_of(engine) if p == str(path)}
+
+
+def cli(*args: str, check_traceback: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([*CLI, *args], capture_output=True, text=True)
+    if check_traceback:
+        assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result
+
+
+# -- 1. timestamps at the edges of the calendar ---------------------------------------
+
+EDGE_TIMESTAMPS = {
+    "year-1-at-plus-14": "0001-01-01T00:00:00+14:00",  # UTC is in year 0: OverflowError
+    "year-9999-at-minus-1": "9999-12-31T23:30:00-01:00",  # UTC is in year 10000
+    "year-0": "0000-01-01T00:00:00Z",
+    "last-nanosecond": "9999-12-31T23:59:59.999999999Z",
+    "before-1970": "1969-12-31T23:59:59.999999Z",  # a negative instant floors wrongly in SQL
+    "year-9999": "9999-01-01T00:00:00Z",  # its month would end in year 10000 in +14:00
+}
+ZONES = ("UTC", "Pacific/Kiritimati", "Etc/GMT+12", "America/Los_Angeles")
+
+
+def test_instants_outside_the_range_are_problems_and_every_period_report_works(tmp_path):
+    home = tmp_path / "home"
+    edge_paths = {}
+    for name, ts in EDGE_TIMESTAMPS.items():
+        lines = paid_run(name)
+        lines.insert(2, line(name, "node_passed", ts, node_id="b", verdict="PASS", cost_usd=7.0))
+        edge_paths[name] = write_stream(home, name, lines)
+    # The first and last accepted instants, each with a charge: every zone's day, week
+    # and month around them must exist.
+    first, _ = write_stream(home, "first-instant", paid_run("first-instant", 1.0, "1970-01-01T00:00:00Z"))
+    last, _ = write_stream(home, "last-instant", paid_run("last-instant", 2.0, "9998-12-31T23:59:59.999999999Z"))
+    db = tmp_path / "ledger.sqlite"
+    engine = open_ledger(str(db))
+    sync(engine, [Home.from_path(str(home))])
+    for name, (path, offsets) in edge_paths.items():
+        assert problem_offsets(engine, path) == {offsets[2]}, name
+    assert problem_offsets(engine, first) == problem_offsets(engine, last) == set()
+    for zone in ZONES:
+        for by in ("day", "week", "month"):
+            report = cost_report(engine, by=by, tz=zone)
+            # Six edge runs at $0.5 each plus the two accepted edges; the $7 lines are refused.
+            assert report["total"]["cost_nano_usd"] == 6 * 500_000_000 + 3_000_000_000, (zone, by)
+    engine.dispose()
+    for by in ("day", "week", "month"):
+        result = cli("cost", "--db", str(db), "--by", by, "--tz", "Pacific/Kiritimati", "--json")
+        assert result.returncode == 0, result.stderr
+    second = cli("sync", "--db", str(db), "--home", str(home), "--json")
+    assert second.returncode == 0, second.stderr
+
+
+@pytest.mark.parametrize("since", ["99999999d", "999999999999999999999999w", "0001-01-01T00:00:00+14:00",
+                                   "9999-12-31T23:00:00-05:00"])
+@pytest.mark.parametrize("command", ["cost", "runs", "audit", "invocations"])
+def test_a_time_argument_beyond_the_calendar_is_a_usage_error(tmp_path, command, since):
+    result = cli(command, "--db", str(tmp_path / "l.sqlite"), "--since", since)
+    assert result.returncode == 2, result.stderr
+    assert "omg-ledger: error:" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
