@@ -8,6 +8,9 @@ the code under test.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +119,97 @@ def test_a_time_argument_beyond_the_calendar_is_a_usage_error(tmp_path, command,
     result = cli(command, "--db", str(tmp_path / "l.sqlite"), "--since", since)
     assert result.returncode == 2, result.stderr
     assert "omg-ledger: error:" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+# -- 4. Ctrl-C, aimed deterministically -------------------------------------------------
+
+def _fds_of(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return out
+
+
+def test_ctrl_c_while_waiting_for_the_sync_lock_is_one_line_and_exit_130(tmp_path, corpus_home):
+    db = tmp_path / "ledger.sqlite"
+    lock = f"{db}.sync-lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({lock!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        waiter = subprocess.Popen([*CLI, "sync", "--db", str(db), "--home", str(corpus_home), "--wait", "600"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # The waiter has reached the lock once it holds the lock file open: a state, not a delay.
+        while lock not in _fds_of(waiter.pid):
+            assert waiter.poll() is None, waiter.communicate()
+        waiter.send_signal(signal.SIGINT)
+        out, err = waiter.communicate(timeout=60)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert waiter.returncode == 130, err
+    assert err == "omg-ledger: interrupted\n", err
+
+
+# Deliver a real SIGINT to the process itself at a chosen import: while the command
+# line loads its libraries (click), and inside a command (the sync pipeline's import).
+INTERRUPT_AT_IMPORT = """
+import os, runpy, signal, sys
+
+class InterruptAt:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptAt())
+sys.argv = ["omg-ledger", *{args!r}]
+runpy.run_module("omg_ledger.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["click", "sqlalchemy", "omg_ledger.sync"])
+def test_ctrl_c_while_loading_is_one_line_and_exit_130(tmp_path, corpus_home, module):
+    args = ["sync", "--db", str(tmp_path / "l.sqlite"), "--home", str(corpus_home)]
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_AT_IMPORT.format(module=module, args=args)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr == "omg-ledger: interrupted\n", result.stderr
+
+
+# -- 5. a corrupted ledger ------------------------------------------------------------
+
+PAGE = 4096
+
+
+def _overwrite_pages(path: Path, first: int, last: int) -> None:
+    with open(path, "r+b") as f:
+        for page in range(first, last + 1):
+            f.seek((page - 1) * PAGE)
+            f.write(b"\xa5" * PAGE)
+
+
+@pytest.mark.parametrize("where", ["data-pages", "schema-page"])
+@pytest.mark.parametrize("command", [["runs"], ["cost"], ["cost", "--by", "day"], ["audit"], ["show", "2026"],
+                                     ["sync"]])
+def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, command, where):
+    db = tmp_path / "ledger.sqlite"
+    first = cli("sync", "--db", str(db), "--home", str(corpus_home))
+    assert first.returncode == 0, first.stderr
+    size = db.stat().st_size
+    assert size % PAGE == 0 and size // PAGE > 40  # the corpus fills well over 40 pages
+    if where == "data-pages":
+        _overwrite_pages(db, size // PAGE // 2, size // PAGE * 3 // 4)  # the middle, not the schema
+    else:
+        _overwrite_pages(db, 1, 1)
+    args = [*command, "--db", str(db)] + (["--home", str(corpus_home)] if command == ["sync"] else [])
+    result = cli(*args)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "damaged" in lines[0] and "restore it from a backup" in lines[0] and "rebuild" in lines[0], lines[0]
