@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS
+from .bounds import MAX_RUN_NANOS, RUN_BOUND_TEXT, too_long_id
+from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS, TOO_DEEP, duplicate_key
+from .units import usd_to_nanos
 
 SUPPORTED_SNAPSHOT_SCHEMA = 3
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -84,6 +86,13 @@ def parse_json_object(content: bytes, name: str) -> dict:
         raise BadSnapshot(f"{name} is not a JSON object but {type(data).__name__}")
     if not _depth_ok(data):
         raise BadSnapshot(f"{name} nests deeper than {MAX_NESTING} levels")
+    # The engine writes each key once; a repeated one means two writers or an edit, and
+    # a JSON parser would silently keep the last value (the stream refuses the same).
+    duplicate = duplicate_key(content, data)
+    if duplicate is TOO_DEEP:
+        raise BadSnapshot(f"{name} nests too deeply to check for duplicate keys")
+    if duplicate is not None:
+        raise BadSnapshot(f"{name} has the key {duplicate!r} more than once in one object")
     return data
 
 
@@ -138,6 +147,9 @@ def parse_state(content: bytes) -> dict:
             if section.get(key) is not None and not isinstance(section[key], str):
                 raise BadSnapshot(f"state.json '{where}.{key}' must be a string, got {section[key]!r}")
     goal = data.get("goal") or {}
+    reason = too_long_id("goal.first_run_id", goal.get("first_run_id"))
+    if reason is not None:
+        raise BadSnapshot(f"state.json {reason}")
     for key in ("cycle", "max_cycles"):
         if goal.get(key) is not None and not _int(goal[key], MAX_COUNTER):
             raise BadSnapshot(f"state.json 'goal.{key}' must be a non-negative integer, got {goal[key]!r}")
@@ -150,6 +162,12 @@ def parse_state(content: bytes) -> dict:
     else:
         for node_id, record in nodes.items():
             _check_record(node_id, record)
+        # Each record is capped; their sum must fit the per-run bound too (bounds.py).
+        total = usd_to_nanos(data.get("planning_cost_usd") or 0) + sum(
+            usd_to_nanos(record.get("cost_usd") or 0) for record in nodes.values())
+        if total > MAX_RUN_NANOS:
+            raise BadSnapshot(f"state.json's costs add up to more than {RUN_BOUND_TEXT} "
+                              f"(the ledger's per-run bound)")
     return data
 
 
@@ -165,6 +183,10 @@ def _check_graph(graph: object, where: str) -> None:
         isinstance(n, dict) and isinstance(n.get("id"), str) and n["id"] for n in graph_nodes
     ):
         raise BadSnapshot(f"{where} nodes must be a list of objects with string ids")
+    for node in graph_nodes:
+        reason = too_long_id("node id", node["id"])
+        if reason is not None:
+            raise BadSnapshot(f"{where} nodes: {reason}")
     for key in ("name", "version"):
         if graph.get(key) is not None and not isinstance(graph[key], str):
             raise BadSnapshot(f"{where} '{key}' must be a string, got {graph[key]!r}")
@@ -176,6 +198,9 @@ def _check_graph(graph: object, where: str) -> None:
 
 
 def _check_record(node_id: str, record: object) -> None:
+    reason = too_long_id("node id", node_id)
+    if reason is not None:
+        raise BadSnapshot(f"state.json nodes: {reason}")
     where = f"state.json nodes[{node_id!r}]"
     if not isinstance(record, dict):
         raise BadSnapshot(f"{where} must be an object")

@@ -15,6 +15,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from . import schema
+from .bounds import bounded_path, bounded_reason
 from .feed import Event
 from .reconcile import RunRows
 from .units import parse_timestamp
@@ -220,7 +221,8 @@ def write_run(
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
     statement = _insert(conn, schema.problems).values(**_text_safe(dict(
-        run_pk=run_pk, path=path, byte_offset=offset, reason=reason, first_seen_at=now, last_seen_at=now
+        run_pk=run_pk, path=bounded_path(path), byte_offset=offset, reason=bounded_reason(reason),
+        first_seen_at=now, last_seen_at=now
     )))
     statement = statement.on_conflict_do_update(
         index_elements=["path", "byte_offset", "reason"],

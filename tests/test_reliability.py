@@ -213,3 +213,88 @@ def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, comman
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "damaged" in lines[0] and "restore it from a backup" in lines[0] and "rebuild" in lines[0], lines[0]
+
+
+# -- 3. what goes into indexed columns is bounded (PostgreSQL's btree limit) --------------
+
+def test_absurd_ids_are_refused_and_long_problem_texts_are_capped(tmp_path, db_url):
+    # A home whose path alone is ~2.9 KB: every problem path in it is longer than a
+    # PostgreSQL btree entry may be.
+    home = tmp_path.joinpath(*["d" * 200] * 14) / "home"
+    assert len(str(home)) > 2800
+    long_node = line("long-node-id", "node_started", node_id="n" * 3000, session_id="s")
+    long_session = line("long-node-id", "node_passed", node_id="a", verdict="PASS", session_id="s" * 3000)
+    long_value = line("long-node-id", "node_passed", node_id="a", verdict="PASS", retries="9" * 3000)
+    lines = paid_run("long-node-id")
+    lines[2:2] = [long_node, long_session, long_value]
+    stream, offsets = write_stream(home, "long-node-id", lines)
+    assert len(long_node) > 3000
+    state_dir = home / "runs" / "long-graph-node"
+    write_stream(home, "long-graph-node", paid_run("long-graph-node"))
+    (state_dir / "state.json").write_text(orjson.dumps({
+        "schema": 3, "run_id": "long-graph-node", "graph": {"name": "g", "nodes": [{"id": "x" * 3000}]},
+        "nodes": {}}).decode())
+    engine = open_ledger(db_url)
+    try:
+        for _ in range(2):  # the second sync must not fail on what the first recorded
+            sync(engine, [Home.from_path(str(home))])
+        found = problems_of(engine)
+        mine = {(offset, reason) for path, offset, reason in found if path.endswith("long-node-id/events.jsonl")}
+        assert {offset for offset, _ in mine} == {offsets[2], offsets[3], offsets[4]}
+        for _, reason in mine:
+            assert len(reason.encode()) <= 700, reason[:200]
+        assert any("'node_id' is 3000 characters long" in reason for _, reason in mine)
+        assert any("'session_id' is 3000 characters long" in reason for _, reason in mine)
+        assert any(path.endswith("long-graph-node/state.json") and "3000 characters" in reason
+                   for path, _, reason in found)
+        for path, _, _ in found:
+            assert len(path.encode()) <= 1300 and path.endswith((".jsonl", ".json")), path[:100]
+        # Everything good around the bad lines is indexed: both runs' $0.5.
+        assert cost_report(engine)["total"]["cost_nano_usd"] == 1_000_000_000
+    finally:
+        engine.dispose()
+
+
+def test_capped_problem_reasons_stay_distinct(db_url):
+    from omg_ledger.db import write_transaction
+    from omg_ledger.store import record_problem
+
+    head = "é" * 2000  # 4000 bytes of two-byte characters: the cut must not split one
+    reasons = [head + " first", head + " second", "short"]
+    engine = open_ledger(db_url)
+    try:
+        with write_transaction(engine) as conn:
+            for reason in reasons * 2:  # recording again only updates last_seen_at
+                record_problem(conn, None, "/x/events.jsonl", 7, reason, "2026-11-29T00:00:00.000000Z")
+        stored = [reason for _, _, reason in problems_of(engine)]
+    finally:
+        engine.dispose()
+    assert len(stored) == 3 and "short" in stored
+    assert all(len(r.encode()) <= 700 and r.startswith("é" * 100) for r in stored if r != "short")
+
+
+# -- 6. input checks ----------------------------------------------------------------
+
+def test_state_json_with_a_duplicate_key_is_a_problem(tmp_path):
+    home = tmp_path / "home"
+    _, _ = write_stream(home, "dup-state", paid_run("dup-state"))
+    record = '{"verdict":"PASS","cost_usd":0.5}'
+    # Pretty-printed like the engine's, with node "a" written twice (the last would win).
+    state = ('{\n  "schema": 3,\n  "run_id": "dup-state",\n  "nodes": {\n    "a": ' + record +
+             ',\n    "a": {"verdict":"FAIL","cost_usd":9}\n  }\n}\n')
+    (home / "runs" / "dup-state" / "state.json").write_text(state)
+    _, _ = write_stream(home, "dup-top", paid_run("dup-top"))
+    (home / "runs" / "dup-top" / "state.json").write_text(
+        '{"schema": 3, "runtime": "claude", "nodes": {"a": ' + record + '}, "runtime": "codex"}')
+    _, _ = write_stream(home, "colon-in-value", paid_run("colon-in-value"))
+    (home / "runs" / "colon-in-value" / "state.json").write_text(  # '":' inside a string is no key
+        '{"schema": 3, "nodes": {"a": {"verdict":"PASS","cost_usd":0.5,"detail":"said \\": here"}}}')
+    engine = open_ledger(str(tmp_path / "l.sqlite"))
+    sync(engine, [Home.from_path(str(home))])
+    found = problems_of(engine)
+    engine.dispose()
+    for run, key in (("dup-state", "'a'"), ("dup-top", "'runtime'")):
+        path = str(home / "runs" / run / "state.json")
+        assert [(o, r) for p, o, r in found if p == path] == [(0, f"state.json has the key {key} more than once "
+                                                                  f"in one object")]
+    assert not [p for p, _, _ in found if "colon-in-value" in p]
