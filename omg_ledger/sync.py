@@ -311,6 +311,8 @@ class _HomeSync:
                 artifacts=listing.artifacts,
                 failed_outputs=listing.failed_outputs,
             ))
+            problems.extend(Problem(os.path.join(path, name), offset or 0, reason)  # the per-run bound
+                            for name, offset, reason in rows.problems)
             # Text can only hold a NUL through a JSON \u0000 escape (a raw NUL is not JSON).
             scrub = any("\\u0000" in e.raw for e in events) or any(
                 b"\\u0000" in orjson.dumps(doc) for doc in parsed.values() if doc is not None)

@@ -298,3 +298,86 @@ def test_state_json_with_a_duplicate_key_is_a_problem(tmp_path):
         assert [(o, r) for p, o, r in found if p == path] == [(0, f"state.json has the key {key} more than once "
                                                                   f"in one object")]
     assert not [p for p, _, _ in found if "colon-in-value" in p]
+
+
+# -- 2. money that would overflow ---------------------------------------------------
+
+CAP_USD = 100_000  # feed.MAX_COST_USD: the most one invocation may cost
+CAP_NANOS = CAP_USD * 10**9
+RUN_BOUND_NANOS = 10**18  # $1e9: ten thousand charges at the cap
+
+
+def charges_at_cap(run_id: str, count: int) -> list[bytes]:
+    """One leg, one node, ``count`` paid retries of it at the per-charge cap."""
+    paid = [line(run_id, "node_retried", node_id="a", retries=i + 1, cost_usd=CAP_USD,
+                 usage={"input_tokens": 1000}) for i in range(count)]
+    return [line(run_id, "run_started"), line(run_id, "node_started", node_id="a", session_id="s"), *paid,
+            line(run_id, "run_finished", outcome="failed")]
+
+
+def test_a_run_past_the_per_run_bound_is_counted_up_to_it_with_a_problem(tmp_path, db_url):
+    home = tmp_path / "home"
+    stream, offsets = write_stream(home, "huge", charges_at_cap("huge", 93_000))
+    engine = open_ledger(db_url)
+    try:
+        report = sync(engine, [Home.from_path(str(home))])
+        assert [(p.offset, "per-run bound" in p.reason) for p in report.problems] == [(offsets[2 + 10_000], True)]
+        assert problem_offsets(engine, stream) == {offsets[2 + 10_000]}
+        with engine.connect() as conn:
+            run = conn.execute(select(schema.runs)).one()._mapping
+        # The first 10,000 charges reach the bound exactly; the 83,000 after it are
+        # invocations of unknown cost, without tokens.
+        assert run["cost_nano_usd"] == 10_000 * CAP_NANOS == RUN_BOUND_NANOS
+        assert (run["invocations"], run["unknown_cost_invocations"]) == (93_000, 83_000)
+        assert run["input_tokens"] == 10_000 * 1000
+        total = cost_report(engine)["total"]
+        assert (total["cost_nano_usd"], total["invocations"], total["unknown_cost_invocations"]) == \
+            (RUN_BOUND_NANOS, 93_000, 83_000)
+        assert total["cost_is_lower_bound"] is True
+        again = sync(engine, [Home.from_path(str(home))])
+        assert again.runs_changed == 0
+    finally:
+        engine.dispose()
+
+
+def test_report_sums_past_2_63_nanos_are_exact(tmp_path, db_url):
+    home = tmp_path / "home"
+    runs = [f"r{n:02d}" for n in range(12)]  # 12 runs at the bound: $1.2e10 > 2**63 nanos
+    for run_id in runs:
+        write_stream(home, run_id, charges_at_cap(run_id, 10_000))
+    engine = open_ledger(db_url)
+    try:
+        report = sync(engine, [Home.from_path(str(home))])
+        assert report.problems == []
+        expected = 12 * RUN_BOUND_NANOS
+        assert expected > 2**63
+        for by in (None, "day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"):
+            result = cost_report(engine, by=by, tz="UTC")
+            assert result["total"]["cost_nano_usd"] == expected, by
+            assert result["total"]["input_tokens"] == 12 * 10_000 * 1000, by
+            assert sum(row["cost_nano_usd"] for row in result["rows"]) == (expected if by else 0), by
+        by_run = cost_report(engine, by="run")["rows"]
+        assert [(row["key"], row["cost_nano_usd"]) for row in by_run] == [(r, RUN_BOUND_NANOS) for r in runs]
+    finally:
+        engine.dispose()
+    if db_url.startswith("sqlite"):
+        db = db_url.removeprefix("sqlite:///")
+        for args in (["cost", "--json"], ["cost", "--by", "day", "--csv"], ["runs"], ["audit"]):
+            result = cli(*args, "--db", db)
+            assert result.returncode in (0, 1) and "error" not in result.stderr, result.stderr
+        shown = orjson.loads(cli("cost", "--json", "--db", db).stdout)
+        assert shown["total"]["cost_nano_usd"] == expected
+
+
+def test_the_per_run_bound_counts_a_prefix_of_the_run():
+    from omg_ledger.bounds import beyond_run_bound
+
+    at_cap = (CAP_NANOS, (0, 0, 0, 0))
+    assert beyond_run_bound([at_cap] * 10_000) is None  # exactly at the bound: all counted
+    assert beyond_run_bound([at_cap] * 10_001) == 10_000
+    # Once past, every later charge is beyond it, even one that would fit.
+    assert beyond_run_bound([*[at_cap] * 9_999, (CAP_NANOS + 1, (0,) * 4), (1, (0,) * 4)]) == 9_999
+    assert beyond_run_bound([(None, (0,) * 4)] * 50_000) is None  # unknown costs add nothing
+    tokens = (10**12, 0, 0, 0)  # feed.MAX_TOKENS per invocation: 10**6 of them reach 10**18
+    assert beyond_run_bound([(0, tokens)] * 1_000_000) is None
+    assert beyond_run_bound([(0, tokens)] * 1_000_001) == 1_000_000
