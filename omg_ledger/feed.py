@@ -47,6 +47,11 @@ KNOWN_EVENTS = frozenset(
     }
 )
 NODE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith(("node_", "gate_")))
+# The event-type set is closed per schema version: a new type bumps the schema
+# (RUN-FEED.md; schema 2 added the gate events). So at a schema this ledger reads, an
+# unknown type is bad input, never news.
+GATE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith("gate_"))
+EVENTS_OF_SCHEMA = {1: KNOWN_EVENTS - GATE_EVENTS, 2: KNOWN_EVENTS, 3: KNOWN_EVENTS}
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 _STRING_FIELDS = ("run_id", "node_id", "phase", "outcome", "verdict", "detail", "session_id", "provenance")
 # Short by nature (ids and closed sets); a long one is damage, and node_id is indexed.
@@ -250,6 +255,9 @@ def check_event(data: dict) -> str | None:
         return f"missing or invalid 'event': {shown(event)}"
     if not isinstance(data.get("ts"), str):
         return f"missing or invalid 'ts': {shown(data.get('ts'))}"
+    if schema <= SUPPORTED_SCHEMA and event not in EVENTS_OF_SCHEMA[schema]:
+        return (f"unknown event type {shown(event)} at schema {schema}, whose event types are closed "
+                f"(a new type comes with a new schema); skipped")
     for name in _STRING_FIELDS:
         if name in data and not isinstance(data[name], str):
             return f"'{name}' must be a string, got {shown(data[name])}"
@@ -278,6 +286,33 @@ def check_event(data: dict) -> str | None:
             if name in usage and (not _is_int(usage[name]) or not 0 <= usage[name] <= MAX_TOKENS):
                 return f"'usage.{name}' must be a non-negative integer (max {MAX_TOKENS}), got {shown(usage[name])}"
     return None
+
+
+def foreign_run_id(data: dict, run_id: str) -> str | None:
+    """Why a line naming another run than its directory is refused, or None.
+
+    Indexing it under this directory would bill another run's work here (and twice,
+    when that run's own directory is indexed too).
+    """
+    named = data.get("run_id")
+    if named is None or named == run_id:
+        return None
+    return (f"the line names run_id {shown(named)}, not this directory's {run_id!r}: another run's "
+            f"line, not indexed here")
+
+
+def refuse_other_runs(chunk: StreamChunk, run_id: str) -> list[LineProblem]:
+    """Take the events of ``chunk`` that name another run out of it, as problems."""
+    kept: list[Event] = []
+    refused: list[LineProblem] = []
+    for event in chunk.events:
+        reason = foreign_run_id(event.data, run_id)
+        if reason is None:
+            kept.append(event)
+        else:
+            refused.append(LineProblem(event.byte_offset, reason))
+    chunk.events = kept
+    return refused
 
 
 def _is_int(value: object) -> bool:

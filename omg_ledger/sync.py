@@ -39,6 +39,7 @@ from .feed import (
     open_stream,
     read_head,
     read_stream,
+    refuse_other_runs,
     where_to_resume,
 )
 from .reconcile import RunInput, reconcile
@@ -236,6 +237,7 @@ class _HomeSync:
         ingest = dict(known.ingest) if known and known.ingest else None
         stream = self._read_stream(stream_path, ingest, problems)
         replace_events, chunk, new_ingest = stream
+        problems.extend(Problem(stream_path, p.byte_offset, p.reason) for p in refuse_other_runs(chunk, run_id))
 
         # The small JSON files: re-read only when their identity changed.
         parsed: dict[str, dict | None] = {}

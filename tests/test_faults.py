@@ -33,6 +33,7 @@ from omg_ledger import schema
 from omg_ledger.db import current_revision, head_revision, open_ledger
 from omg_ledger.sync import Home, sync
 
+from .builders import copy_run
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump, runs_of
 
@@ -79,7 +80,7 @@ def make_home(root: Path, copies: int = 1) -> Path:
     (root / "runs").mkdir(parents=True)
     for src in sorted((CORPUS_HOME / "runs").iterdir()):
         for i in range(copies):
-            shutil.copytree(src, root / "runs" / (src.name if copies == 1 else f"{src.name}-x{i}"))
+            copy_run(src, root / "runs" / (src.name if copies == 1 else f"{src.name}-x{i}"))
     shutil.copytree(CORPUS_HOME / "plans", root / "plans")
     writable_tree(root)
     return root
@@ -575,7 +576,7 @@ def test_run_directory_deleted_then_recreated_with_other_content(home, tmp_path)
     assert rows[LONG_RUN]["gone"] is True and len(rows) == 25
     assert len(_events_of(db, LONG_RUN)) == (kept / "events.jsonl").read_bytes().count(b"\n")
     # Recreated with different content under the same name.
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", run)
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", run)
     writable_tree(run)
     lib_sync(db, home)
     rows = {r["run_id"]: r for r in json.loads(cli("runs", "--db", db, "--json").stdout)}

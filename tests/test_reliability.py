@@ -381,3 +381,65 @@ def test_the_per_run_bound_counts_a_prefix_of_the_run():
     tokens = (10**12, 0, 0, 0)  # feed.MAX_TOKENS per invocation: 10**6 of them reach 10**18
     assert beyond_run_bound([(0, tokens)] * 1_000_000) is None
     assert beyond_run_bound([(0, tokens)] * 1_000_001) == 1_000_000
+
+
+@pytest.mark.parametrize(("schema", "event"), [(3, "node_charged"), (2, "cost_recorded"), (1, "gate_paused"),
+                                               (3, "Node_Passed")])
+def test_an_unknown_event_type_at_a_supported_schema_is_a_problem(tmp_path, schema, event):
+    """The contract: the event set is closed per schema (schema 2 added the gate events),
+    so an unknown type at a schema this ledger reads is damage; reading goes on."""
+    home = tmp_path / "home"
+    lines = paid_run("unknown-type")
+    unknown = orjson.dumps({"schema": schema, "ts": TS, "run_id": "unknown-type", "event": event,
+                            "node_id": "a", "cost_usd": 9.0}) + b"\n"
+    lines.insert(3, unknown)
+    stream, offsets = write_stream(home, "unknown-type", lines)
+    db = tmp_path / "l.sqlite"
+    strict = cli("sync", "--strict", "--db", str(db), "--home", str(home), "--json")
+    assert strict.returncode == 1, strict.stderr
+    assert [(p["path"], p["offset"]) for p in orjson.loads(strict.stdout)["problems"]] == [(str(stream), offsets[3])]
+    assert "unknown event type" in strict.stderr
+    audit = cli("audit", "--db", str(db), "--json")
+    assert audit.returncode == 1, audit.stderr
+    assert [p["byte_offset"] for p in orjson.loads(audit.stdout)["problems"]] == [offsets[3]]
+    # The lines around it are the run: $0.5, and the $9 is nowhere.
+    assert orjson.loads(cli("cost", "--db", str(db), "--json").stdout)["total"]["cost_nano_usd"] == 500_000_000
+
+
+def test_a_known_event_type_of_a_newer_schema_still_waits_for_an_upgrade(tmp_path):
+    home = tmp_path / "home"
+    lines = paid_run("newer")
+    lines.insert(3, orjson.dumps({"schema": 4, "ts": TS, "run_id": "newer", "event": "node_charged"}) + b"\n")
+    stream, offsets = write_stream(home, "newer", lines)
+    engine = open_ledger(str(tmp_path / "l.sqlite"))
+    report = sync(engine, [Home.from_path(str(home))])
+    engine.dispose()
+    assert [(p.offset, "newer than this omg-ledger" in p.reason) for p in report.problems] == [(offsets[3], True)]
+
+
+def test_lines_naming_another_run_are_problems_not_this_runs_events(tmp_path):
+    home = tmp_path / "home"
+    lines = paid_run("mine")
+    # Another run's paid terminal inside this run's stream, and a line with no run_id
+    # (the directory says which run it is).
+    lines.insert(3, line("someone-else", "node_passed", node_id="b", verdict="PASS", cost_usd=9.0))
+    lines.insert(4, orjson.dumps({"schema": 3, "ts": TS, "event": "node_started", "node_id": "c"}) + b"\n")
+    stream, offsets = write_stream(home, "mine", lines)
+    engine = open_ledger(str(tmp_path / "l.sqlite"))
+    try:
+        report = sync(engine, [Home.from_path(str(home))])
+        assert [(p.path, p.offset) for p in report.problems] == [(str(stream), offsets[3])]
+        assert "'someone-else'" in report.problems[0].reason and "'mine'" in report.problems[0].reason
+        with engine.connect() as conn:
+            stored = [row.byte_offset for row in conn.execute(select(schema.events.c.byte_offset)
+                                                              .order_by(schema.events.c.line_no))]
+        assert stored == [o for i, o in enumerate(offsets) if i != 3]
+        assert cost_report(engine)["total"]["cost_nano_usd"] == 500_000_000
+        # Appended later, read from the stored offset: the same rule.
+        with open(stream, "ab") as f:
+            f.write(line("someone-else", "run_started"))
+        size = sum(len(x) for x in lines)
+        again = sync(engine, [Home.from_path(str(home))])
+        assert [(p.path, p.offset) for p in again.problems] == [(str(stream), size)]
+    finally:
+        engine.dispose()
