@@ -232,6 +232,7 @@ class _HomeSync:
             return
         for name in sorted(listing.symlinks):
             problems.append(Problem(os.path.join(path, name), 0, "symlink not followed (omg-ledger never leaves the home)"))
+        problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
 
         # The stream: new complete lines from the stored offset, or all of it again.
         ingest = dict(known.ingest) if known and known.ingest else None
@@ -432,6 +433,8 @@ class _HomeSync:
             except OSError as exc:
                 self._problem_now(None, entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}")
                 continue
+            for item in listing.damage:
+                self._problem_now(None, item.path, 0, item.reason)
             graph_name = None
             if "graph.json" in listing.names:
                 try:

@@ -443,3 +443,51 @@ def test_lines_naming_another_run_are_problems_not_this_runs_events(tmp_path):
         assert [(p.path, p.offset) for p in again.problems] == [(str(stream), size)]
     finally:
         engine.dispose()
+
+
+# -- 7. an unreadable thing is damage, not absence ----------------------------------
+
+def test_contract_files_that_are_not_regular_files_are_problems(tmp_path):
+    home = tmp_path / "home"
+    for run_id in ("fifo-state", "fifo-assess", "dir-rejected", "failed-is-a-file", "good"):
+        write_stream(home, run_id, paid_run(run_id))
+    runs = home / "runs"
+    os.mkfifo(runs / "fifo-state" / "state.json")
+    os.mkfifo(runs / "fifo-assess" / "assess.json")
+    (runs / "dir-rejected" / "rejected.json").mkdir()
+    (runs / "failed-is-a-file" / "failed").write_text("not a directory")
+    plan = home / "plans" / "p1"
+    plan.mkdir(parents=True)
+    os.mkfifo(plan / "graph.json")
+    db = tmp_path / "l.sqlite"
+    result = subprocess.run([*CLI, "sync", "--db", str(db), "--home", str(home), "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    found = {(p["path"], p["offset"]) for p in orjson.loads(result.stdout)["problems"]}
+    assert found == {(str(runs / "fifo-state" / "state.json"), 0), (str(runs / "fifo-assess" / "assess.json"), 0),
+                     (str(runs / "dir-rejected" / "rejected.json"), 0), (str(runs / "failed-is-a-file" / "failed"), 0),
+                     (str(plan / "graph.json"), 0)}
+    reasons = " | ".join(p["reason"] for p in orjson.loads(result.stdout)["problems"])
+    assert "state.json is a FIFO" in reasons and "rejected.json is a directory" in reasons
+    # Every run's stream is still indexed.
+    assert orjson.loads(cli("cost", "--db", str(db), "--json").stdout)["total"]["cost_nano_usd"] == 5 * 500_000_000
+    assert cli("audit", "--db", str(db)).returncode == 1
+
+
+def test_an_unlistable_failed_directory_is_a_problem(tmp_path):
+    from .test_hostile_input import _can_drop_dac, _without_dac_override
+
+    assert _can_drop_dac() is None, _can_drop_dac()
+    home = tmp_path / "home"
+    run_dir = write_stream(home, "locked-failed", paid_run("locked-failed"))[0].parent
+    (run_dir / "failed").mkdir()
+    (run_dir / "failed" / "a.out").write_text("the failed reply")
+    os.chmod(run_dir / "failed", 0o100)  # can pass through, cannot list
+    db = tmp_path / "l.sqlite"
+    result = subprocess.run([*CLI, "sync", "--db", str(db), "--home", str(home), "--json"], capture_output=True,
+                            text=True, timeout=120, preexec_fn=_without_dac_override if os.geteuid() == 0 else None)
+    os.chmod(run_dir / "failed", 0o700)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    problems = orjson.loads(result.stdout)["problems"]
+    assert [(p["path"], p["offset"]) for p in problems] == [(str(run_dir / "failed"), 0)]
+    assert "cannot list failed/" in problems[0]["reason"]
