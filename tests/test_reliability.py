@@ -69,7 +69,7 @@ def cli(*args: str, check_traceback: bool = True) -> subprocess.CompletedProcess
     return result
 
 
-# -- 1. timestamps at the edges of the calendar ---------------------------------------
+# -- timestamps at the edges of the calendar ---------------------------------------
 
 EDGE_TIMESTAMPS = {
     "year-1-at-plus-14": "0001-01-01T00:00:00+14:00",  # UTC is in year 0: OverflowError
@@ -123,7 +123,7 @@ def test_a_time_argument_beyond_the_calendar_is_a_usage_error(tmp_path, command,
     assert "omg-ledger: error:" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-# -- 4. Ctrl-C, aimed deterministically -------------------------------------------------
+# -- Ctrl-C, aimed deterministically -------------------------------------------------
 
 def _fds_of(pid: int) -> set[str]:
     out = set()
@@ -184,7 +184,7 @@ def test_ctrl_c_while_loading_is_one_line_and_exit_130(tmp_path, corpus_home, mo
     assert result.stderr == "omg-ledger: interrupted\n", result.stderr
 
 
-# -- 5. a corrupted ledger ------------------------------------------------------------
+# -- a corrupted ledger ------------------------------------------------------------
 
 PAGE = 4096
 
@@ -217,7 +217,7 @@ def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, comman
     assert "damaged" in lines[0] and "restore it from a backup" in lines[0] and "rebuild" in lines[0], lines[0]
 
 
-# -- 3. what goes into indexed columns is bounded (PostgreSQL's btree limit) --------------
+# -- what goes into indexed columns is bounded (PostgreSQL's btree limit) --------------
 
 def test_absurd_ids_are_refused_and_long_problem_texts_are_capped(tmp_path, db_url):
     # A home whose path alone is ~2.9 KB: every problem path in it is longer than a
@@ -275,7 +275,7 @@ def test_capped_problem_reasons_stay_distinct(db_url):
     assert all(len(r.encode()) <= 700 and r.startswith("é" * 100) for r in stored if r != "short")
 
 
-# -- 6. input checks ----------------------------------------------------------------
+# -- input checks ----------------------------------------------------------------
 
 def test_state_json_with_a_duplicate_key_is_a_problem(tmp_path):
     home = tmp_path / "home"
@@ -302,7 +302,7 @@ def test_state_json_with_a_duplicate_key_is_a_problem(tmp_path):
     assert not [p for p, _, _ in found if "colon-in-value" in p]
 
 
-# -- 2. money that would overflow ---------------------------------------------------
+# -- money that would overflow ---------------------------------------------------
 
 CAP_USD = 100_000  # feed.MAX_COST_USD: the most one invocation may cost
 CAP_NANOS = CAP_USD * 10**9
@@ -447,7 +447,7 @@ def test_lines_naming_another_run_are_problems_not_this_runs_events(tmp_path):
         engine.dispose()
 
 
-# -- 7. an unreadable thing is damage, not absence ----------------------------------
+# -- an unreadable thing is damage, not absence ----------------------------------
 
 def test_contract_files_that_are_not_regular_files_are_problems(tmp_path):
     home = tmp_path / "home"
