@@ -36,11 +36,6 @@ from .db import open_ledger, stderr_say
 from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble
 from .status import STATUSES
 
-if _SIGINT_BEFORE is not None:
-    # From here on Ctrl-C is a KeyboardInterrupt: open transactions roll back, locks and
-    # files are released, and _LedgerGroup.invoke says so in one line.
-    signal.signal(signal.SIGINT, _SIGINT_BEFORE)
-
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
 
@@ -447,6 +442,11 @@ def export(db, target) -> None:
     copied = export_ledger(open_db(db), open_db(target))
     click.echo(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
 
+
+if _SIGINT_BEFORE is not None:
+    # The command line is defined: from here on Ctrl-C is a KeyboardInterrupt, so open
+    # transactions roll back and locks are released, and _LedgerGroup.invoke says so.
+    signal.signal(signal.SIGINT, _SIGINT_BEFORE)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

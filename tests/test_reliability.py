@@ -184,6 +184,15 @@ def test_ctrl_c_while_loading_is_one_line_and_exit_130(tmp_path, corpus_home, mo
     assert result.stderr == "omg-ledger: interrupted\n", result.stderr
 
 
+def test_importing_the_command_line_leaves_sigint_as_it_was():
+    """The start-up guard is for the command line only: a program that imports it keeps
+    its own Ctrl-C (here Python's default KeyboardInterrupt)."""
+    check = ("import signal\nbefore = signal.getsignal(signal.SIGINT)\nimport omg_ledger.cli\n"
+             "assert signal.getsignal(signal.SIGINT) is before is signal.default_int_handler")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
 # -- a corrupted ledger ------------------------------------------------------------
 
 PAGE = 4096
