@@ -33,7 +33,7 @@ from omg_ledger import schema
 from omg_ledger.db import current_revision, head_revision, open_ledger
 from omg_ledger.sync import Home, sync
 
-from .builders import copy_run
+from .builders import copy_run, retarget
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump, runs_of
 
@@ -292,7 +292,8 @@ def test_half_written_lines_are_not_events_until_complete(tmp_path):
     home = tmp_path / "home"
     run = home / "runs" / "growing"
     run.mkdir(parents=True)
-    lines = (CORPUS_HOME / "runs" / LONG_RUN / "events.jsonl").read_bytes().splitlines(keepends=True)
+    lines = retarget((CORPUS_HOME / "runs" / LONG_RUN / "events.jsonl").read_bytes(),
+                     "growing").splitlines(keepends=True)
     # A line with multi-byte UTF-8, so a cut can land inside one character.
     lines.insert(3, orjson.dumps({"schema": 3, "ts": "2026-11-29T18:15:22.5Z", "event": "gate_paused",
                                   "node_id": "ünï/cödé", "detail": "détail ✓ 运行"}) + b"\n")
@@ -492,11 +493,11 @@ def test_stream_truncated_while_sync_was_not_running(home, tmp_path):
 
 
 def _other_stream(length_at_least: int) -> bytes:
-    """Different real bytes (another run's stream) at least as long as asked."""
+    """Different real bytes (other runs' events, as this run's) at least as long as asked."""
     data = b""
     for p in sorted((CORPUS_HOME / "runs").glob("*/events.jsonl")):
         if p.parent.name != LONG_RUN:
-            data += p.read_bytes()
+            data += retarget(p.read_bytes(), LONG_RUN)
         if len(data) >= length_at_least:
             return data
     raise AssertionError("corpus too small")
