@@ -349,7 +349,7 @@ class _Reconciler:
         }
         for event in self.input.events:
             handler = handlers.get(event.type)
-            if handler is not None:  # unknown event types are kept as events, not derived from
+            if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
 
 

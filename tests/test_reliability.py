@@ -288,16 +288,16 @@ def test_capped_problem_reasons_stay_distinct(db_url):
 
 def test_state_json_with_a_duplicate_key_is_a_problem(tmp_path):
     home = tmp_path / "home"
-    _, _ = write_stream(home, "dup-state", paid_run("dup-state"))
+    write_stream(home, "dup-state", paid_run("dup-state"))
     record = '{"verdict":"PASS","cost_usd":0.5}'
     # Pretty-printed like the engine's, with node "a" written twice (the last would win).
     state = ('{\n  "schema": 3,\n  "run_id": "dup-state",\n  "nodes": {\n    "a": ' + record +
              ',\n    "a": {"verdict":"FAIL","cost_usd":9}\n  }\n}\n')
     (home / "runs" / "dup-state" / "state.json").write_text(state)
-    _, _ = write_stream(home, "dup-top", paid_run("dup-top"))
+    write_stream(home, "dup-top", paid_run("dup-top"))
     (home / "runs" / "dup-top" / "state.json").write_text(
         '{"schema": 3, "runtime": "claude", "nodes": {"a": ' + record + '}, "runtime": "codex"}')
-    _, _ = write_stream(home, "colon-in-value", paid_run("colon-in-value"))
+    write_stream(home, "colon-in-value", paid_run("colon-in-value"))
     (home / "runs" / "colon-in-value" / "state.json").write_text(  # '":' inside a string is no key
         '{"schema": 3, "nodes": {"a": {"verdict":"PASS","cost_usd":0.5,"detail":"said \\": here"}}}')
     engine = open_ledger(str(tmp_path / "l.sqlite"))
