@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -228,14 +229,21 @@ def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, comman
 
 # -- what goes into indexed columns is bounded (PostgreSQL's btree limit) --------------
 
+def incompressible(n: int, seed: int) -> str:
+    """``n`` characters PostgreSQL cannot compress below its btree limit (it compresses
+    a long index entry first, so "nnnn…" would fit): CJK, three UTF-8 bytes each."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(n))
+
+
 def test_absurd_ids_are_refused_and_long_problem_texts_are_capped(tmp_path, db_url):
-    # A home whose path alone is ~2.9 KB: every problem path in it is longer than a
+    # A home whose path alone is ~3 KB: every problem path in it is longer than a
     # PostgreSQL btree entry may be.
-    home = tmp_path.joinpath(*["d" * 200] * 14) / "home"
-    assert len(str(home)) > 2800
-    long_node = line("long-node-id", "node_started", node_id="n" * 3000, session_id="s")
-    long_session = line("long-node-id", "node_passed", node_id="a", verdict="PASS", session_id="s" * 3000)
-    long_value = line("long-node-id", "node_passed", node_id="a", verdict="PASS", retries="9" * 3000)
+    home = tmp_path.joinpath(*[incompressible(80, seed) for seed in range(13)]) / "home"
+    assert len(str(home).encode()) > 3000
+    long_node = line("long-node-id", "node_started", node_id=incompressible(3000, 1), session_id="s")
+    long_session = line("long-node-id", "node_passed", node_id="a", verdict="PASS", session_id=incompressible(3000, 2))
+    long_value = line("long-node-id", "node_passed", node_id="a", verdict="PASS", retries=incompressible(3000, 3))
     lines = paid_run("long-node-id")
     lines[2:2] = [long_node, long_session, long_value]
     stream, offsets = write_stream(home, "long-node-id", lines)
@@ -243,7 +251,7 @@ def test_absurd_ids_are_refused_and_long_problem_texts_are_capped(tmp_path, db_u
     state_dir = home / "runs" / "long-graph-node"
     write_stream(home, "long-graph-node", paid_run("long-graph-node"))
     (state_dir / "state.json").write_text(orjson.dumps({
-        "schema": 3, "run_id": "long-graph-node", "graph": {"name": "g", "nodes": [{"id": "x" * 3000}]},
+        "schema": 3, "run_id": "long-graph-node", "graph": {"name": "g", "nodes": [{"id": incompressible(3000, 4)}]},
         "nodes": {}}).decode())
     engine = open_ledger(db_url)
     try:
@@ -270,7 +278,7 @@ def test_capped_problem_reasons_stay_distinct(db_url):
     from omg_ledger.db import write_transaction
     from omg_ledger.store import record_problem
 
-    head = "é" * 2000  # 4000 bytes of two-byte characters: the cut must not split one
+    head = incompressible(1500, 5)  # 4500 bytes of three-byte characters: the cut must not split one
     reasons = [head + " first", head + " second", "short"]
     engine = open_ledger(db_url)
     try:
@@ -281,7 +289,7 @@ def test_capped_problem_reasons_stay_distinct(db_url):
     finally:
         engine.dispose()
     assert len(stored) == 3 and "short" in stored
-    assert all(len(r.encode()) <= 700 and r.startswith("é" * 100) for r in stored if r != "short")
+    assert all(len(r.encode()) <= 700 and r.startswith(head[:150]) for r in stored if r != "short")
 
 
 # -- input checks ----------------------------------------------------------------
