@@ -274,6 +274,29 @@ def test_absurd_ids_are_refused_and_long_problem_texts_are_capped(tmp_path, db_u
         engine.dispose()
 
 
+@pytest.mark.parametrize("where", ["stream", "state.json"])
+def test_a_3000_character_node_id_is_bad_input(tmp_path, db_url, where):
+    """The issue's own case: one 3 KB line (or snapshot record) whose node id no index holds."""
+    home = tmp_path / "home"
+    node = incompressible(3000, 6)
+    lines = paid_run("long-id")
+    if where == "stream":
+        lines.insert(2, line("long-id", "node_passed", node_id=node, verdict="PASS", cost_usd=1.0))
+    stream, offsets = write_stream(home, "long-id", lines)
+    if where == "state.json":
+        (home / "runs" / "long-id" / "state.json").write_text(orjson.dumps(
+            {"schema": 3, "run_id": "long-id", "nodes": {node: {"verdict": "PASS", "cost_usd": 1.0}}}).decode())
+    engine = open_ledger(db_url)
+    try:
+        for _ in range(2):
+            sync(engine, [Home.from_path(str(home))])
+        bad = stream if where == "stream" else stream.with_name("state.json")
+        assert problem_offsets(engine, bad) == ({offsets[2]} if where == "stream" else {0})
+        assert cost_report(engine)["total"]["cost_nano_usd"] == 500_000_000
+    finally:
+        engine.dispose()
+
+
 def test_capped_problem_reasons_stay_distinct(db_url):
     from omg_ledger.db import write_transaction
     from omg_ledger.store import record_problem
