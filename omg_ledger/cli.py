@@ -6,9 +6,26 @@ into one-line messages here, with exit codes cron can act on.
 
 from __future__ import annotations
 
-import functools
+# ruff: noqa: E402 - the Ctrl-C guard must be in place before the imports below it.
 import os
+import signal
 import sys
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+
+def _interrupted_while_starting(_signum: int, _frame: object) -> None:
+    # Ctrl-C while the libraries load: nothing is open yet, so leave at once, quietly.
+    os.write(2, b"omg-ledger: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
+try:
+    _SIGINT_BEFORE = signal.signal(signal.SIGINT, _interrupted_while_starting)
+except ValueError:  # imported outside the main thread: the signal is not ours to handle
+    _SIGINT_BEFORE = None
+
+import functools
 from collections.abc import Callable
 
 import click
@@ -16,7 +33,7 @@ import orjson
 
 from . import config, render
 from .db import open_ledger, stderr_say
-from .errors import BadArgument, LedgerError
+from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble
 from .status import STATUSES
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
@@ -33,8 +50,9 @@ def _say(text: str, err: bool = False, nl: bool = True) -> None:
 def _say_line(text: str) -> None:
     """One message line on stderr, inert, newlines in it escaped too: it stays one line."""
     click.echo(render.inert(text), err=True)
+
+
 EXIT_DATABASE = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _one_line(exc: Exception) -> str:
@@ -116,6 +134,8 @@ def ledger_errors(f: Callable) -> Callable:
         try:
             return f(*args, **kwargs)
         except LedgerError as exc:
+            if isinstance(exc.__cause__, Exception) and isinstance(database_trouble(exc.__cause__), DatabaseDamaged):
+                exc = database_trouble(exc.__cause__)  # opening found the damage: say what to do
             _say_line(f"omg-ledger: error: {_one_line(exc)}")
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
@@ -148,7 +168,24 @@ def open_db_readonly(db: str | None, oldest: str | None = None):
     return open_ledger_readonly(config.resolve_db(db), oldest=oldest or HEAD_REVISION)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _LedgerGroup(click.Group):
+    """The top-level group: Ctrl-C and database damage end any command in one line."""
+
+    def invoke(self, ctx: click.Context):
+        from sqlalchemy.exc import DBAPIError  # already loaded by .db
+
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("omg-ledger: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except DBAPIError as exc:
+            error = database_trouble(exc)
+            click.echo(f"omg-ledger: error: {error}", err=True)
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=_LedgerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="omg-ledger")
 def main() -> None:
     """A ledger of oh-my-graph run history: what was spent, how every verdict was
@@ -852,6 +889,11 @@ def plans(db, as_json, home_labels) -> None:
     else:
         _say(render.plans_table(rows))
 
+
+if _SIGINT_BEFORE is not None:
+    # The command line is defined: from here on Ctrl-C is a KeyboardInterrupt, so open
+    # transactions roll back and locks are released, and _LedgerGroup.invoke says so.
+    signal.signal(signal.SIGINT, _SIGINT_BEFORE)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -6,7 +6,9 @@ import os
 import socket
 from dataclasses import dataclass
 
+from .bounds import MAX_ID_CHARS, bounded_path
 from .db import default_database_path
+from .errors import BadArgument
 
 ENV_DB = "OMG_LEDGER_DB"
 ENV_HOME = "OMG_HOME"
@@ -25,8 +27,12 @@ class Home:
 
     @classmethod
     def from_path(cls, path: str, label: str | None = None) -> Home:
+        """The default label is ``<hostname>:<absolute path>``; a path too long to index
+        is shortened in it to a hash and its tail (the same every time)."""
         absolute = os.path.abspath(os.path.expanduser(path))
-        return cls(label or f"{socket.gethostname()}:{absolute}", absolute, label is not None)
+        if label is not None and len(label) > MAX_ID_CHARS:
+            raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
+        return cls(label or f"{socket.gethostname()}:{bounded_path(absolute)}", absolute, label is not None)
 
 
 def resolve_db(flag: str | None) -> str:

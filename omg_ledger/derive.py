@@ -24,7 +24,8 @@ from .reconcile import RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot
 
 # 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
-DERIVATION_VERSION = 2
+# 3: a run's known spend is bounded ($1e9): charges past it count as unknown, with a problem.
+DERIVATION_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,14 @@ a link loop cannot hang the walk.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 
 RACY_WINDOW_NS = 2_000_000_000  # a directory changed this recently may change again unseen
+# The contract's JSON files. One that exists but is no regular file (a FIFO, a
+# directory, a socket) is damage to report, never the file's absence.
+CONTRACT_FILES = frozenset({"state.json", "assess.json", "rejected.json", "graph.json"})
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class DirListing:
     artifacts: frozenset[str]  # '*.out' regular files directly in the directory
     failed_outputs: frozenset[str]  # '*.out' regular files under failed/
     symlinks: frozenset[str]
+    damage: tuple[SkippedEntry, ...] = ()  # contract files that are not regular files; an unlistable failed/
 
 
 def is_utf8(name: str) -> bool:
@@ -94,10 +99,21 @@ def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int
     return info.st_mtime_ns
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
 def list_run_dir(path: str) -> DirListing:
     names: set[str] = set()
     artifacts: set[str] = set()
     links: set[str] = set()
+    damage: list[SkippedEntry] = []
     with os.scandir(path) as it:
         for item in it:
             if item.is_symlink():
@@ -108,12 +124,23 @@ def list_run_dir(path: str) -> DirListing:
                 names.add(item.name)
                 if item.name.endswith(".out"):
                     artifacts.add(item.name)
+            elif item.name in CONTRACT_FILES:
+                try:
+                    kind = _kind(item.stat(follow_symlinks=False).st_mode)
+                except OSError as exc:
+                    kind = f"unreadable ({exc.strerror or exc})"
+                damage.append(SkippedEntry(item.path, f"{item.name} is {kind}, not a regular file: not read"))
     failed: set[str] = set()
     try:
         with os.scandir(os.path.join(path, "failed")) as it:
             for item in it:
                 if item.name.endswith(".out") and item.is_file(follow_symlinks=False):
                     failed.add(item.name)
-    except OSError:
-        pass
-    return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links))
+    except FileNotFoundError:
+        pass  # no failed replies: the common case
+    except OSError as exc:
+        # Unreadable is not empty: which nodes left a failed reply is unknown.
+        damage.append(SkippedEntry(os.path.join(path, "failed"),
+                                   f"cannot list failed/: {exc.strerror or exc}; its replies are not known"))
+    return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links),
+                      tuple(sorted(damage, key=lambda d: d.path)))

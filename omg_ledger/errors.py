@@ -22,6 +22,12 @@ class DatabaseUnavailable(LedgerError):
     exit_code = 3
 
 
+class DatabaseDamaged(LedgerError):
+    """The ledger file is corrupt: SQLite found pages it cannot read."""
+
+    exit_code = 3
+
+
 class LedgerBusy(LedgerError):
     """Another sync holds the ledger for longer than we were told to wait."""
 
@@ -78,3 +84,17 @@ class UnsupportedDatabase(LedgerError):
     """--db names a database omg-ledger cannot use (another engine, a missing driver)."""
 
     exit_code = 3
+def database_trouble(exc: BaseException) -> LedgerError:
+    """The one-line error for a database failure nothing more specific caught.
+
+    ``exc`` is a driver error as SQLAlchemy wraps it (``.orig`` is the driver's own);
+    its SQL and parameters are left out: they say nothing a user can act on.
+    """
+    orig = getattr(exc, "orig", None) or exc
+    message = " ".join(str(orig).split()) or type(orig).__name__
+    if "malformed" in message or "file is not a database" in message:
+        return DatabaseDamaged(
+            f"the ledger database is damaged ({message}); restore it from a backup, or delete it "
+            f"and run `omg-ledger sync` to rebuild it from the homes (runs whose directories are "
+            f"gone exist only in a backup)")
+    return DatabaseUnavailable(f"database error: {message}")

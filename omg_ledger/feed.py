@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from .bounds import shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
@@ -40,10 +41,17 @@ KNOWN_EVENTS = frozenset(
     }
 )
 NODE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith(("node_", "gate_")))
+# The event-type set is closed per schema version: a new type bumps the schema
+# (RUN-FEED.md; schema 2 added the gate events). So at a schema this ledger reads, an
+# unknown type is bad input, never news.
+GATE_EVENTS = frozenset(e for e in KNOWN_EVENTS if e.startswith("gate_"))
+EVENTS_OF_SCHEMA = {1: KNOWN_EVENTS - GATE_EVENTS, 2: KNOWN_EVENTS, 3: KNOWN_EVENTS}
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 _STRING_FIELDS = ("run_id", "node_id", "phase", "outcome", "verdict", "detail", "session_id", "provenance")
+# Short by nature (ids and closed sets); a long one is damage, and node_id is indexed.
+_BOUNDED_FIELDS = ("run_id", "node_id", "session_id", "phase", "outcome", "verdict", "provenance")
 _KEY_PATTERN = re.compile(rb'"\s*:')
-_TOO_DEEP = object()
+TOO_DEEP = object()
 
 
 @dataclass(frozen=True)
@@ -62,9 +70,10 @@ class Event:
         return self.data["event"]
 
 
-def parse_stream_line(line: bytes, line_no: int, offset: int) -> Event | Rejected | Paused:
-    """One complete line of a run stream, for the tail: an event, bad input, or a
-    line of a newer schema that pauses reading before it."""
+def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None = None) -> Event | Rejected | Paused:
+    """One complete line of a run stream, for the tail: an event, bad input (including a
+    line naming another run than ``run_id``, its directory's), or a line of a newer
+    schema that pauses reading before it."""
     result = parse_event_line(line)
     if isinstance(result, str):
         return Rejected(result)
@@ -73,6 +82,8 @@ def parse_stream_line(line: bytes, line_no: int, offset: int) -> Event | Rejecte
         return Paused(data["schema"], (
             f"event schema {data['schema']} is newer than this omg-ledger understands "
             f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
+    if run_id is not None and (reason := foreign_run_id(data, run_id)) is not None:
+        return Rejected(reason)
     return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
 
 
@@ -84,8 +95,8 @@ def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
         return f"not JSON: {exc}"
     if not isinstance(data, dict):
         return f"not a JSON object but {type(data).__name__}"
-    duplicate = _duplicate_key(line, data)
-    if duplicate is _TOO_DEEP:
+    duplicate = duplicate_key(line, data)
+    if duplicate is TOO_DEEP:
         return "nested too deeply to check for duplicate keys"
     if duplicate is not None:
         return f"duplicate key {duplicate!r}"
@@ -103,36 +114,56 @@ def check_event(data: dict) -> str | None:
     """Type-check the fields this ledger derives from; None when the event is usable."""
     schema = data.get("schema")
     if not _is_int(schema) or schema < 1:
-        return f"missing or invalid 'schema': {schema!r}"
+        return f"missing or invalid 'schema': {shown(schema)}"
     event = data.get("event")
     if not isinstance(event, str) or not event:
-        return f"missing or invalid 'event': {event!r}"
+        return f"missing or invalid 'event': {shown(event)}"
     if not isinstance(data.get("ts"), str):
-        return f"missing or invalid 'ts': {data.get('ts')!r}"
+        return f"missing or invalid 'ts': {shown(data.get('ts'))}"
+    if schema <= SUPPORTED_SCHEMA and event not in EVENTS_OF_SCHEMA[schema]:
+        return (f"unknown event type {shown(event)} at schema {schema}, whose event types are closed "
+                f"(a new type comes with a new schema); skipped")
     for name in _STRING_FIELDS:
         if name in data and not isinstance(data[name], str):
-            return f"'{name}' must be a string, got {data[name]!r}"
+            return f"'{name}' must be a string, got {shown(data[name])}"
+    for name in _BOUNDED_FIELDS:
+        reason = too_long_id(name, data.get(name))
+        if reason is not None:
+            return reason
     if event in NODE_EVENTS and not data.get("node_id"):
         return f"{event} without a node_id"
     if "cost_usd" in data:
         cost = data["cost_usd"]
         if not isinstance(cost, int | float) or isinstance(cost, bool) or not math.isfinite(cost) or cost < 0:
-            return f"'cost_usd' must be a non-negative number, got {cost!r}"
+            return f"'cost_usd' must be a non-negative number, got {shown(cost)}"
         if cost > MAX_COST_USD:
-            return f"'cost_usd' {cost!r} is beyond any one invocation (max {MAX_COST_USD})"
+            return f"'cost_usd' {shown(cost)} is beyond any one invocation (max {MAX_COST_USD})"
     if "cost_unknown" in data and not isinstance(data["cost_unknown"], bool):
-        return f"'cost_unknown' must be a boolean, got {data['cost_unknown']!r}"
+        return f"'cost_unknown' must be a boolean, got {shown(data['cost_unknown'])}"
     for name in ("retries", "round"):
         if name in data and (not _is_int(data[name]) or not 0 <= data[name] <= MAX_COUNTER):
-            return f"'{name}' must be a non-negative integer (max {MAX_COUNTER}), got {data[name]!r}"
+            return f"'{name}' must be a non-negative integer (max {MAX_COUNTER}), got {shown(data[name])}"
     if "usage" in data:
         usage = data["usage"]
         if not isinstance(usage, dict):
-            return f"'usage' must be an object, got {usage!r}"
+            return f"'usage' must be an object, got {shown(usage)}"
         for name in TOKEN_FIELDS:
             if name in usage and (not _is_int(usage[name]) or not 0 <= usage[name] <= MAX_TOKENS):
-                return f"'usage.{name}' must be a non-negative integer (max {MAX_TOKENS}), got {usage[name]!r}"
+                return f"'usage.{name}' must be a non-negative integer (max {MAX_TOKENS}), got {shown(usage[name])}"
     return None
+
+
+def foreign_run_id(data: dict, run_id: str) -> str | None:
+    """Why a line naming another run than its directory is refused, or None.
+
+    Indexing it under this directory would bill another run's work here (and twice,
+    when that run's own directory is indexed too).
+    """
+    named = data.get("run_id")
+    if named is None or named == run_id:
+        return None
+    return (f"the line names run_id {shown(named)}, not this directory's {run_id!r}: another run's "
+            f"line, not indexed here")
 
 
 def _is_int(value: object) -> bool:
@@ -169,7 +200,7 @@ def _count_keys_deep(value: object) -> int:
     return total
 
 
-def _duplicate_key(line: bytes, data: dict) -> str | object | None:
+def duplicate_key(line: bytes, data: dict) -> str | object | None:
     """Find a key repeated within one object (JSON parsers silently keep the last).
 
     Cheap pre-check: a line whose `"<ws>:` count equals the parsed key count cannot
@@ -194,5 +225,5 @@ def _duplicate_key(line: bytes, data: dict) -> str | object | None:
         return None
     except RecursionError:
         # Too deep for the exact check: refuse rather than risk a silently kept duplicate.
-        return _TOO_DEEP
+        return TOO_DEEP
     return found[0] if found else None

@@ -9,6 +9,7 @@ what the ledger remembers comes in as arguments.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -86,8 +87,9 @@ def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str) -> 
     return StreamRead(tail, tail.checkpoint, problems)
 
 
-def read_run_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
-    return read_stream(path, checkpoint, parse_stream_line, "events.jsonl")
+def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None = None) -> StreamRead | None:
+    """A run's stream; with ``run_id``, a line naming another run is refused as a problem."""
+    return read_stream(path, checkpoint, functools.partial(parse_stream_line, run_id=run_id), "events.jsonl")
 
 
 def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
@@ -164,8 +166,9 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
     listing = list_run_dir(path)
     problems = [Problem(os.path.join(path, name), 0, "symlink not followed (omg-ledger never leaves the home)")
                 for name in sorted(listing.symlinks)]
+    problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
     if stream_changed or checkpoint is None:
-        stream = read_run_stream(f"{path}/events.jsonl", checkpoint)
+        stream = read_run_stream(f"{path}/events.jsonl", checkpoint, os.path.basename(path))
     else:
         stream = StreamRead(None, checkpoint)
     if stream is not None:

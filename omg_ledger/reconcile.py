@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from .bounds import RUN_BOUND_REASON, RunTally
 from .feed import TOKEN_FIELDS, Event
 from .units import usd_to_nanos
 
@@ -109,6 +110,7 @@ class RunRows:
     charges: list[Charge] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     goal_cycle: dict | None = None
+    problems: list[tuple[str, int | None, str]] = field(default_factory=list)  # (file, byte offset, reason)
 
 
 def artifact_name(node_id: str) -> str:
@@ -154,6 +156,8 @@ class _Reconciler:
         self.terminals: dict[str, list[tuple[Event, Execution]]] = {}
         self.recorder_events: dict[str, list[Event]] = {}  # what the snapshot recorder saw
         self.last_started: dict[str, Event] = {}
+        self.tally = RunTally()
+        self.problems: list[tuple[str, int | None, str]] = []
 
     # -- legs ---------------------------------------------------------------------
 
@@ -310,11 +314,23 @@ class _Reconciler:
     def _leg_kind(self, ordinal: int | None) -> str | None:
         return self.legs[ordinal - 1].kind if ordinal else None
 
+    def _bounded(self, cost: int | None, unknown: bool, tokens: tuple[int, int, int, int], source_file: str,
+                 offset: int | None) -> tuple[int | None, bool, tuple[int, int, int, int]]:
+        """A charge as counted: past the per-run bound (bounds.py) it is an invocation of
+        unknown cost without tokens, and the first such charge is a problem."""
+        if self.tally.admit(cost, tokens):
+            return cost, unknown, tokens
+        if not self.problems:
+            self.problems.append((source_file, offset, RUN_BOUND_REASON))
+        return None, True, (0, 0, 0, 0)
+
     def _charge(self, event: Event, kind: str, leg_ordinal: int | None, leg_kind: str | None,
                 node_id: str | None, round_: int | None) -> Charge:
         cost, unknown = _cost(event.data)
+        cost, unknown, tokens = self._bounded(cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
+                                              event.byte_offset)
         charge = Charge(len(self.charges) + 1, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
-                        event.at_us, cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
+                        event.at_us, cost, unknown, tokens, "events.jsonl",
                         event.byte_offset, event.line_no)
         self.charges.append(charge)
         return charge
@@ -333,7 +349,7 @@ class _Reconciler:
         }
         for event in self.input.events:
             handler = handlers.get(event.type)
-            if handler is not None:  # unknown event types are kept as events, not derived from
+            if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
 
 
@@ -395,9 +411,10 @@ def reconcile(run: RunInput) -> RunRows:
         # last event: assessment runs right after that cycle's final run_finished.
         at = last_event.ts if last_event else None
         at_us = last_event.at_us if last_event else None
+        cost, unknown, tokens = r._bounded(usd_to_nanos(run.assess["assess_cost_usd"]), False, (0, 0, 0, 0),
+                                           "assess.json", None)
         r.charges.append(Charge(len(r.charges) + 1, "assessment", None, "assessment", None, None, at, at_us,
-                                usd_to_nanos(run.assess["assess_cost_usd"]), False, (0, 0, 0, 0),
-                                "assess.json", None, None))
+                                cost, unknown, tokens, "assess.json", None, None))
     for charge in r.charges:
         if charge.node_id is not None:
             charges_by_node.setdefault(charge.node_id, []).append(charge)
@@ -413,7 +430,7 @@ def reconcile(run: RunInput) -> RunRows:
 
     run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
     goal = _goal_cycle(run, snapshot)
-    return RunRows(run_row, r.legs, node_rows, r.executions, r.charges, r.findings, goal)
+    return RunRows(run_row, r.legs, node_rows, r.executions, r.charges, r.findings, goal, r.problems)
 
 
 def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
@@ -544,6 +561,9 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
     cost = None if unknown else usd_to_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
+    tokens = _tokens(record.get("usage"))
+    if cost is None or cost >= 0:
+        cost, unknown, tokens = r._bounded(cost, unknown, tokens, "state.json", None)
     started = r.last_started.get(node_id)
     anchor = started or last_event
     leg_ordinal = None
@@ -565,7 +585,7 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
         return
     r.charges.append(Charge(len(r.charges) + 1, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
                             rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
-                            unknown, _tokens(record.get("usage")), "state.json", None, None))
+                            unknown, tokens, "state.json", None, None))
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,

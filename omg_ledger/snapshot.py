@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS
+from .bounds import MAX_RUN_NANOS, RUN_BOUND_TEXT, shown, too_long_id
+from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS, TOO_DEEP, duplicate_key
+from .units import usd_to_nanos
 
 SUPPORTED_SNAPSHOT_SCHEMA = 3
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -84,6 +86,13 @@ def parse_json_object(content: bytes, name: str) -> dict:
         raise BadSnapshot(f"{name} is not a JSON object but {type(data).__name__}")
     if not _depth_ok(data):
         raise BadSnapshot(f"{name} nests deeper than {MAX_NESTING} levels")
+    # The engine writes each key once; a repeated one means two writers or an edit, and
+    # a JSON parser would silently keep the last value (the stream refuses the same).
+    duplicate = duplicate_key(content, data)
+    if duplicate is TOO_DEEP:
+        raise BadSnapshot(f"{name} nests too deeply to check for duplicate keys")
+    if duplicate is not None:
+        raise BadSnapshot(f"{name} has the key {shown(duplicate)} more than once in one object")
     return data
 
 
@@ -116,16 +125,16 @@ def parse_state(content: bytes) -> dict:
     data = parse_json_object(content, "state.json")
     schema = data.get("schema")
     if not _int(schema):
-        raise BadSnapshot(f"state.json has no valid schema: {schema!r}")
+        raise BadSnapshot(f"state.json has no valid schema: {shown(schema)}")
     if schema != SUPPORTED_SNAPSHOT_SCHEMA:
         raise BadSnapshot(f"state.json schema {schema} is not understood (this omg-ledger reads "
                           f"{SUPPORTED_SNAPSHOT_SCHEMA})")
     for key in ("runtime", "run_id", "graph_source_path", "graph_sha256"):
         if key in data and not isinstance(data[key], str):
-            raise BadSnapshot(f"state.json '{key}' must be a string, got {data[key]!r}")
+            raise BadSnapshot(f"state.json '{key}' must be a string, got {shown(data[key])}")
     for key in ("planning_cost_usd",):
         if key in data and not _number(data[key]):
-            raise BadSnapshot(f"state.json '{key}' must be a non-negative number, got {data[key]!r}")
+            raise BadSnapshot(f"state.json '{key}' must be a non-negative number, got {shown(data[key])}")
     for key in ("goal", "build_evidence", "gate", "inputs"):
         if key in data and data[key] is not None and not isinstance(data[key], dict):
             raise BadSnapshot(f"state.json '{key}' must be an object")
@@ -136,11 +145,14 @@ def parse_state(content: bytes) -> dict:
         section = data.get(where) or {}
         for key in keys:
             if section.get(key) is not None and not isinstance(section[key], str):
-                raise BadSnapshot(f"state.json '{where}.{key}' must be a string, got {section[key]!r}")
+                raise BadSnapshot(f"state.json '{where}.{key}' must be a string, got {shown(section[key])}")
     goal = data.get("goal") or {}
+    reason = too_long_id("goal.first_run_id", goal.get("first_run_id"))
+    if reason is not None:
+        raise BadSnapshot(f"state.json {reason}")
     for key in ("cycle", "max_cycles"):
         if goal.get(key) is not None and not _int(goal[key], MAX_COUNTER):
-            raise BadSnapshot(f"state.json 'goal.{key}' must be a non-negative integer, got {goal[key]!r}")
+            raise BadSnapshot(f"state.json 'goal.{key}' must be a non-negative integer, got {shown(goal[key])}")
     _check_graph(data.get("graph"), "state.json graph")
     nodes = data.get("nodes")
     if nodes is None:
@@ -150,6 +162,12 @@ def parse_state(content: bytes) -> dict:
     else:
         for node_id, record in nodes.items():
             _check_record(node_id, record)
+        # Each record is capped; their sum must fit the per-run bound too (bounds.py).
+        total = usd_to_nanos(data.get("planning_cost_usd") or 0) + sum(
+            usd_to_nanos(record.get("cost_usd") or 0) for record in nodes.values())
+        if total > MAX_RUN_NANOS:
+            raise BadSnapshot(f"state.json's costs add up to more than {RUN_BOUND_TEXT} "
+                              f"(the ledger's per-run bound)")
     return data
 
 
@@ -165,31 +183,38 @@ def _check_graph(graph: object, where: str) -> None:
         isinstance(n, dict) and isinstance(n.get("id"), str) and n["id"] for n in graph_nodes
     ):
         raise BadSnapshot(f"{where} nodes must be a list of objects with string ids")
+    for node in graph_nodes:
+        reason = too_long_id("node id", node["id"])
+        if reason is not None:
+            raise BadSnapshot(f"{where} nodes: {reason}")
     for key in ("name", "version"):
         if graph.get(key) is not None and not isinstance(graph[key], str):
-            raise BadSnapshot(f"{where} '{key}' must be a string, got {graph[key]!r}")
+            raise BadSnapshot(f"{where} '{key}' must be a string, got {shown(graph[key])}")
     for node in graph_nodes:
         if node.get("type") is not None and not isinstance(node["type"], str):
-            raise BadSnapshot(f"{where} node {node['id']!r} 'type' must be a string")
+            raise BadSnapshot(f"{where} node {shown(node['id'])} 'type' must be a string")
         if "budget_usd" in node and node["budget_usd"] is not None and not _number(node["budget_usd"]):
-            raise BadSnapshot(f"{where} node {node['id']!r} 'budget_usd' must be a non-negative number")
+            raise BadSnapshot(f"{where} node {shown(node['id'])} 'budget_usd' must be a non-negative number")
 
 
 def _check_record(node_id: str, record: object) -> None:
-    where = f"state.json nodes[{node_id!r}]"
+    reason = too_long_id("node id", node_id)
+    if reason is not None:
+        raise BadSnapshot(f"state.json nodes: {reason}")
+    where = f"state.json nodes[{shown(node_id)}]"
     if not isinstance(record, dict):
         raise BadSnapshot(f"{where} must be an object")
     if not isinstance(record.get("verdict", ""), str):
         raise BadSnapshot(f"{where}.verdict must be a string")
     for key in ("cost_usd", "budget_usd"):
         if key in record and not _number(record[key]):
-            raise BadSnapshot(f"{where}.{key} must be a non-negative number, got {record[key]!r}")
+            raise BadSnapshot(f"{where}.{key} must be a non-negative number, got {shown(record[key])}")
     for key, limit in (("round", MAX_COUNTER), ("retries", MAX_COUNTER), ("duration", 2**63 - 1)):
         if key in record and not _int(record[key], limit):
-            raise BadSnapshot(f"{where}.{key} must be a non-negative integer (max {limit}), got {record[key]!r}")
+            raise BadSnapshot(f"{where}.{key} must be a non-negative integer (max {limit}), got {shown(record[key])}")
     for key in ("provenance", "session_id", "detail", "artifact_path"):
         if record.get(key) is not None and not isinstance(record[key], str):
-            raise BadSnapshot(f"{where}.{key} must be a string, got {record[key]!r}")
+            raise BadSnapshot(f"{where}.{key} must be a string, got {shown(record[key])}")
     for key in ("cost_unknown", "judged"):
         if key in record and not isinstance(record[key], bool):
             raise BadSnapshot(f"{where}.{key} must be a boolean")
@@ -206,7 +231,7 @@ def parse_assess(content: bytes) -> dict:
         raise BadSnapshot("assess.json 'goal_met' must be a boolean")
     if "assess_cost_usd" in data and not _number(data["assess_cost_usd"]):
         raise BadSnapshot(f"assess.json 'assess_cost_usd' must be a non-negative number, got "
-                          f"{data['assess_cost_usd']!r}")
+                          f"{shown(data['assess_cost_usd'])}")
     for key in ("remaining", "evidence"):
         if key in data and not isinstance(data[key], str):
             raise BadSnapshot(f"assess.json '{key}' must be a string")

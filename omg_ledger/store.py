@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from . import schema
 from .backend import backend_of
+from .bounds import bounded_path, bounded_reason
 from .derive import RunFacts
 from .errors import HomeConflict
 from .feed import Event
@@ -163,7 +164,7 @@ def load_events(conn: Connection, run_pk: int) -> list[Event]:
     events = []
     for line_no, byte_offset, raw in rows:
         data = orjson.loads(raw)
-        ts, at_us = parse_timestamp(data["ts"])
+        ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
         events.append(Event(line_no, byte_offset, data, raw, ts, at_us))
     return events
 
@@ -376,7 +377,8 @@ def _insert_derived(conn: Connection, sql: _Statements, run_pk: int, rows: RunRo
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
     statement = backend_of(conn).insert(schema.problems).values(**_text_safe(dict(
-        run_pk=run_pk, path=path, byte_offset=offset, reason=reason, first_seen_at=now, last_seen_at=now
+        run_pk=run_pk, path=bounded_path(path), byte_offset=offset, reason=bounded_reason(reason),
+        first_seen_at=now, last_seen_at=now
     )))
     statement = statement.on_conflict_do_update(
         index_elements=["path", "byte_offset", "reason"],

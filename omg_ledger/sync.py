@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from . import derive, schema
 from .backend import backend_of
+from .bounds import bounded_path
 from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, derive_run
@@ -206,7 +207,16 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     rows, scrub = derive_run(load_run_facts(conn, run_pk))
     replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
     settle_copies(conn, [before, rows.run["stream_identity"]])
+    path = conn.execute(select(schema.runs.c.dir_path).where(schema.runs.c.id == run_pk)).scalar()
+    for problem in _derived_problems(path, rows):
+        record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
+                       format_instant(datetime.now(UTC)))
     return True
+
+
+def _derived_problems(run_dir: str, rows) -> list[Problem]:
+    """What derivation itself refused (a charge past the per-run money bound)."""
+    return [Problem(os.path.join(run_dir, name), offset or 0, reason) for name, offset, reason in rows.problems]
 
 
 def _identity(conn: Connection, run_pk: int | None) -> str | None:
@@ -358,7 +368,7 @@ class _HomeSync:
                        "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
             new_events=stream.items if stream else [],
             replace_events=stream.replace if stream else False,
-            stream=(self.source, f"{path}/events.jsonl", checkpoint) if checkpoint is not None else None,
+            stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
             dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
                        "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
             snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
@@ -394,6 +404,7 @@ class _HomeSync:
             before = _identity(conn, run_pk)
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub)
             settle_copies(conn, [before, rows.run["stream_identity"]])
+            read.problems.extend(_derived_problems(path, rows))
             for problem in read.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
         self.report.runs_changed += 1
@@ -452,6 +463,8 @@ class _HomeSync:
             except OSError as exc:
                 self._problem_now(None, entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}")
                 continue
+            for item in listing.damage:
+                self._problem_now(None, item.path, 0, item.reason)
             graph_name = None
             if "graph.json" in listing.names:
                 try:
@@ -484,9 +497,10 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
     """One runner stream (absolute ``path``); the caller holds the sync lock for it."""
     streams = schema.streams
     source = machine_source()
+    key = bounded_path(path)  # short enough for PostgreSQL's index, and still this path's own
     with engine.connect() as conn:
         row = conn.execute(select(streams).where(
-            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == path)).mappings().first()
+            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == key)).mappings().first()
     checkpoint = Checkpoint.from_row(row) if row is not None else None
     if checkpoint is not None and not needs_reading(stat_or_none(path), checkpoint):
         return  # unchanged since the last sync
@@ -503,10 +517,10 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         return
     with write_transaction(engine) as conn:
         if row is None:
-            upsert(conn, streams, {"kind": "invocations", "source": source, "path": path}, ["kind", "source", "path"],
+            upsert(conn, streams, {"kind": "invocations", "source": source, "path": key}, ["kind", "source", "path"],
                    [])
         stream_pk = conn.execute(select(streams.c.id).where(
-            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == path)).scalar_one()
+            streams.c.kind == "invocations", streams.c.source == source, streams.c.path == key)).scalar_one()
         store_lines(conn, stream_pk, read.items, read.replace)
         conn.execute(streams.update().where(streams.c.id == stream_pk).values(**read.checkpoint.as_row()))
         if read.replace or read.items or row is None:

@@ -40,6 +40,21 @@ class BadTimestamp(ValueError):
     pass
 
 
+# The instants the ledger accepts: [1970-01-01T00:00:00Z, 9999-01-01T00:00:00Z). Outside
+# them a timestamp is damage, not a clock reading. The bounds keep every derived date
+# representable: a UTC instant in the range stays within years 1969..9999 in any zone
+# (offsets are within ±26 h), so the day, the Monday of its week and the first of the
+# next month always exist; and no instant is negative, so integer division buckets
+# by floor on every database (SQLite and PostgreSQL truncate toward zero).
+MIN_INSTANT_US = 0
+MAX_INSTANT_US = 253_370_764_800_000_000  # 9999-01-01T00:00:00Z, exclusive
+INSTANT_RANGE = "1970-01-01T00:00:00Z to 9998-12-31T23:59:59.999999Z"
+
+
+def instant_in_range(us: int) -> bool:
+    return MIN_INSTANT_US <= us < MAX_INSTANT_US
+
+
 _ENGINE_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z")
 
 
@@ -53,11 +68,13 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + doe - 719468
 
 
-def parse_timestamp(text: str) -> tuple[str, int]:
+def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
     """Parse an RFC 3339 timestamp (nanosecond precision allowed).
 
     Returns (normalized UTC text with microseconds, epoch microseconds). Nanoseconds
     beyond the microsecond are truncated: ts is a display clock, never a sort key.
+    An instant outside INSTANT_RANGE is refused unless ``check_range`` is false (for
+    re-reading what an older omg-ledger already stored).
     """
     match = _ENGINE_TS.match(text) if isinstance(text, str) else None
     if match is not None:
@@ -67,6 +84,8 @@ def parse_timestamp(text: str) -> tuple[str, int]:
         if 1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60 and second < 60:
             micros = int((frac or "").ljust(6, "0")[:6])
             epoch = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000
+            if check_range and not instant_in_range(epoch + micros):
+                raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
             return f"{y}-{mo}-{d}T{h}:{mi}:{s}.{micros:06d}Z", epoch + micros
     if not isinstance(text, str) or len(text) < 20 or len(text) > 64:
         raise BadTimestamp(f"not an RFC 3339 timestamp: {text!r}")
@@ -86,8 +105,17 @@ def parse_timestamp(text: str) -> tuple[str, int]:
         raise BadTimestamp(f"not an RFC 3339 timestamp: {text!r}") from exc
     if moment.tzinfo is None:
         raise BadTimestamp(f"timestamp has no UTC offset: {text!r}")
-    moment = moment.astimezone(UTC)
-    return format_instant(moment), instant_to_us(moment)
+    # Subtracting aware datetimes never overflows (converting 0001-01-01T00:00+14:00 to
+    # UTC would): check the range on the number first.
+    us = instant_to_us(moment)
+    if not instant_in_range(us):
+        if check_range:
+            raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
+        try:
+            return format_instant(moment), us
+        except (OverflowError, ValueError) as exc:
+            raise BadTimestamp(f"timestamp {text!r} has no UTC date") from exc
+    return format_instant(us_to_instant(us)), us
 
 
 def _month_days(year: int, month: int) -> int:

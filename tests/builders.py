@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 from omg_ledger.feed import Event
@@ -49,3 +51,23 @@ def write_run(home: Path, run_id: str, stream: list[dict] | None = None, state: 
 def graph(*node_ids: str, **types: str) -> dict:
     return {"name": "g", "version": "1", "nodes": [{"id": n, **({"type": types[n]} if n in types else {})}
                                                   for n in node_ids]}
+
+
+_RUN_ID_FIELD = re.compile(rb'"run_id":"[^"\\]*"')
+
+
+def retarget(stream: bytes, run_id: str) -> bytes:
+    """A stream's lines naming ``run_id``: what the engine would have written for a run
+    of that id (a line naming another run is refused as that run's)."""
+    field = b'"run_id":' + json.dumps(run_id).encode()
+    return _RUN_ID_FIELD.sub(lambda _: field, stream)
+
+
+def copy_run(src: Path, dst: Path) -> Path:
+    """Copy a run directory under another run id, its stream retargeted to that id."""
+    shutil.copytree(src, dst, symlinks=True)
+    stream = dst / "events.jsonl"
+    if stream.is_file() and not stream.is_symlink():
+        stream.write_bytes(retarget(stream.read_bytes(), dst.name))
+        shutil.copystat(src / "events.jsonl", stream)
+    return dst

@@ -33,6 +33,7 @@ from omg_ledger import schema
 from omg_ledger.db import current_revision, head_revision, open_ledger
 from omg_ledger.sync import Home, sync
 
+from .builders import copy_run, retarget
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump, runs_of
 
@@ -79,7 +80,7 @@ def make_home(root: Path, copies: int = 1) -> Path:
     (root / "runs").mkdir(parents=True)
     for src in sorted((CORPUS_HOME / "runs").iterdir()):
         for i in range(copies):
-            shutil.copytree(src, root / "runs" / (src.name if copies == 1 else f"{src.name}-x{i}"))
+            copy_run(src, root / "runs" / (src.name if copies == 1 else f"{src.name}-x{i}"))
     shutil.copytree(CORPUS_HOME / "plans", root / "plans")
     writable_tree(root)
     return root
@@ -291,7 +292,8 @@ def test_half_written_lines_are_not_events_until_complete(tmp_path):
     home = tmp_path / "home"
     run = home / "runs" / "growing"
     run.mkdir(parents=True)
-    lines = (CORPUS_HOME / "runs" / LONG_RUN / "events.jsonl").read_bytes().splitlines(keepends=True)
+    lines = retarget((CORPUS_HOME / "runs" / LONG_RUN / "events.jsonl").read_bytes(),
+                     "growing").splitlines(keepends=True)
     # A line with multi-byte UTF-8, so a cut can land inside one character.
     lines.insert(3, orjson.dumps({"schema": 3, "ts": "2026-11-29T18:15:22.5Z", "event": "gate_paused",
                                   "node_id": "ünï/cödé", "detail": "détail ✓ 运行"}) + b"\n")
@@ -491,11 +493,11 @@ def test_stream_truncated_while_sync_was_not_running(home, tmp_path):
 
 
 def _other_stream(length_at_least: int) -> bytes:
-    """Different real bytes (another run's stream) at least as long as asked."""
+    """Different real bytes (other runs' events, as this run's) at least as long as asked."""
     data = b""
     for p in sorted((CORPUS_HOME / "runs").glob("*/events.jsonl")):
         if p.parent.name != LONG_RUN:
-            data += p.read_bytes()
+            data += retarget(p.read_bytes(), LONG_RUN)
         if len(data) >= length_at_least:
             return data
     raise AssertionError("corpus too small")
@@ -575,7 +577,7 @@ def test_run_directory_deleted_then_recreated_with_other_content(home, tmp_path)
     assert rows[LONG_RUN]["gone"] is True and len(rows) == 25
     assert len(_events_of(db, LONG_RUN)) == (kept / "events.jsonl").read_bytes().count(b"\n")
     # Recreated with different content under the same name.
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", run)
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", run)
     writable_tree(run)
     lib_sync(db, home)
     rows = {r["run_id"]: r for r in json.loads(cli("runs", "--db", db, "--json").stdout)}

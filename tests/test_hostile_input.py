@@ -31,13 +31,14 @@ from omg_ledger.ingest import read_run_stream
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
+from .builders import copy_run, retarget
 from .conftest import CORPUS_HOME
 
 TS = "2026-11-29T18:15:12.93149401Z"
 
 
 def line(event: str, **fields) -> bytes:
-    data = {"schema": 3, "ts": TS, "run_id": "r", "event": event, **fields}
+    data = {"schema": 3, "ts": TS, "event": event, **fields}  # no run_id: the directory says which run
     return orjson.dumps(data) + b"\n"
 
 
@@ -224,13 +225,13 @@ def _build_home(root: Path) -> Path:
     for name, (file_name, content) in BAD_FILES.items():
         d = runs / f"file-{name}"
         d.mkdir()
-        (d / "events.jsonl").write_bytes(GOOD_EVENTS)
+        (d / "events.jsonl").write_bytes(retarget(GOOD_EVENTS, d.name))
         if file_name != "state.json":
             (d / "state.json").write_bytes(GOOD_STATE)
         (d / file_name).write_bytes(content)
     # Untouched real runs beside all of it.
     for src in sorted((CORPUS_HOME / "runs").iterdir())[:5]:
-        shutil.copytree(src, runs / f"real-{src.name}")
+        copy_run(src, runs / f"real-{src.name}")
     for r, dirs, files in os.walk(root):
         for n in dirs:
             os.chmod(os.path.join(r, n), 0o700)
@@ -398,7 +399,7 @@ def test_stream_that_is_a_fifo_or_a_directory_does_not_hang(tmp_path, sqlite_url
     (dir_run / "events.jsonl").mkdir()
     (dir_run / "state.json").mkdir()
     good = home / "runs" / "good"
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", good)
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", good)
     result = subprocess.run(
         [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", sqlite_url.removeprefix("sqlite:///"),
          "--home", str(home), "--json"], capture_output=True, timeout=60)
@@ -451,7 +452,7 @@ ODD_NAMES = ["with space", "ünïcödé-运行-🚀", "semi;colon", "$(touch pwn
 def test_run_directory_names_that_a_shell_would_mangle(tmp_path, sqlite_url):
     home = tmp_path / "home"
     for run_id in ODD_NAMES:
-        shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / run_id)
+        copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / run_id)
     db = sqlite_url.removeprefix("sqlite:///")
     result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db, "--home", str(home),
                              "--json"], capture_output=True, timeout=60, cwd=tmp_path)
@@ -481,7 +482,7 @@ def test_run_directory_name_that_is_not_utf8(tmp_path, sqlite_url):
     shutil.copyfile(CORPUS_HOME / "runs" / "20261129-181512.929654081-1" / "events.jsonl",
                     os.path.join(bad, b"events.jsonl"))
     os.symlink(b"/", os.path.join(bad, b"link-\xff"))
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", runs / "good")
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", runs / "good")
     result = subprocess.run(
         [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", sqlite_url.removeprefix("sqlite:///"),
          "--home", str(home), "--json"], capture_output=True, timeout=60)
@@ -527,7 +528,7 @@ def test_unreadable_files_and_directories_are_problems(tmp_path):
     runs = home / "runs"
     src = CORPUS_HOME / "runs" / "20261129-181512.929654081-1"
     for name in ("stream-unreadable", "state-unreadable", "dir-unreadable", "good"):
-        shutil.copytree(src, runs / name)
+        copy_run(src, runs / name)
     for r, dirs, files in os.walk(home):
         for n in dirs:
             os.chmod(os.path.join(r, n), 0o700)
@@ -689,6 +690,7 @@ def test_property_mutated_real_lines_through_sync(property_ledger, case):
     run_id = f"p{next(_counter):06d}"
     run = home / "runs" / run_id
     run.mkdir(parents=True)
+    lines = [retarget(ln, run_id) for ln in lines]  # the directory's own run
     (run / "events.jsonl").write_bytes(b"".join(lines))
     report = sync(engine, [Home.from_path(str(home))])
     assert report.runs_changed >= 1

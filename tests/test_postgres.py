@@ -15,6 +15,7 @@ from omg_ledger.reports.cost import cost_report
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
+from .builders import copy_run
 from .conftest import CORPUS_HOME
 from .ledger_dump import dump
 
@@ -41,7 +42,7 @@ def _copy_home(src, dst, suffix: str):
     shutil.copytree(src / "plans", dst / "plans")
     (dst / "runs").mkdir()
     for run in (src / "runs").iterdir():
-        shutil.copytree(run, dst / "runs" / f"{run.name}{suffix}")
+        copy_run(run, dst / "runs" / f"{run.name}{suffix}")
 
 
 def test_six_concurrent_syncs_into_one_postgresql_ledger_equal_sequential_syncs(tmp_path, pg_server, pg_url):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from omg_ledger.db import open_ledger
 from omg_ledger.errors import RunNotFound
 from omg_ledger.reports.runs import list_runs, show_run
 
+from .builders import copy_run
 from .conftest import CORPUS_HOME
 from .fswatch import watch_tree
 
@@ -172,8 +172,8 @@ def test_user_input_is_never_sql(corpus_home, tmp_path):
 def test_a_run_named_like_sql_is_just_a_name(tmp_path):
     name = "r'); DELETE FROM runs; --"
     home = tmp_path / "home"
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / name)
-    shutil.copytree(CORPUS_HOME / "runs" / "20261129-181513.435710166-1", home / "runs" / "other")
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / name)
+    copy_run(CORPUS_HOME / "runs" / "20261129-181513.435710166-1", home / "runs" / "other")
     db = tmp_path / "ledger.sqlite"
     ok(cli("sync", "--db", db, "--home", home))
     assert json.loads(ok(cli("show", "--db", db, "--json", "--", name)).stdout)["run_id"] == name
