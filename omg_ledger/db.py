@@ -258,7 +258,7 @@ def check_database_target(db: str) -> None:
         except OSError as exc:
             raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
         if header and header != SQLITE_HEADER:
-            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger")
+            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)")
         return
     if backend != "postgresql":
         raise UnsupportedDatabase(f"{shown}: omg-ledger keeps its ledger in SQLite or PostgreSQL, not {backend}; "
@@ -325,12 +325,12 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
             current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
     except OperationalError as exc:
         if "not a database" in str(exc):
-            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
+            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)") from exc
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
                                   f"{_wal_hint(engine)}") from exc
     except SQLAlchemyError as exc:
         if "not a database" in str(exc):
-            raise NotALedger(f"{shown} is not a SQLite database, so not a ledger") from exc
+            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)") from exc
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
     if current is None:
         raise NotALedger(f"{shown} holds no ledger (an empty or foreign database): "

@@ -119,6 +119,7 @@ def test_instants_outside_the_range_are_problems_and_every_period_report_works(t
                                    "9999-12-31T23:00:00-05:00"])
 @pytest.mark.parametrize("command", ["cost", "runs", "audit", "invocations"])
 def test_a_time_argument_beyond_the_calendar_is_a_usage_error(tmp_path, command, since):
+    assert cli("db", "upgrade", "--db", str(tmp_path / "l.sqlite")).returncode == 0  # reads never create one
     result = cli(command, "--db", str(tmp_path / "l.sqlite"), "--since", since)
     assert result.returncode == 2, result.stderr
     assert "omg-ledger: error:" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
