@@ -24,6 +24,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from select import POLLIN, poll
 
 import orjson
 import pytest
@@ -155,15 +156,39 @@ def big_home(tmp_path_factory) -> Path:
 # -- kill -9 at random instants ----------------------------------------------------------
 
 
-# The victims run `omg-ledger sync` (cli.main with the real argv) in their own process.
+# Kills are aimed by progress, not by time, so every kill lands mid-run whatever the
+# machine's speed. The victim is a real sync (the library's `sync` with a progress
+# callback) in its own process. After each run it commits, it writes the number of runs
+# done to a FIFO; the test SIGKILLs it as soon as it reads the trial's target k. The
+# victim goes on working meanwhile (the kill usually lands inside run k+1's
+# transaction), but it never gets past run k+2: there it waits to be killed. So a killed
+# ledger holds between k and k+2 runs, by construction.
+#
 # "Warm" victims are forked from a zygote that has already imported omg_ledger, so the
-# interpreter's ~0.6 s of imports (no ledger I/O at all) is not paid 60 times on a
-# 2-core machine; the kill still hits a real process with real files, mid-syscall or
-# not. Every fifth trial is "cold": `python -m omg_ledger.cli sync` from exec, so kills
-# also land during start-up and the migration check.
-ZYGOTE = r"""
-import json, os, sys
-import omg_ledger.cli as cli
+# interpreter's ~0.6 s of imports is not paid 60 times on a 2-core machine; every fifth
+# trial is "cold" (a fresh interpreter from exec).
+VICTIM = r"""
+import os, signal, sys
+from omg_ledger.db import open_ledger
+from omg_ledger.sync import Home, sync
+
+def drive(db, home, fifo, stop_at):
+    out = os.open(fifo, os.O_WRONLY)
+    stop_at = int(stop_at)
+
+    def progress(stage, done, total):
+        if stage != "sync":
+            return
+        os.write(out, b"%d\n" % done)
+        while 0 < stop_at <= done:
+            signal.pause()  # as far as this victim may go: wait here for the kill
+
+    engine = open_ledger(db)
+    sync(engine, [Home.from_path(home)], progress=progress)
+    engine.dispose()
+"""
+ZYGOTE = VICTIM + r"""
+import json
 while request := sys.stdin.readline():
     args, errors = json.loads(request)
     pid = os.fork()
@@ -174,16 +199,18 @@ while request := sys.stdin.readline():
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
         try:
-            cli.main(args, prog_name="omg-ledger")
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            os._exit(code)
+            drive(*args)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            os._exit(1)
         os._exit(0)
     print(pid, flush=True)
     sys.stdin.readline()  # not reaped before the test says so: its pid cannot be recycled
     _, status = os.waitpid(pid, 0)
     print(status, flush=True)
 """
+COLD_VICTIM = VICTIM + "\ndrive(*sys.argv[1:])\n"
 
 
 class Zygote:
@@ -208,22 +235,52 @@ class Zygote:
         self.proc.wait(timeout=30)
 
 
-def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_after: float | None) -> int:
-    """Run one sync; SIGKILL it ``kill_after`` seconds after it started. Returns its exit code."""
-    args = ["sync", "--db", str(db), "--home", str(home)]
+def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_at: int | None,
+               pause: float = 0.0) -> tuple[int, list[int]]:
+    """Sync ``home`` into ``db`` in a victim process. With ``kill_at``, SIGKILL it
+    ``pause`` seconds after it reports run ``kill_at`` done (it waits for the kill at run
+    ``kill_at + 2``). Returns its exit code and the progress counts it reported."""
+    fifo = Path(f"{db}.progress")
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo, 0o600)
+    # Opened before the victim starts, non-blocking: poll then waits for its first write,
+    # and sees end-of-file once it has exited, however it died.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    args = [str(db), str(home), str(fifo), str(0 if kill_at is None else kill_at + 2)]
     errors = Path(f"{db}.stderr")
-    errors.write_bytes(b"")  # a kill may land before the child opens it
+    errors.write_bytes(b"")
+    proc = None
     if cold:
-        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=errors.open("wb"))
+        with errors.open("wb") as err:
+            proc = subprocess.Popen([sys.executable, "-c", COLD_VICTIM, *args], stdout=subprocess.DEVNULL, stderr=err)
         pid = proc.pid
     else:
         pid = zygote.start(args, errors)
-    if kill_after is not None:
-        time.sleep(kill_after)
-        os.kill(pid, signal.SIGKILL)
-    code = proc.wait(timeout=120) if cold else zygote.wait()
-    assert "Traceback" not in errors.read_text(errors="replace"), errors.read_text(errors="replace")
-    return code
+    reported: list[int] = []
+    try:
+        poller = poll()
+        poller.register(reader, POLLIN)
+        pending = b""
+        while kill_at is None or kill_at not in reported:
+            if not poller.poll(120_000):
+                os.kill(pid, signal.SIGKILL)
+                pytest.fail(f"the victim reported nothing for 120 s (reported so far: {reported})")
+            chunk = os.read(reader, 4096)
+            if not chunk:
+                break  # the victim exited
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            reported += [int(n) for n in lines]
+        if kill_at is not None and kill_at in reported:
+            time.sleep(pause)
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(reader)
+        code = proc.wait(timeout=120) if cold else zygote.wait()
+        fifo.unlink()
+    text = errors.read_text(errors="replace")
+    assert "Traceback" not in text, text
+    return code, reported
 
 
 def _remove_ledger(db: Path) -> None:
@@ -237,51 +294,64 @@ def test_kill_9_during_sync_then_one_more_sync_equals_a_clean_sync(big_home, tmp
     template = tmp_path / "template.sqlite"
     open_ledger(str(template)).dispose()  # migrated and empty: kills land in the sync proper
     assert not os.path.exists(f"{template}-wal")
-    zygote = Zygote()
-    durations: dict[bool, float] = {}
-    for n, cold in enumerate((False, False, True)):  # warm twice: the first one pays for cold caches
-        db = tmp_path / f"clean-{n}.sqlite"
-        shutil.copyfile(template, db)
-        started = time.monotonic()
-        assert run_victim(zygote, db, big_home, cold, None) == 0
-        durations[cold] = min(durations.get(cold, float("inf")), time.monotonic() - started)
-    clean = dump(str(db), cache_hints=True)
+    reference = tmp_path / "reference.sqlite"
+    shutil.copyfile(template, reference)
+    assert_clean_exit(cli("sync", "--db", reference, "--home", big_home))  # the clean sync, as operators run it
+    clean = dump(str(reference), cache_hints=True)
     clean_runs = runs_of(clean)
     total_runs = len(clean_runs)
+    zygote = Zygote()
+    db = tmp_path / "unkilled.sqlite"
+    shutil.copyfile(template, db)
+    started = time.monotonic()
+    code, reported = run_victim(zygote, db, big_home, False, None)
+    per_run = (time.monotonic() - started) / total_runs
+    assert code == 0 and reported == list(range(1, total_runs + 1)), (code, reported)
+    assert_same(dump(str(db), cache_hints=True), clean, "the victim's sync, not killed")  # same sync as the CLI's
+    _remove_ledger(db)
+
     rng = random.Random(SEED)
-    plan = [(i % 5 == 4, rng.random()) for i in range(KILL_TRIALS)]  # every 5th trial cold
+    last_target = total_runs - 3  # the victim stops at target + 2 < total_runs
+    plan = []
+    for i in range(KILL_TRIALS):
+        # Targets stratified over the runs (each trial its own slice), so kills cover
+        # the start, the middle and the end of the sync in every CI run.
+        target = 1 + int((i + rng.random()) * last_target / KILL_TRIALS)
+        # A pause of up to one run's time after the report: the kill lands anywhere in
+        # run target+1's reading and transaction, or later (at the stop, on a slow host).
+        plan.append((i % 5 == 4, target, rng.random() * per_run))
+    rng.shuffle(plan)
 
     def killed_sync(i: int):
         db = tmp_path / f"trial-{i}.sqlite"
         shutil.copyfile(template, db)
-        cold, fraction = plan[i]
-        delay = fraction * durations[cold]
-        return db, delay, cold, run_victim(zygote, db, big_home, cold, delay)
+        cold, target, pause = plan[i]
+        return db, cold, target, pause, run_victim(zygote, db, big_home, cold, target, pause)
 
-    mid_run = finished = 0
+    within_next_run = 0
     test_started = time.monotonic()
     # Pipelined: the next victim runs in its own process while this one is checked.
     with ThreadPoolExecutor(max_workers=1) as pool:
         future = pool.submit(killed_sync, 0)
         for i in range(KILL_TRIALS):
-            db, delay, cold, returncode = future.result()
+            db, cold, target, pause, (returncode, reported) = future.result()
             if i + 1 < KILL_TRIALS:
                 future = pool.submit(killed_sync, i + 1)
-            what = f"trial {i} ({'cold' if cold else 'warm'}, kill after {delay:.3f}s of {durations[cold]:.3f}s)"
-            assert returncode in (-signal.SIGKILL, 0), what
-            finished += returncode == 0
+            what = f"trial {i} ({'cold' if cold else 'warm'}, killed {pause * 1000:.1f} ms after run {target})"
+            assert returncode == -signal.SIGKILL, f"{what}: exit {returncode}"
+            assert target in reported, f"{what}: it reported {reported}"
             with contextlib.closing(sqlite3.connect(db)) as raw:
                 assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",), what
             held = assert_runs_atomic(dump(str(db), cache_hints=True), clean_runs, what)
-            mid_run += 0 < held < total_runs
+            assert target <= held <= target + 2 < total_runs, f"{what}: the killed ledger holds {held} runs"
+            within_next_run += held == target
             lib_sync(db, big_home)  # the next sync finishes the job
             assert_same(dump(str(db), cache_hints=True), clean, what)
             _remove_ledger(db)
     zygote.close()
     elapsed = time.monotonic() - test_started
-    print(f"kill -9: {KILL_TRIALS} trials in {elapsed:.1f}s (clean sync {durations[False]:.2f}s warm, "
-          f"{durations[True]:.2f}s cold), {mid_run} killed mid-run, {finished} finished first, seed {SEED}")
-    assert KILL_TRIALS < 10 or mid_run >= KILL_TRIALS // 3, f"only {mid_run} kills landed mid-run"
+    print(f"kill -9: {KILL_TRIALS} trials in {elapsed:.1f}s, all mid-run ({within_next_run} before the next run "
+          f"committed), {per_run * 1000:.1f} ms per run, seed {SEED}")
 
 
 # -- writers appending while sync reads ----------------------------------------------------
