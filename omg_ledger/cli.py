@@ -175,9 +175,14 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
     if as_json:
         _emit_json(report.as_dict())
     elif sys.stdout.isatty():
+        import shutil
+
+        width = shutil.get_terminal_size((80, 24)).columns
         for linked in report.symlinked_dirs:
-            _say(f"{linked['dir']} is a symlink: read in {linked['resolved']} (engine-id-named directories only)")
-        _say(render.sync_summary(report))
+            # Made inert before wrapping, so the escapes are what is measured.
+            _say(render.wrap(render.inert(f"{linked['dir']} is a symlink: read in {linked['resolved']} "
+                                          f"(engine-id-named directories only)"), width))
+        _say(render.wrap(render.sync_summary(report), width))
     if strict and report.problems:
         sys.exit(EXIT_PROBLEMS)
 
