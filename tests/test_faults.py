@@ -134,16 +134,6 @@ def lock_is_held(lock_path: str) -> bool:
         os.close(fd)
 
 
-def wait_for_lock(proc: subprocess.Popen, lock_path: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not lock_is_held(lock_path):
-        if proc.poll() is not None:
-            pytest.fail(f"the sync finished before it was seen holding the lock: {proc.stderr.read()}")
-        if time.monotonic() > deadline:
-            pytest.fail("the sync never took its lock")
-        time.sleep(0.002)
-
-
 @pytest.fixture(scope="module")
 def big_home(tmp_path_factory) -> Path:
     """150 real runs (the 25-run corpus ×6), mtimes aged: big enough that a kill lands
@@ -168,27 +158,30 @@ def big_home(tmp_path_factory) -> Path:
 # interpreter's ~0.6 s of imports is not paid 60 times on a 2-core machine; every fifth
 # trial is "cold" (a fresh interpreter from exec).
 VICTIM = r"""
-import os, signal, sys
+import json, os, signal, sys
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
 
 def drive(db, home, fifo, stop_at):
     out = os.open(fifo, os.O_WRONLY)
     stop_at = int(stop_at)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # held pending until sigwait takes it
 
     def progress(stage, done, total):
         if stage != "sync":
             return
         os.write(out, b"%d\n" % done)
-        while 0 < stop_at <= done:
-            signal.pause()  # as far as this victim may go: wait here for the kill
+        if done == stop_at:
+            # As far as this victim may go: wait here, holding the ledger, for the kill
+            # (or SIGUSR1, which lets it finish).
+            signal.sigwait({signal.SIGUSR1})
 
     engine = open_ledger(db)
-    sync(engine, [Home.from_path(home)], progress=progress)
+    report = sync(engine, [Home.from_path(home)], progress=progress)
     engine.dispose()
+    print(json.dumps(report.as_dict()), flush=True)
 """
 ZYGOTE = VICTIM + r"""
-import json
 while request := sys.stdin.readline():
     args, errors = json.loads(request)
     pid = os.fork()
@@ -235,6 +228,26 @@ class Zygote:
         self.proc.wait(timeout=30)
 
 
+def read_progress(reader: int, pid: int, until: int | None) -> list[int]:
+    """The run counts a victim reports on the FIFO ``reader``, up to ``until`` (or its
+    exit, with None)."""
+    reported: list[int] = []
+    poller = poll()
+    poller.register(reader, POLLIN)
+    pending = b""
+    while until is None or until not in reported:
+        if not poller.poll(120_000):
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"the victim reported nothing for 120 s (reported so far: {reported})")
+        chunk = os.read(reader, 4096)
+        if not chunk:
+            break  # the victim exited
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        reported += [int(n) for n in lines]
+    return reported
+
+
 def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_at: int | None,
                pause: float = 0.0) -> tuple[int, list[int]]:
     """Sync ``home`` into ``db`` in a victim process. With ``kill_at``, SIGKILL it
@@ -258,19 +271,7 @@ def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_at: int | 
         pid = zygote.start(args, errors)
     reported: list[int] = []
     try:
-        poller = poll()
-        poller.register(reader, POLLIN)
-        pending = b""
-        while kill_at is None or kill_at not in reported:
-            if not poller.poll(120_000):
-                os.kill(pid, signal.SIGKILL)
-                pytest.fail(f"the victim reported nothing for 120 s (reported so far: {reported})")
-            chunk = os.read(reader, 4096)
-            if not chunk:
-                break  # the victim exited
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            reported += [int(n) for n in lines]
+        reported = read_progress(reader, pid, kill_at)
         if kill_at is not None and kill_at in reported:
             time.sleep(pause)
             os.kill(pid, signal.SIGKILL)
@@ -390,7 +391,7 @@ def test_half_written_lines_are_not_events_until_complete(tmp_path):
 
 WRITER = r"""
 import os, random, sys, time, orjson
-paths, count, seed = sys.argv[1].split(os.pathsep), int(sys.argv[2]), int(sys.argv[3])
+paths, count, seed, chunks = sys.argv[1].split(os.pathsep), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(seed)
 fds = [os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) for p in paths]
 def emit(fd, data):
@@ -405,6 +406,8 @@ ts = "2026-11-29T18:15:12.5Z"
 for fd in fds:
     emit(fd, orjson.dumps({"schema": 3, "ts": ts, "event": "run_started"}) + b"\n")
 for i in range(count):
+    if i % (count // chunks) == 0:
+        sys.stdin.readline()  # paced by the test: a chunk of appends per round of syncs
     fd = fds[i % len(fds)]
     node = f"node-{i:05d}"
     emit(fd, orjson.dumps({"schema": 3, "ts": ts, "event": "node_started", "node_id": node}) + b"\n")
@@ -422,24 +425,24 @@ def test_concurrent_writer_process_while_several_syncs_run(tmp_path):
     for name in ("w1", "w2", "w3"):
         (home / "runs" / name).mkdir(parents=True)
         streams.append(str(home / "runs" / name / "events.jsonl"))
-    count = 900
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, os.pathsep.join(streams), str(count), str(SEED)],
-                              stdout=subprocess.PIPE, text=True)
+    count, rounds = 900, 4
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, os.pathsep.join(streams), str(count), str(SEED),
+                               str(rounds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     db = tmp_path / "ledger.sqlite"
-    syncs = 0
-    # Several syncs while the writer runs: some one at a time, some two at once.
-    while writer.poll() is None:
-        if syncs % 2:
-            procs = [popen("sync", "--db", db, "--home", home, "--json") for _ in range(2)]
-            results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
-        else:
-            r = cli("sync", "--db", db, "--home", home, "--json")
-            results = [(r.returncode, r.stdout, r.stderr)]
-        for code, out, err in results:
-            assert code == 0 and "Traceback" not in err, err
+    # Rounds of syncs, some one at a time, some two at once; the writer appends a
+    # chunk while each round runs (paced by the test, not by a clock, so every round
+    # has a writer at work whatever the host's speed).
+    for syncs in range(rounds):
+        procs = [popen("sync", "--db", db, "--home", home, "--json") for _ in range(1 + syncs % 2)]
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0 and "Traceback" not in err, err
             assert json.loads(out)["problems"] == []
-        syncs += 1
-    assert writer.wait() == 0 and syncs >= 2, f"only {syncs} syncs overlapped the writer"
+    writer.stdin.close()
+    assert writer.wait(timeout=120) == 0
+    syncs = rounds
     assert_clean_exit(cli("sync", "--db", db, "--home", home))
     final = dump(str(db))
     assert_same(final, clean_dump(tmp_path, home), f"after {syncs} syncs under a writer")
@@ -465,31 +468,41 @@ def test_two_syncs_started_together_both_succeed_without_duplicates(big_home, tm
 
 @pytest.mark.slow
 def test_second_sync_with_wait_0_is_refused_and_a_report_runs_during_sync(big_home, tmp_path):
-    db = tmp_path / "ledger.sqlite"
-    first = popen("sync", "--db", db, "--home", big_home, "--json")
-    wait_for_lock(first, f"{db}.sync-lock")
-    # A second sync while the first holds the ledger: refused at once with --wait 0
-    # (in-process, so it reaches the lock within milliseconds, well inside the first).
+    """The first sync is held still mid-way (its progress callback waits at run 50,
+    holding the ledger), so the overlap is there by construction, not by timing."""
     from omg_ledger.errors import LedgerBusy
     from omg_ledger.reports.runs import list_runs
 
-    engine = open_ledger(str(db))
+    db = tmp_path / "ledger.sqlite"
+    fifo = tmp_path / "progress"
+    os.mkfifo(fifo, 0o600)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    paused_at = 50
+    first = subprocess.Popen([sys.executable, "-c", COLD_VICTIM, str(db), str(big_home), str(fifo), str(paused_at)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        with pytest.raises(LedgerBusy, match="another sync holds"):
-            sync(engine, [Home.from_path(str(big_home))], wait_seconds=0)
-        # Reports while the sync is writing (WAL: readers do not block and are not blocked).
-        overlapped = 0
-        cli_report = popen("runs", "--db", db, "--json")
-        while first.poll() is None:
-            assert isinstance(list_runs(engine), list)
-            overlapped += first.poll() is None
+        assert paused_at in read_progress(reader, first.pid, paused_at), first.stderr.read()
+        assert lock_is_held(f"{db}.sync-lock")
+        engine = open_ledger(str(db))
+        try:
+            # A second sync while the first holds the ledger: refused at once with --wait 0.
+            with pytest.raises(LedgerBusy, match="another sync holds"):
+                sync(engine, [Home.from_path(str(big_home))], wait_seconds=0)
+            # Reports while the sync is mid-way (WAL: readers do not block and are not
+            # blocked): they see the runs committed so far, all of them and no more.
+            assert len(list_runs(engine)) == paused_at
+        finally:
+            engine.dispose()
+        report = cli("runs", "--db", db, "--json")
+        assert_clean_exit(report)
+        assert len(json.loads(report.stdout)) == paused_at
+        os.kill(first.pid, signal.SIGUSR1)  # let it finish
+        out, err = first.communicate(timeout=120)
     finally:
-        engine.dispose()
-    out, err = cli_report.communicate(timeout=60)
-    assert cli_report.returncode == 0 and "Traceback" not in err, err
-    assert isinstance(json.loads(out), list)
-    assert overlapped >= 1, "the sync ended before any report did: the overlap was not tested"
-    out, err = first.communicate(timeout=120)
+        os.close(reader)
+        if first.poll() is None:
+            first.kill()
+            first.wait()
     assert first.returncode == 0 and "Traceback" not in err, err
     assert json.loads(out)["runs_changed"] == 150
     assert_same(dump(str(db)), clean_dump(tmp_path, big_home), "sync with a refused second sync")
