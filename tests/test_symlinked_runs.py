@@ -186,3 +186,29 @@ def test_a_symlinked_failed_directory_is_not_listed(tmp_path):
 ])
 def test_engine_id_shape(name, engine_made):
     assert bool(ENGINE_ID.fullmatch(name)) is engine_made
+
+
+def test_runs_dir_is_recorded_on_every_backend(linked_home, db_url):
+    from sqlalchemy import select
+
+    from omg_ledger import schema
+    from omg_ledger.db import open_ledger
+    from omg_ledger.reports.homes import list_homes
+    from omg_ledger.sync import Home, sync
+
+    home, target, _decoy = linked_home
+    plain = home.parent / "plain-home"
+    copy_run(RUN_IDS[0], plain / "runs" / RUN_IDS[0])
+    empty = home.parent / "empty-home"
+    (empty / "runs").mkdir(parents=True)
+    engine = open_ledger(db_url)
+    try:
+        report = sync(engine, [Home.from_path(str(home)), Home.from_path(str(plain)), Home.from_path(str(empty))])
+        assert [d["resolved"] for d in report.symlinked_dirs] == [str(target)]
+        with engine.connect() as conn:
+            paths = sorted(conn.execute(select(schema.runs.c.dir_path)).scalars())
+        assert paths == sorted([str(target / i) for i in RUN_IDS] + [str(plain / "runs" / RUN_IDS[0])])
+        by_path = {h["path"]: h["runs_dir"] for h in list_homes(engine)}
+        assert by_path == {str(home): str(target), str(plain): str(plain / "runs"), str(empty): None}
+    finally:
+        engine.dispose()
