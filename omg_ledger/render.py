@@ -276,22 +276,24 @@ class progress_bar:
     def __init__(self) -> None:
         self.last = 0.0
         self.stage: str | None = None
-        self.started = 0.0
+        # A stage's time runs from when the one before it ended (the first: from now),
+        # so its first step counts in the rate.
+        self.started = self.previous = time.monotonic()
         self.done = 0
         self.drawn = False
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
         restarted = stage != self.stage or done < self.done  # a new stage, or the next home
+        previous, self.previous, self.done = self.previous, now, done
         if not restarted and done != total and now - self.last < 0.1:
-            self.done = done
             return
         if restarted:
             if self.drawn:
                 sys.stderr.write("\n")  # the finished stage's line stays
+            if self.stage is not None:
+                self.started = previous
             self.stage = stage
-            self.started = now
-        self.done = done
         self.last = now
         sys.stderr.write(self.CLEAR_LINE + progress_line(stage, done, total, now - self.started, stderr_width()))
         sys.stderr.flush()
