@@ -240,7 +240,14 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
     if as_json:
         _emit_json(report.as_dict())
     elif sys.stdout.isatty():
-        _say(render.sync_summary(report))
+        import shutil
+
+        width = shutil.get_terminal_size((80, 24)).columns
+        for linked in report.symlinked_dirs:
+            # Made inert before wrapping, so the escapes are what is measured.
+            _say(render.wrap(render.inert(f"{linked['dir']} is a symlink: read in {linked['resolved']} "
+                                          f"(engine-id-named directories only)"), width))
+        _say(render.wrap(render.sync_summary(report), width))
     if strict and report.problems:
         sys.exit(EXIT_PROBLEMS)
 
@@ -385,9 +392,16 @@ def homes_group(ctx, db, as_json) -> None:
         return
     _say(render.table(
         ["HOME", "PATH", "RUNS", "GONE", "BILLED ELSEWHERE", "LAST SYNC"],
-        [[r["label"], r["path"] if r["real_path"] in (None, r["path"]) else f"{r['path']} -> {r['real_path']}",
-          str(r["runs"]), str(r["gone"]), str(r["copies_elsewhere"]), r["last_synced_at"] or "never"]
-         for r in rows], right={2, 3, 4}))
+        [[r["label"], _home_path_shown(r), str(r["runs"]), str(r["gone"]), str(r["copies_elsewhere"]),
+          r["last_synced_at"] or "never"] for r in rows], right={2, 3, 4}))
+
+
+def _home_path_shown(row: dict) -> str:
+    shown = row["path"] if row["real_path"] in (None, row["path"]) else f"{row['path']} -> {row['real_path']}"
+    if row["runs_dir"] is not None and row["runs_dir"] not in (
+            os.path.join(row["path"], "runs"), os.path.join(row["real_path"] or row["path"], "runs")):
+        shown += f" (runs/ -> {row['runs_dir']})"  # a symlinked runs/, read where it leads
+    return shown
 
 
 @homes_group.command(name="rename")

@@ -3,11 +3,18 @@
 Read-only: scandir and stat only. Symlinks are never followed (a run directory or file
 that is a symlink is reported, not read), so nothing outside the home is reached and
 a link loop cannot hang the walk.
+
+One link is legitimate: ``<home>/runs`` (or ``plans``) itself may be a symlink, say to
+a bigger disk. It is resolved once; the entries are then listed and read under the
+resolved directory, so nothing outside that tree is read, and since such a link may
+lead anywhere (``runs -> /etc``), only entries shaped like the engine's ids count there
+— any other directory is skipped as a problem.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass
@@ -28,6 +35,21 @@ class RunDirEntry:
 class SkippedEntry:
     path: str
     reason: str
+
+
+@dataclass(frozen=True)
+class HomeDirListing:
+    """The entries of runs/ or plans/, and where they really are."""
+
+    entries: list[RunDirEntry]
+    skipped: list[SkippedEntry]
+    resolved: str | None  # the directory a symlinked runs/ or plans/ leads to; None when not a link
+
+
+# The engine's run and plan ids: UTC date-time, nanoseconds (trailing zeros may be
+# trimmed), a counter, e.g. 20261129-181518.678721711-1.
+ENGINE_ID = re.compile(r"[0-9]{8}-[0-9]{6}(?:\.[0-9]{1,9})?-[0-9]{1,6}")
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -58,23 +80,50 @@ def printable_path(path: str) -> str:
 
 def list_entries(parent: str) -> tuple[list[RunDirEntry], list[SkippedEntry]]:
     """Subdirectories of ``parent`` (runs/ or plans/), sorted by name."""
+    listing = list_home_dir(parent)
+    return listing.entries, listing.skipped
+
+
+def list_home_dir(parent: str) -> HomeDirListing:
+    """Subdirectories of ``parent`` (runs/ or plans/), sorted by name. A ``parent`` that
+    is a symlink is listed where it leads (``resolved``), and only engine-id-shaped
+    entries count there. A ``parent`` that cannot be listed (a dangling link: an
+    unmounted disk, say) is one skipped entry with ``parent`` as its path: damage, not
+    every run vanishing. A missing ``parent`` is simply empty."""
+    try:
+        info = os.lstat(parent)
+    except FileNotFoundError:
+        return HomeDirListing([], [], None)
+    except OSError as exc:
+        return HomeDirListing([], [SkippedEntry(parent, f"cannot list directory: {exc.strerror or exc}")], None)
+    resolved = None
+    where = parent
+    if stat.S_ISLNK(info.st_mode):
+        resolved = where = os.path.realpath(parent)
+    try:
+        # Listed through a descriptor opened O_NOFOLLOW: what realpath resolved cannot
+        # be swapped for a link before it is read.
+        items = sorted(_scan_directory(where))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if resolved is not None:
+            why = f"it is a symlink to {resolved}: {why}"
+        return HomeDirListing([], [SkippedEntry(parent, f"cannot list directory: {why}")], resolved)
     entries: list[RunDirEntry] = []
     skipped: list[SkippedEntry] = []
-    try:
-        with os.scandir(parent) as it:
-            items = list(it)
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [SkippedEntry(parent, f"cannot list directory: {exc.strerror or exc}")]
-    for item in sorted(items, key=lambda e: e.name):
-        if not is_utf8(item.name):
-            skipped.append(SkippedEntry(printable_path(item.path), "name is not valid UTF-8; skipped"))
-        elif item.is_symlink():
-            skipped.append(SkippedEntry(item.path, "symlink not followed (omg-ledger never leaves the home)"))
-        elif item.is_dir(follow_symlinks=False):
-            entries.append(RunDirEntry(item.name, item.path))
-    return entries, skipped
+    for name, kind in items:
+        path = os.path.join(where, name)
+        if not is_utf8(name):
+            skipped.append(SkippedEntry(printable_path(path), "name is not valid UTF-8; skipped"))
+        elif kind == "link":
+            skipped.append(SkippedEntry(path, "symlink not followed (omg-ledger never leaves the home)"))
+        elif kind == "dir":
+            if resolved is not None and not ENGINE_ID.fullmatch(name):
+                skipped.append(SkippedEntry(path, f"not an oh-my-graph run or plan id, in {parent}, a symlink to "
+                                                  f"{resolved}; skipped"))
+            else:
+                entries.append(RunDirEntry(name, path))
+    return HomeDirListing(entries, skipped, resolved)
 
 
 def stat_or_none(path: str) -> os.stat_result | None:
@@ -107,6 +156,19 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+def _scan_directory(path: str) -> list[tuple[str, str]]:
+    """(name, kind) of every entry of ``path``, kind one of "link", "dir", "file",
+    "other". A ``path`` that is itself a symlink is refused (ELOOP), so a directory
+    swapped for a link after it was listed is never read."""
+    fd = os.open(path, DIRECTORY_FLAGS)
+    try:
+        with os.scandir(fd) as it:
+            # Classified while the descriptor is open: where the file system gives no
+            # entry type, DirEntry stats relative to it.
+            return [(item.name, "link" if item.is_symlink() else "dir" if item.is_dir(follow_symlinks=False)
+                     else "file" if item.is_file(follow_symlinks=False) else "other") for item in it]
+    finally:
+        os.close(fd)
 
 
 def list_run_dir(path: str) -> DirListing:
@@ -114,32 +176,31 @@ def list_run_dir(path: str) -> DirListing:
     artifacts: set[str] = set()
     links: set[str] = set()
     damage: list[SkippedEntry] = []
-    with os.scandir(path) as it:
-        for item in it:
-            if item.is_symlink():
-                links.add(printable_path(item.name))
-            elif not is_utf8(item.name):
-                continue  # cannot be any file of the contract (their names are ASCII)
-            elif item.is_file(follow_symlinks=False):
-                names.add(item.name)
-                if item.name.endswith(".out"):
-                    artifacts.add(item.name)
-            elif item.name in CONTRACT_FILES:
-                try:
-                    kind = _kind(item.stat(follow_symlinks=False).st_mode)
-                except OSError as exc:
-                    kind = f"unreadable ({exc.strerror or exc})"
-                damage.append(SkippedEntry(item.path, f"{item.name} is {kind}, not a regular file: not read"))
+    for name, kind in _scan_directory(path):
+        if kind == "link":
+            links.add(printable_path(name))
+        elif not is_utf8(name):
+            continue  # cannot be any file of the contract (their names are ASCII)
+        elif kind == "file":
+            names.add(name)
+            if name.endswith(".out"):
+                artifacts.add(name)
+        elif name in CONTRACT_FILES:
+            entry = os.path.join(path, name)
+            try:
+                what = _kind(os.stat(entry, follow_symlinks=False).st_mode)
+            except OSError as exc:
+                what = f"unreadable ({exc.strerror or exc})"
+            damage.append(SkippedEntry(entry, f"{name} is {what}, not a regular file: not read"))
     failed: set[str] = set()
     try:
-        with os.scandir(os.path.join(path, "failed")) as it:
-            for item in it:
-                if item.name.endswith(".out") and item.is_file(follow_symlinks=False):
-                    failed.add(item.name)
+        for name, kind in _scan_directory(os.path.join(path, "failed")):
+            if name.endswith(".out") and kind == "file":
+                failed.add(name)
     except FileNotFoundError:
         pass  # no failed replies: the common case
     except OSError as exc:
-        # Unreadable is not empty: which nodes left a failed reply is unknown.
+        # Unreadable (or a link, never followed) is not empty: which nodes left a failed reply is unknown.
         damage.append(SkippedEntry(os.path.join(path, "failed"),
                                    f"cannot list failed/: {exc.strerror or exc}; its replies are not known"))
     return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links),

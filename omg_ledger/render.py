@@ -16,6 +16,7 @@ writes those characters as JSON ``\\u`` escapes, which decode to the same value.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -201,30 +202,108 @@ def run_detail(d: dict) -> str:
 
 
 def sync_summary(report) -> str:
-    return (f"synced {report.runs_seen} run(s): {report.runs_changed} changed, {report.events_ingested} new "
-            f"event(s), {report.bytes_read} bytes read, {len(report.problems)} problem(s) in "
+    return (f"synced {report.runs_seen:,} run(s): {report.runs_changed:,} changed, {report.events_ingested:,} new "
+            f"event(s), {format_size(report.bytes_read)} read, {len(report.problems):,} problem(s) in "
             f"{report.seconds:.2f}s")
 
 
+def wrap(text: str, width: int) -> str:
+    """``text`` broken at spaces (or inside a word longer than a line) into lines of
+    fewer than ``width`` columns, so no terminal wraps it mid-word."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, max(1, width - 1))) or text
+
+
+def format_size(count: int) -> str:
+    """Bytes as a person reads them, in SI units as `ls -h --si` and most file managers
+    show them: 512 B, 4.1 kB, 23.4 MB, 1.2 GB."""
+    if count < 1000:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("kB", "MB", "GB", "TB", "PB"):
+        value /= 1000
+        if value < 999.95 or unit == "PB":
+            return f"{value:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """0:07, 12:34, 1:02:03."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def stderr_width() -> int:
+    """The terminal's width for a line on stderr: $COLUMNS when set (as for tables),
+    else the width of the terminal stderr is on, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns or 80
+    except (OSError, ValueError):
+        return 80
+
+
+def progress_line(stage: str, done: int, total: int, elapsed: float, width: int) -> str:
+    """One progress line that fits in ``width - 1`` columns (never the last column, so
+    no terminal wraps it): stage, count, rate, elapsed, ETA, and a bar with what room is
+    left. What does not fit is dropped from the right."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    eta = format_duration((total - done) / rate) if rate > 0 and done < total else ("0:00" if done >= total else "?")
+    fields = [f"{stage} {done:,}/{total:,}", f"{rate:,.1f}/s", format_duration(elapsed), f"ETA {eta}"]
+    room = max(1, width - 1)
+    text = " ".join(fields)
+    bar_room = room - len(text) - 3  # " [" and "]"
+    if bar_room >= 10:
+        cells = min(bar_room, 40)
+        filled = cells * done // total if total else cells
+        bar = "#" * filled + "." * (cells - filled)
+        return f"{fields[0]} [{bar}] {' '.join(fields[1:])}"
+    while len(fields) > 1 and len(" ".join(fields)) > room:
+        fields.pop()  # ETA, then elapsed, then the rate
+    for shorter in (f"{done:,}/{total:,}", f"{done}/{total}"):  # the count matters more than the stage's name
+        if len(fields[0]) > room:
+            fields[0] = shorter
+    return " ".join(fields)[:room]
+
+
 class progress_bar:
-    """A one-line progress bar per stage on stderr, redrawn at most 10 times a second."""
+    """A one-line progress bar per stage on stderr, redrawn in place (carriage return,
+    then erase to the end of the line) at most 10 times a second, fitted to the width
+    of the terminal at each redraw."""
+
+    CLEAR_LINE = "\r\x1b[K"
 
     def __init__(self) -> None:
         self.last = 0.0
         self.stage: str | None = None
+        # A stage's time runs from when the one before it ended (the first: from now),
+        # so its first step counts in the rate.
+        self.started = self.previous = time.monotonic()
+        self.done = 0
         self.drawn = False
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
-        if stage == self.stage and done != total and now - self.last < 0.1:
+        restarted = stage != self.stage or done < self.done  # a new stage, or the next home
+        previous, self.previous, self.done = self.previous, now, done
+        if not restarted and done != total and now - self.last < 0.1:
             return
-        if stage != self.stage and self.drawn:
-            sys.stderr.write("\n")
-        self.stage = stage
+        if restarted:
+            if self.drawn:
+                sys.stderr.write("\n")  # the finished stage's line stays
+            if self.stage is not None:
+                self.started = previous
+            self.stage = stage
         self.last = now
-        width = 30
-        filled = int(width * done / total) if total else width
-        sys.stderr.write(f"\r{stage} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.write(self.CLEAR_LINE + progress_line(stage, done, total, now - self.started, stderr_width()))
         sys.stderr.flush()
         self.drawn = True
 

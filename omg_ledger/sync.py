@@ -28,7 +28,7 @@ from .bounds import bounded_path
 from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, derive_run
-from .discover import DirListing, list_entries, list_run_dir, stat_or_none, trusted_mtime
+from .discover import DirListing, list_home_dir, list_run_dir, stat_or_none, trusted_mtime
 from .errors import DatabaseUnavailable, RunNotFound
 from .ingest import (
     Problem,
@@ -76,6 +76,8 @@ class SyncReport:
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
     runs_listed: int = 0  # run directories that went past the stat-only change check
+    # A home's runs/ or plans/ that is a symlink: {"home", "dir", "resolved"} (read there).
+    symlinked_dirs: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -87,6 +89,7 @@ class SyncReport:
             "bytes_read": self.bytes_read,
             "problems": [p.as_dict() for p in self.problems],
             "seconds": round(self.seconds, 3),
+            "symlinked_dirs": self.symlinked_dirs,
         }
 
 
@@ -260,7 +263,7 @@ class _HomeSync:
         if not os.path.isdir(self.home.path):
             self._problem_now(None, self.home.path, 0, "home directory does not exist or is not a directory")
             return
-        entries, skipped = list_entries(runs_dir)
+        entries, skipped = self._list(runs_dir)
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
         if any(item.path == runs_dir for item in skipped):
@@ -447,8 +450,15 @@ class _HomeSync:
 
     # -- plans --------------------------------------------------------------------------
 
+    def _list(self, parent: str) -> tuple[list, list]:
+        """runs/ or plans/, read where a symlink leads (and that remembered in the report)."""
+        listing = list_home_dir(parent)
+        if listing.resolved is not None:
+            self.report.symlinked_dirs.append({"home": self.home.label, "dir": parent, "resolved": listing.resolved})
+        return listing.entries, listing.skipped
+
     def _sync_plans(self) -> None:
-        entries, skipped = list_entries(os.path.join(self.home.path, "plans"))
+        entries, skipped = self._list(os.path.join(self.home.path, "plans"))
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
         with self.engine.connect() as conn:

@@ -11,8 +11,8 @@ What is normalised, and why (everything else is compared verbatim):
   the home's label and ``(home label, run_id)``. Their numeric values depend on
   insertion order and, on PostgreSQL, on sequence values consumed by transactions a
   kill rolled back; no user query may rely on them.
-* **problems.first_seen_at / last_seen_at** are wall-clock times of the syncs that saw
-  the problem, not facts about the files.
+* **problems.first_seen_at / last_seen_at** and **homes.last_synced_at** are wall-clock
+  times of the syncs that saw the problem or the home, not facts about the files.
 * **ingest_state.dir_mtime_ns / failed_dir_mtime_ns** are compared only when
   ``cache_hints=True``. They are a rescan cache: the sync stores NULL instead of the
   mtime while the directory changed within the last two seconds (the "racy mtime" rule
