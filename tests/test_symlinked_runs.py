@@ -21,6 +21,7 @@ import pytest
 
 from omg_ledger.discover import ENGINE_ID
 
+from .builders import copy_run as copy_corpus_run
 from .conftest import CORPUS_HOME
 from .fswatch import IN_OPEN, watch_tree
 
@@ -36,7 +37,8 @@ def cli(*args: object) -> subprocess.CompletedProcess:
 
 
 def copy_run(src_name: str, dest: Path) -> None:
-    shutil.copytree(CORPUS_HOME / "runs" / src_name, dest)
+    """A corpus run under ``dest``'s name, its stream naming that run (builders.copy_run)."""
+    copy_corpus_run(CORPUS_HOME / "runs" / src_name, dest)
     for root, dirs, files in os.walk(dest):
         for name in dirs + files:
             os.chmod(os.path.join(root, name), 0o700 if name in dirs else 0o600)
