@@ -24,7 +24,9 @@ from .reconcile import RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot
 
 # 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
-DERIVATION_VERSION = 2
+# 3: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
+#    engine failed for its budget_usd; a node's last_leg from its own executions.
+DERIVATION_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -311,15 +311,24 @@ def _section(title: str, lines: list[str], empty: str) -> list[str]:
     return [f"\n{title}", *(lines or [f"  {empty}"])]
 
 
-def audit_text(report: dict) -> str:
+def audit_text(report: dict, verbose: bool = False) -> str:
+    """The verdict line first, then spend-limit breaches, then each section. The runs
+    whose passes are all unverified are listed only when ``verbose`` (counted always)."""
     limits = report.get("limits")
-    out = [*limits["breaches"]] if limits else []  # first, for a cron mail's reader
-    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs"))
+    verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
+        else "nothing needs attention"
+    out = [verdict]  # first, for a cron mail's reader
+    out += [*limits["breaches"]] if limits else []
+    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
+               + " (ABANDONED and PAUSED runs: every one now, however old)")
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
-    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
-                    [f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
-                     f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in prov["runs_all_unverified"]],
+    weak = prov["runs_all_unverified"]
+    weak_lines = ([f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
+                   f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in weak] if verbose
+                  else [f"  {len(weak)} run(s) whose passes are all self-reported or exit-only (--verbose lists them)"]
+                  if weak else [])
+    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}", weak_lines,
                     "no run has only self-reported/exit-only passes")
     fails = report["failures"]
     out += _section("FAILS JUDGED (engine's judged field)",
@@ -330,12 +339,13 @@ def audit_text(report: dict) -> str:
                     [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
                      for f in fails["machinery"]], "none")
     budget = report["budget"]
-    out += _section("BUDGET OVERRUNS",
-                    [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: post-hoc budget FAIL (artifact on disk)"
-                     for b in budget["budget_overrun"]]
-                    + [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: spent {money(b['cost_nano_usd'])} of a "
-                       f"{money(b['budget_nano_usd'])} budget" for b in budget["spend_over_budget"]], "none")
-    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" for r in report["abandoned"]], "none")
+    out += _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
+        ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])
+        + ([f"spent {money(b['cost_nano_usd'])} of a {money(b['budget_nano_usd'])} budget"]
+           if b["spend_over_budget"] else [])) for b in budget["overruns"]], "none")
+    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" + (
+        f" Interrupted node(s): {safe(', '.join(r['interrupted_nodes']))}." if r["interrupted_nodes"] else "")
+        for r in report["abandoned"]], "none")
     paused = report["paused"]
     out += _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
                                for p in paused[kind]], "none")
@@ -361,9 +371,6 @@ def audit_text(report: dict) -> str:
     if limits:
         out.append("\nSPEND LIMITS")
         out.extend("  " + line for line in limits_table(limits).splitlines())
-    verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
-        else "nothing needs attention"
-    out.append(f"\n{verdict}")
     return "\n".join(out)
 
 
