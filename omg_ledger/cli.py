@@ -49,6 +49,12 @@ def _emit_json_array(items) -> None:
     out.write("\n]\n")
 
 
+def tz_option(f: Callable) -> Callable:
+    return click.option("--tz", metavar="ZONE",
+                        help="IANA zone to read dates without an offset in (and to show times in). "
+                             "Default: local zone (times shown in UTC).")(f)
+
+
 def db_option(f: Callable) -> Callable:
     return click.option(
         "--db", "db", metavar="URL|PATH", envvar=config.ENV_DB, default=None,
@@ -225,22 +231,33 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
                                 case_sensitive=False),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
+@tz_option
 @estimate_options
 @ledger_errors
-def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> None:
+def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate, prices_file) -> None:
     """List runs, newest first, with their status probed live.
 
     \b
     Example:
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
+      omg-ledger runs --since yesterday --csv --limit 50 > runs.csv
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
-    from .reports.runs import iter_runs
-    from .timespec import parse_since
+    import itertools
 
+    from .reports.runs import iter_runs
+    from .timespec import parse_since, zone_named
+
+    if as_json and as_csv:
+        raise BadArgument("--json and --csv are exclusive: choose one")
+    zone = zone_named(tz)
     engine = open_db(db)
-    rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=parse_since(since, _now(), zone), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
+    if limit is not None:
+        rows = itertools.islice(rows, limit)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
         from .reports.estimate import by_run, zero
@@ -249,8 +266,10 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
         rows = ({**row, **estimates.get((row["home"], row["run_id"]), zero())} for row in rows)
     if as_json:
         _emit_json_array(rows)
+    elif as_csv:
+        _say(render.runs_csv(rows, prices is not None), nl=False)
     else:
-        _say(render.runs_table(list(rows)))
+        _say(render.runs_table(list(rows), zone if tz else None))
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -261,9 +280,10 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
 @click.argument("run_id")
 @click.option("--home", "home_label", metavar="LABEL",
               help="The home to take the run from, where one run id names different runs in two homes.")
+@tz_option
 @estimate_options
 @ledger_errors
-def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
+def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
     RUN_ID may be a unique prefix. A run copied into several homes is one run: its
@@ -275,7 +295,9 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
       omg-ledger show 20261129-181518.678721711-1 --home laptop
     """
     from .reports.runs import show_run
+    from .timespec import zone_named
 
+    zone = zone_named(tz) if tz else None
     detail = show_run(open_db(db), run_id, home_label)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
@@ -285,7 +307,7 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
     if as_json:
         _emit_json(detail)
     else:
-        _say(render.run_detail(detail))
+        _say(render.run_detail(detail, zone))
 
 
 @main.group(name="homes", invoke_without_command=True)
@@ -466,8 +488,9 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
+@click.option("--total", "with_total", is_flag=True, help="With --csv: end with a row keyed TOTAL.")
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart, with_total) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -496,7 +519,9 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
     if chart:
         _emit_chart(report)
         return
-    _emit(report, as_json, as_csv, render.cost_csv, render.cost_text)
+    if with_total and not as_csv:
+        raise BadArgument("--total adds a TOTAL row to --csv; give --csv (the text and --json always hold the total)")
+    _emit(report, as_json, as_csv, lambda r: render.cost_csv(r, with_total), render.cost_text)
 
 
 def _emit_chart(report: dict) -> None:
@@ -563,8 +588,9 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
 @click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
 @limit_options
 @estimate_options
+@click.option("--verbose", is_flag=True, help="Also list every run whose passes are all self-reported or exit-only.")
 @ledger_errors
-def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
+def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
@@ -581,11 +607,12 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
       omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
     """
     from .reports.audit import audit_report
+    from .timespec import zone_named
 
     engine = open_db(db)
     now = _now()
     prices = _price_book(estimate, prices_file)
-    report = audit_report(engine, since=since, now=now)
+    report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
     if prices is not None:
         from .reports.cost import cost_report
 
@@ -600,7 +627,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
         if limits_report["exceeded"]:
             report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
             report["needs_attention"] = True
-    _emit(report, as_json, False, str, render.audit_text)
+    _emit(report, as_json, False, str, lambda r: render.audit_text(r, verbose))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
@@ -692,10 +719,12 @@ def sql(db, as_json, as_csv, statement) -> None:
 @json_option
 @csv_option
 @click.option("--list", "listing", is_flag=True, help="List the saved queries with their header comments.")
-@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Bind :NAME (repeatable). since/until take the --since grammar; limit a whole number.")
+@tz_option
 @click.argument("name", required=False)
 @ledger_errors
-def query(db, as_json, as_csv, listing, params, name) -> None:
+def query(db, as_json, as_csv, listing, params, tz, name) -> None:
     """Run a saved query (queries/NAME.sql) read-only, or list them with --list.
 
     \b
@@ -708,7 +737,10 @@ def query(db, as_json, as_csv, listing, params, name) -> None:
     if listing or not name:
         _say(render.saved_queries_text(saved_queries()))
         return
-    result = run_saved(open_db(db), name, parse_params(params)).as_dict()
+    from .timespec import zone_named
+
+    zone = zone_named(tz)
+    result = run_saved(open_db(db), name, parse_params(params), now=_now(), zone=zone).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 

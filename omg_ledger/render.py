@@ -63,7 +63,9 @@ def csv_cell(value: object) -> object:
     """
     if value is None:
         return ""
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
         return value
     text = inert(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
@@ -107,7 +109,7 @@ def tokens(row: dict) -> str:
     return "-" if not any(values) else "/".join(str(v) for v in values)
 
 
-def runs_table(rows: list[dict]) -> str:
+def runs_table(rows: list[dict], zone=None) -> str:
     if not rows:
         return "no runs in the ledger match (run `omg-ledger sync` first?)"
     body = []
@@ -115,8 +117,8 @@ def runs_table(rows: list[dict]) -> str:
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, str(r["legs"]),
                      money(r["cost_nano_usd"], r["unknown_cost_invocations"]), tokens(r),
-                     r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
-    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"]
+                     r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone)])
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED"]
     with_estimate = "estimated_nano_usd" in rows[0]
     if with_estimate:
         headers.insert(5, "ESTIMATE")
@@ -138,7 +140,20 @@ def runs_table(rows: list[dict]) -> str:
     return text + "".join(notes)
 
 
-def run_detail(d: dict) -> str:
+def when(utc_text: str | None, zone=None) -> str:
+    """One timestamp format for every table: ``2026-11-29 18:15:22`` in UTC (``Z``), or
+    the same in --tz with its offset at that instant."""
+    if not utc_text:
+        return "-"
+    if zone is None:
+        return utc_text[:10] + " " + utc_text[11:19] + "Z"
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone)
+    return moment.strftime("%Y-%m-%d %H:%M:%S%z")
+
+
+def run_detail(d: dict, zone=None) -> str:
     out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  legs {d['legs']}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
@@ -153,7 +168,7 @@ def run_detail(d: dict) -> str:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")
     out.append(table(["#", "PHASE", "KIND", "STARTED", "OUTCOME", "DETAIL"], [
-        [str(leg["ordinal"]), leg["phase"], leg["kind"], (leg["started_at"] or "-")[:23],
+        [str(leg["ordinal"]), leg["phase"], leg["kind"], when(leg["started_at"], zone),
          leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-"), safe(leg["detail"] or "")[:80]]
         for leg in d["legs"]]) if d["legs"] else "  (none: the stream has said nothing)")
     out.append("\nNODES")
@@ -165,7 +180,7 @@ def run_detail(d: dict) -> str:
     out.append("\nCHARGES")
     charge_rows = [
         [str(c["seq"]), c["kind"], str(c["leg_ordinal"] or "-"), safe(c["node_id"] or "-"), str(c["round"] or 0),
-         (c["at"] or "-")[:23], money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
+         when(c["at"], zone), money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
         for c in d["charges"]]
     charge_headers = ["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"]
     if "price_book" in d:
@@ -293,18 +308,49 @@ def price_book_line(book: dict) -> str:
     return f"estimates from the price book {safe(book['path'])} ({runtimes}); the stream records no model name"
 
 
-def cost_csv(report: dict) -> str:
-    """CSV of the groups, then a final row with key TOTAL."""
+MONEY_CELLS = ("cost_usd", "cost_nano_usd")
+
+
+def money_cells(row: dict) -> dict:
+    """A row for CSV: where no invocation has a known price, its cost is unknown — an
+    empty cell, never a 0 a spreadsheet would sum."""
+    if row.get("invocations") and row.get("unknown_cost_invocations") == row.get("invocations"):
+        return {**row, **dict.fromkeys(MONEY_CELLS)}
+    return row
+
+
+def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
+    """CSV with a header row: one line per row, and a TOTAL line only when ``total`` is
+    given (asked for with --total), never mixed in unasked among the data rows."""
     import csv
     import io
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    fields = COST_FIELDS + (ESTIMATE_CSV_FIELDS if "price_book" in report else [])
-    writer.writerow(["key", *fields])
-    for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
-        writer.writerow([csv_cell(row["key"]), *(csv_cell(row[f]) for f in fields)])
+    writer.writerow(fields)
+    for row in [*rows, *([total] if total is not None else [])]:
+        row = money_cells(row)
+        writer.writerow([csv_cell(row.get(f)) for f in fields])
     return out.getvalue()
+
+
+def cost_csv(report: dict, with_total: bool = False) -> str:
+    """CSV of the groups (the same columns as a --json row); a TOTAL row only when asked."""
+    fields = ["key", *COST_FIELDS, *(ESTIMATE_CSV_FIELDS if "price_book" in report else [])]
+    return csv_rows(fields, report["rows"], {"key": "TOTAL", **report["total"]} if with_total else None)
+
+
+RUN_CSV_FIELDS = ["run_id", "home", "graph", "runtime", "status", "nodes_total", "nodes_passed", "legs", "cost_usd",
+                  "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "input_tokens",
+                  "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "started_at", "last_event_at",
+                  "gone", "has_snapshot", "paused_for", "gate", "nodes_interrupted", "hint"]
+
+
+def runs_csv(rows, with_estimate: bool = False) -> str:
+    """`runs --csv`: the scalar fields of a `runs --json` row, one run a line."""
+    fields = RUN_CSV_FIELDS + (["estimated_nano_usd", "estimated_invocations", "unestimated_invocations"]
+                               if with_estimate else [])
+    return csv_rows(fields, rows)
 
 
 def _section(title: str, lines: list[str], empty: str) -> list[str]:

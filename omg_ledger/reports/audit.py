@@ -39,7 +39,7 @@ ABANDONED/PAUSED status is probed now.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 import orjson
 from sqlalchemy import and_, case, func, or_, select, true
@@ -223,9 +223,11 @@ def _unknown_cost(conn, since_us: int | None) -> dict:
             "unrecorded_attempts": int(unrecorded or 0)}
 
 
-def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None) -> dict:
-    """Every section of the audit, plus `needs_attention` and the reasons for it."""
-    since_us = parse_since(since, now)
+def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
+                 zone: tzinfo | None = None) -> dict:
+    """Every section of the audit, plus `needs_attention` and the reasons for it.
+    ``zone``: where a --since date without an offset is read."""
+    since_us = parse_since(since, now, zone)
     with engine.connect() as conn:
         report = {
             "since": None if since_us is None else format_instant(us_to_instant(since_us)),

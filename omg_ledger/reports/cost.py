@@ -29,10 +29,9 @@ Rules (each one is a test in tests/test_cost.py):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import and_, case, func, literal, select
 from sqlalchemy.engine import Engine
@@ -40,7 +39,7 @@ from sqlalchemy.engine import Engine
 from .. import schema
 from ..errors import BadArgument
 from ..prices import PriceBook
-from ..timespec import parse_time
+from ..timespec import local_zone, parse_time, zone_named  # noqa: F401 (re-exported)
 from ..units import instant_to_us, us_to_instant
 
 GROUPINGS = ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind")
@@ -48,33 +47,6 @@ PERIODS = ("day", "week", "month")
 BUCKET_US = 900_000_000  # 15 minutes
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 UNDATED = "(undated)"
-
-
-def local_zone() -> ZoneInfo:
-    """The local IANA zone (DST rules included): $TZ, else /etc/localtime, else UTC."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    if name:
-        try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    try:
-        target = os.path.realpath("/etc/localtime")
-        if "/zoneinfo/" in target:
-            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
-        with open("/etc/localtime", "rb") as fh:
-            return ZoneInfo.from_file(fh, key="localtime")
-    except (OSError, ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
-
-
-def zone_named(name: str | None) -> ZoneInfo:
-    if not name:
-        return local_zone()
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise BadArgument(f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin or UTC") from None
 
 
 @dataclass(frozen=True)
