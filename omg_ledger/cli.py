@@ -310,6 +310,31 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
         _say(render.run_detail(detail, zone))
 
 
+@main.command()
+@db_option
+@json_option
+@click.option("--all", "include_resolved", is_flag=True, help="Also list problems a later sync found resolved.")
+@ledger_errors
+def problems(db, as_json, include_resolved) -> None:
+    """List the input problems sync recorded (bad lines, unreadable files): open ones.
+
+    A problem is resolved when a later sync re-reads its file, directory or home and does
+    not see it again; seen again, it is open again. `audit` counts open problems.
+
+    \b
+    Example:
+      omg-ledger problems
+      omg-ledger problems --all --json
+    """
+    from .reports.problems import list_problems
+
+    found = list_problems(open_db(db), include_resolved=include_resolved)
+    if as_json:
+        _emit_json(found)
+    else:
+        _say(render.problems_text(found, include_resolved))
+
+
 @main.group(name="homes", invoke_without_command=True)
 @db_option
 @json_option

@@ -25,7 +25,7 @@ from .errors import DatabaseTooNew, DatabaseUnavailable
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 

@@ -203,7 +203,8 @@ def run_detail(d: dict, zone=None) -> str:
     out.extend(f"  {safe(f['kind'])}: {safe(f['detail'])}" for f in d["findings"]) if d["findings"] else out.append("  (none)")
     if d["problems"]:
         out.append("\nPROBLEMS")
-        out.extend(f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}" for p in d["problems"])
+        out.extend(f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
+                   + (f"  [resolved {safe(p['resolved_at'])}]" if p.get("resolved_at") else "") for p in d["problems"])
     return "\n".join(out)
 
 
@@ -532,3 +533,15 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
 
     wrapped = [part for text in notes for part in textwrap.wrap(text, max(width, 20))]
     return "\n".join([*head, "", *lines, *wrapped])
+
+
+def problems_text(problems: list[dict], include_resolved: bool) -> str:
+    if not problems:
+        return "no open input problems" if not include_resolved else "no input problems recorded"
+    lines = []
+    for p in problems:
+        state = "open" if p["open"] else f"resolved {safe(p['resolved_at'])}"
+        where = f"{safe(p['home'])} {safe(p['run_id'])}: " if p["run_id"] else ""
+        lines.append(f"[{state}] {where}{safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])} "
+                     f"(first seen {safe(p['first_seen_at'])}, last {safe(p['last_seen_at'])})")
+    return "\n".join(lines)

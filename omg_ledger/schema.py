@@ -371,6 +371,7 @@ problems = Table(
     Column("reason", Text, nullable=False),
     Column("first_seen_at", Text, nullable=False),
     Column("last_seen_at", Text, nullable=False),
+    Column("resolved_at", Text),  # a later sync re-read its file and found the cause gone; NULL: open
     UniqueConstraint("path", "byte_offset", "reason"),
 )
 

@@ -171,7 +171,7 @@ def test_overrun_finding_problem_each_need_attention(db_url, tmp_path):
     assert [p["run_id"] for p in report["problems"]] == [broken]
     assert report["failures"]["machinery"][0]["node_id"] == "big"  # judged absent on a budget FAIL
     assert report["attention"] == ["1 budget overrun(s)", "1 reconciliation finding(s)",
-                                   "1 recorded input problem(s)"]
+                                   "1 open input problem(s)"]
 
 
 def test_our_machinery_reading_is_labelled(db_url, tmp_path):

@@ -20,7 +20,8 @@ Sections (every one is present, empty ones as empty lists / zero counts):
   recovery hint.
 * ``paused`` — PAUSED runs now, however old, waiting at a gate or for a session limit
   to reset; the last leg decides which (status.pause_reason).
-* ``findings`` (stream/snapshot disagreements) and ``problems`` (bad input recorded).
+* ``findings`` (stream/snapshot disagreements) and ``problems`` (bad input recorded and
+  still open: a problem whose cause a later sync found gone is resolved, `problems --all`).
 * ``build_evidence`` — per auto run (a run with a planning leg), the launch-time answer:
   attached, declared, disclosed, none-detected, or ``not recorded``. Declared and
   disclosed are counted separately and never summed (RUN-FEED.md).
@@ -49,6 +50,7 @@ from .. import schema
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
 from ..units import format_instant, us_to_instant
+from .problems import list_problems
 from .runs import list_runs
 
 PROVENANCES = ("verified", "approved", "self-reported", "exit-only")
@@ -179,13 +181,11 @@ def _findings(conn, since_us: int | None) -> list:
     return [dict(row._mapping) for row in conn.execute(query)]
 
 
-def _problems(conn, since_us: int | None) -> list:
-    p, r = schema.problems.c, schema.runs.c
-    query = (select(r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at)
-             .select_from(schema.problems.outerjoin(schema.runs, r.id == p.run_pk)).order_by(p.path, p.byte_offset))
-    if since_us is not None:
-        query = query.where(p.last_seen_at >= format_instant(us_to_instant(since_us)))
-    return [dict(row._mapping) for row in conn.execute(query)]
+def _problems(engine: Engine, since_us: int | None) -> list:
+    """Open problems only: one whose cause a later sync found gone is resolved."""
+    since_text = None if since_us is None else format_instant(us_to_instant(since_us))
+    return [{k: m[k] for k in ("run_id", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at")}
+            for m in list_problems(engine, since_text=since_text)]
 
 
 def _build_evidence(conn, since_us: int | None) -> dict:
@@ -235,7 +235,7 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
             "failures": _failures(conn, since_us),
             "budget": _budget(conn, since_us),
             "findings": _findings(conn, since_us),
-            "problems": _problems(conn, since_us),
+            "problems": _problems(engine, since_us),
             "build_evidence": _build_evidence(conn, since_us),
             "unknown_cost": _unknown_cost(conn, since_us),
         }
@@ -248,7 +248,7 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
         ("PAUSED run(s)", sum(len(v) for v in report["paused"].values())),
         ("budget overrun(s)", len(report["budget"]["overruns"])),
         ("reconciliation finding(s)", len(report["findings"])),
-        ("recorded input problem(s)", len(report["problems"])),
+        ("open input problem(s)", len(report["problems"])),
     ):
         if count:
             reasons.append(f"{count} {label}")
