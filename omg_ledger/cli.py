@@ -225,7 +225,8 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--since", metavar="T", help="Only runs with an event since T (30m, 12h, 7d, 2w, 3mo, 1y, today, "
+                                          "yesterday, 2026-11-01, RFC 3339).")
 @click.option("--status", "statuses", multiple=True, metavar="S",
               type=click.Choice(STATUSES,
                                 case_sensitive=False),
@@ -505,7 +506,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @db_option
 @json_option
 @csv_option
-@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, 2026-11-01T08:00, RFC 3339.")
+@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 3mo, 1y, today, yesterday, 2026-11-01, "
+                                          "2026-11-01T08:00, RFC 3339.")
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
 @click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"]),
               help="Group rows; without it only the total is shown.")
@@ -610,7 +612,8 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--since", metavar="T", help="Only runs with an event since T (30m, 12h, 7d, 2w, 3mo, 1y, today, "
+                                          "yesterday, 2026-11-01, RFC 3339).")
 @limit_options
 @estimate_options
 @click.option("--verbose", is_flag=True, help="Also list every run whose passes are all self-reported or exit-only.")
@@ -621,9 +624,10 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
     of auto runs, unpriced work.
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
-    overrun, a reconciliation finding, a recorded input problem or an exceeded spend
-    limit (--limit, or the [limits] of ~/.config/omg-ledger/config.toml; breaches are
-    the first lines of the output). Unverified passes and unpriced work are reported
+    overrun, a reconciliation finding, an open input problem or an exceeded spend limit
+    (--limit, or the [limits] of ~/.config/omg-ledger/config.toml). The verdict line is
+    the first line, spend-limit breaches next. --since narrows every section except the
+    ABANDONED and PAUSED runs: every one of those is listed, however old. Unverified passes and unpriced work are reported
     but do not set it. --estimate also prices unpriced work (and counts it toward limits).
 
     \b
