@@ -254,10 +254,13 @@ class _HomeSync:
         entries, skipped = list_entries(runs_dir)
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
-        # -- problem lifecycle: the home and its runs/ were looked at again just now.
+        # -- problem lifecycle: the home and its runs/ listing were looked at again just now
+        # (a run directory's own problems are its re-read's to resolve).
+        listed = not any(item.path == runs_dir for item in skipped)
         with write_transaction(self.engine) as conn:
-            resolve_problems(conn, [self.home.path, runs_dir],
-                             {(item.path, 0, item.reason) for item in skipped}, self.now)
+            resolve_problems(conn, [self.home.path, runs_dir], {(item.path, 0, item.reason) for item in skipped},
+                             self.now, children_of=runs_dir if listed else None,
+                             not_reread={entry.path for entry in entries})
         if any(item.path == runs_dir for item in skipped):
             # runs/ itself could not be listed: that is damage, not every run vanishing.
             self._sync_plans()

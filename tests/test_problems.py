@@ -173,3 +173,17 @@ def test_the_last_leg_decides_why_a_run_paused(db_url, tmp_path):
     assert (run["paused_for"], detail["paused_for"]) == ("gate", "gate")
     assert "--approve g" in run["hint"] and run["hint"] == detail["hint"]
     assert [p["run_id"] for p in paused["gate"]] == [RUN] and paused["session_limit"] == []
+
+
+def test_a_symlink_in_runs_resolves_when_removed_and_a_skipped_run_keeps_its_problems(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    (run_dir / "state.json").write_text("{torn")
+    (home / "runs" / "elsewhere").symlink_to(tmp_path)
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    assert sorted(p["path"] for p in list_problems(engine)) == sorted([str(home / "runs" / "elsewhere"),
+                                                                      str(run_dir / "state.json")])
+    (home / "runs" / "elsewhere").unlink()
+    _sync(engine, home)  # the run is unchanged and skipped: its state.json problem stays open
+    assert [p["path"] for p in list_problems(engine)] == [str(run_dir / "state.json")]
