@@ -141,16 +141,16 @@ def runs_table(rows: list[dict], zone=None) -> str:
 
 
 def when(utc_text: str | None, zone=None) -> str:
-    """One timestamp format for every table: ``2026-11-29 18:15:22`` in UTC (``Z``), or
-    the same in --tz with its offset at that instant."""
+    """One timestamp format for every table: ``2026-11-29 18:15:22.073Z`` in UTC, or the
+    same in --tz with its offset at that instant (``2026-11-29 19:15:22.073+0100``)."""
     if not utc_text:
         return "-"
     if zone is None:
-        return utc_text[:10] + " " + utc_text[11:19] + "Z"
+        return utc_text[:10] + " " + utc_text[11:23] + "Z"
     from datetime import datetime
 
     moment = datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone)
-    return moment.strftime("%Y-%m-%d %H:%M:%S%z")
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}" + moment.strftime("%z")
 
 
 def run_detail(d: dict, zone=None) -> str:

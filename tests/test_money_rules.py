@@ -134,7 +134,7 @@ def test_runs_csv_limit_and_tz(sqlite_url, tmp_path):
     assert (rows[0]["cost_usd"], rows[0]["cost_nano_usd"], rows[0]["gone"], rows[0]["has_snapshot"]) == (
         "", "", "false", "true")
     text = runner.invoke(main, ["runs", "--db", sqlite_url, "--tz", "Europe/Berlin"]).output
-    assert "2026-11-29 11:20:00+0100" in text  # 10:20 UTC shown in Berlin
-    assert "2026-11-29 10:20:00Z" in runner.invoke(main, ["runs", "--db", sqlite_url]).output
+    assert "2026-11-29 11:20:00.000+0100" in text  # 10:20 UTC shown in Berlin
+    assert "2026-11-29 10:20:00.000Z" in runner.invoke(main, ["runs", "--db", sqlite_url]).output
     bad = runner.invoke(main, ["runs", "--db", sqlite_url, "--since", "3M"])
     assert bad.exit_code == 2 and "3mo" in bad.output and "Traceback" not in bad.output
