@@ -73,6 +73,12 @@ def _emit_json_array(items) -> None:
     out.write("\n]\n")
 
 
+def tz_option(f: Callable) -> Callable:
+    return click.option("--tz", metavar="ZONE",
+                        help="IANA zone to read dates without an offset in (and to show times in). "
+                             "Default: local zone (times shown in UTC).")(f)
+
+
 def db_option(f: Callable) -> Callable:
     return click.option(
         "--db", "db", metavar="URL|PATH", envvar=config.ENV_DB, default=None,
@@ -291,29 +297,41 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--since", metavar="T", help="Only runs with an event since T (30m, 12h, 7d, 2w, 3mo, 1y, today, "
+                                          "yesterday, 2026-11-01, RFC 3339).")
 @click.option("--status", "statuses", multiple=True, metavar="S",
               type=click.Choice(STATUSES,
                                 case_sensitive=False),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
+@tz_option
 @estimate_options
 @ledger_errors
-def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> None:
+def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate, prices_file) -> None:
     """List runs, newest first, with their status probed live.
 
     \b
     Example:
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
+      omg-ledger runs --since yesterday --csv --limit 50 > runs.csv
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
+    import itertools
+
     from .db import RUN_TABLES_SINCE
     from .reports.runs import iter_runs
-    from .timespec import parse_since
+    from .timespec import parse_since, zone_named
 
+    if as_json and as_csv:
+        raise BadArgument("--json and --csv are exclusive: choose one")
+    zone = zone_named(tz)
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
-    rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=parse_since(since, _now(), zone), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
+    if limit is not None:
+        rows = itertools.islice(rows, limit)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
         from .reports.estimate import by_run, zero
@@ -322,9 +340,11 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
         rows = ({**row, **estimates.get((row["home"], row["run_id"]), zero())} for row in rows)
     if as_json:
         _emit_json_array(rows)
+    elif as_csv:
+        _say(render.runs_csv(rows, prices is not None), nl=False)
     else:
         # The table makes every cell inert itself, then adds its own colour codes.
-        click.echo(render.runs_table(list(rows), **render.terminal_options(sys.stdout)))
+        click.echo(render.runs_table(list(rows), zone=zone if tz else None, **render.terminal_options(sys.stdout)))
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -335,9 +355,10 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
 @click.argument("run_id")
 @click.option("--home", "home_label", metavar="LABEL",
               help="The home to take the run from, where one run id names different runs in two homes.")
+@tz_option
 @estimate_options
 @ledger_errors
-def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
+def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
     RUN_ID may be a unique prefix. A run copied into several homes is one run: its
@@ -350,7 +371,9 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
     """
     from .db import RUN_TABLES_SINCE
     from .reports.runs import show_run
+    from .timespec import zone_named
 
+    zone = zone_named(tz) if tz else None
     detail = show_run(open_db_readonly(db, RUN_TABLES_SINCE), run_id, home_label)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
@@ -360,7 +383,32 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
     if as_json:
         _emit_json(detail)
     else:
-        _say(render.run_detail(detail))
+        _say(render.run_detail(detail, zone))
+
+
+@main.command()
+@db_option
+@json_option
+@click.option("--all", "include_resolved", is_flag=True, help="Also list problems a later sync found resolved.")
+@ledger_errors
+def problems(db, as_json, include_resolved) -> None:
+    """List the input problems sync recorded (bad lines, unreadable files): open ones.
+
+    A problem is resolved when a later sync re-reads its file, directory or home and does
+    not see it again; seen again, it is open again. `audit` counts open problems.
+
+    \b
+    Example:
+      omg-ledger problems
+      omg-ledger problems --all --json
+    """
+    from .reports.problems import list_problems
+
+    found = list_problems(open_db(db), include_resolved=include_resolved)
+    if as_json:
+        _emit_json(found)
+    else:
+        _say(render.problems_text(found, include_resolved))
 
 
 @main.group(name="homes", invoke_without_command=True)
@@ -544,7 +592,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @db_option
 @json_option
 @csv_option
-@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, 2026-11-01T08:00, RFC 3339.")
+@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 3mo, 1y, today, yesterday, 2026-11-01, "
+                                          "2026-11-01T08:00, RFC 3339.")
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
 @click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"],
                                         case_sensitive=False),
@@ -553,8 +602,9 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
+@click.option("--total", "with_total", is_flag=True, help="With --csv: end with a row keyed TOTAL.")
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart, with_total) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -584,8 +634,10 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
     if chart:
         _emit_chart(report)
         return
+    if with_total and not as_csv:
+        raise BadArgument("--total adds a TOTAL row to --csv; give --csv (the text and --json always hold the total)")
     width = render.terminal_width(sys.stdout)
-    _emit(report, as_json, as_csv, render.cost_csv, lambda r: render.cost_text(r, width=width))
+    _emit(report, as_json, as_csv, lambda r: render.cost_csv(r, with_total), lambda r: render.cost_text(r, width=width))
 
 
 def _emit_chart(report: dict) -> None:
@@ -651,19 +703,22 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--since", metavar="T", help="Only runs with an event since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--since", metavar="T", help="Only runs with an event since T (30m, 12h, 7d, 2w, 3mo, 1y, today, "
+                                          "yesterday, 2026-11-01, RFC 3339).")
 @limit_options
 @estimate_options
+@click.option("--verbose", is_flag=True, help="Also list every run whose passes are all self-reported or exit-only.")
 @ledger_errors
-def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
+def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
-    overrun, a reconciliation finding, a recorded input problem or an exceeded spend
-    limit (--limit, or the [limits] of ~/.config/omg-ledger/config.toml; breaches are
-    the first lines of the output). Unverified passes and unpriced work are reported
+    overrun, a reconciliation finding, an open input problem or an exceeded spend limit
+    (--limit, or the [limits] of ~/.config/omg-ledger/config.toml). The verdict line is
+    the first line, spend-limit breaches next. --since narrows every section except the
+    ABANDONED and PAUSED runs: every one of those is listed, however old. Unverified passes and unpriced work are reported
     but do not set it. --estimate also prices unpriced work (and counts it toward limits).
 
     \b
@@ -673,11 +728,12 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
     """
     from .db import RUN_TABLES_SINCE
     from .reports.audit import audit_report
+    from .timespec import zone_named
 
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     now = _now()
     prices = _price_book(estimate, prices_file)
-    report = audit_report(engine, since=since, now=now)
+    report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
     if prices is not None:
         from .reports.cost import cost_report
 
@@ -694,9 +750,9 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
             report["needs_attention"] = True
     if not as_json and render.use_colour(sys.stdout):
         # Inert first, then our own colour codes on the verdict words.
-        click.echo(render.colour_verdicts(render.inert(render.audit_text(report), keep_newlines=True)))
+        click.echo(render.colour_verdicts(render.inert(render.audit_text(report, verbose), keep_newlines=True)))
     else:
-        _emit(report, as_json, False, str, render.audit_text)
+        _emit(report, as_json, False, str, lambda r: render.audit_text(r, verbose))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
@@ -795,12 +851,14 @@ def sql(db, as_json, as_csv, statement) -> None:
 @click.option("--queries", "queries_dir", metavar="DIR",
               help="Your own saved queries (*.sql), listed beside the shipped ones. "
                    "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
-@click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Bind :NAME (repeatable). since/until take the --since grammar; limit a whole number.")
+@tz_option
 @click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
 @click.argument("name", required=False)
 @click.pass_context
 @ledger_errors
-def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show_help, name) -> None:
+def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, show_help, name) -> None:
     """Run a saved query read-only, list them with --list, describe one with NAME --help.
 
     Saved queries are the shipped ones plus your own *.sql files in --queries DIR
@@ -834,8 +892,10 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show
             _say(render.saved_queries_list(queries))
         return
     from .db import VIEWS_SINCE
+    from .timespec import zone_named
 
-    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir).as_dict()
+    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir, now=_now(),
+                       zone=zone_named(tz)).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 

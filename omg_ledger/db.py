@@ -26,7 +26,7 @@ from .errors import DatabaseTooNew, DatabaseUnavailable
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -206,7 +206,7 @@ def stderr_say(message: str) -> None:
 # --------------------------------------------------------------------------- read-only opening
 # Reads never create, migrate or write a ledger. The oldest revision each kind of read
 # understands: a migration that changes what a read uses raises its constant.
-RUN_TABLES_SINCE = "0005"  # runs, legs, nodes, charges with runs.billed: what runs, show, cost and audit read
+RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
 

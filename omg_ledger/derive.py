@@ -25,7 +25,9 @@ from .snapshot import PARSERS, BadSnapshot
 
 # 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
 # 3: a run's known spend is bounded ($1e9): charges past it count as unknown, with a problem.
-DERIVATION_VERSION = 3
+# 4: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
+#    engine failed for its budget_usd; a node's last_leg from its own executions.
+DERIVATION_VERSION = 4
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ pinned by a table-driven test in tests/test_reconcile.py.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,10 @@ PLANNING = "planning"
 RUN = "run"
 TERMINAL_EVENTS = ("node_passed", "node_failed")
 SETTLED_VERDICTS = ("PASS", "FAIL")
+# The engine's words when it fails a node for its budget_usd: "exceeded budget_usd: $X
+# actual vs $Y budgeted". A .out on disk is no proof either way (an earlier round's PASS
+# leaves one; a CLI killed at its budget writes none).
+_BUDGET_FAILURE = re.compile(r"exceeded budget_usd")
 
 
 @dataclass(frozen=True)
@@ -406,13 +411,13 @@ def reconcile(run: RunInput) -> RunRows:
                                    by_node.get(node_id, [])))
 
     charges_by_node: dict[str, list[Charge]] = {}
-    if run.assess is not None and isinstance(run.assess.get("assess_cost_usd"), int | float):
+    assessed = _assess_cost(run.assess)
+    if assessed is not None:
         # The assessment call's spend exists only here. It is dated at the assessed run's
         # last event: assessment runs right after that cycle's final run_finished.
         at = last_event.ts if last_event else None
         at_us = last_event.at_us if last_event else None
-        cost, unknown, tokens = r._bounded(usd_to_nanos(run.assess["assess_cost_usd"]), False, (0, 0, 0, 0),
-                                           "assess.json", None)
+        cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.charges.append(Charge(len(r.charges) + 1, "assessment", None, "assessment", None, None, at, at_us,
                                 cost, unknown, tokens, "assess.json", None, None))
     for charge in r.charges:
@@ -431,6 +436,20 @@ def reconcile(run: RunInput) -> RunRows:
     run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
     goal = _goal_cycle(run, snapshot)
     return RunRows(run_row, r.legs, node_rows, r.executions, r.charges, r.findings, goal, r.problems)
+
+
+def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
+    """(nano-dollars or None, unknown) of the assessment call, or None when there was no
+    assessment charge. An assessor on Codex writes ``assess_cost_unknown: true`` beside
+    a filler 0: that call was paid for at a price nobody recorded (NULL, never $0)."""
+    if assess is None:
+        return None
+    if assess.get("assess_cost_unknown"):
+        return None, True
+    cost = assess.get("assess_cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        return usd_to_nanos(cost), False
+    return None
 
 
 def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
@@ -465,8 +484,12 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
             round_ = int(record.get("round") or 0)
             provenance, session_id, detail = record.get("provenance"), record.get("session_id"), record.get("detail")
             retries = int(record.get("retries") or 0)
-            _recover(r, node_id, record, last_event)
-            last_leg = r.charges[-1].leg_ordinal if r.charges and r.charges[-1].kind == "recovered" else last_leg
+            charge = _recover(r, node_id, record, last_event)
+            if charge is not None:
+                charge.seq = len(r.charges) + 1
+                r.charges.append(charge)
+            # The dropped terminal ended this node's last execution: its leg is the node's.
+            last_leg = next((e.leg_ordinal or None for e in reversed(executions)), last_leg)
         elif latest is not None and not _record_matches(latest[0], record):
             r.findings.append(Finding(
                 "snapshot_behind", node_id, latest[1].leg_ordinal or None,
@@ -506,7 +529,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "artifact_path": (record or {}).get("artifact_path") or None,
         "has_artifact": has_artifact,
         "has_failed_output": name in run.failed_outputs,
-        "budget_overrun": verdict == "FAIL" and has_artifact,
+        "budget_overrun": verdict == "FAIL" and bool(_BUDGET_FAILURE.search(detail or "")),
         "last_leg": last_leg,
         "snapshot_verdict": record.get("verdict") if record is not None else None,
         "snapshot_round": int(record.get("round") or 0) if record is not None else None,
@@ -549,12 +572,13 @@ def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
         ))
 
 
-def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | None) -> None:
+def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | None) -> Charge | None:
     """Add the charge of a terminal event the stream dropped, from the snapshot record.
 
     The record may have folded earlier rounds' spend in; only the part the stream does
     not already carry is charged. Dated at the node's last node_started (the execution
-    the dropped terminal ended), else at the run's last event.
+    the dropped terminal ended), else at the run's last event. Returns the charge (None
+    when the recovery is refused); the caller numbers and keeps it.
     """
     prior_cost, prior_unknown, prior_round, prior_verdict = _simulate_recorder(r.recorder_events.get(node_id, []))
     rec_round = int(record.get("round") or 0)
@@ -582,10 +606,10 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
     if cost is not None and cost < 0:
         r.findings.append(Finding("recovery_negative", node_id, leg_ordinal,
                                   f"snapshot cost for {node_id} is below what the stream already charged"))
-        return
-    r.charges.append(Charge(len(r.charges) + 1, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
-                            rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
-                            unknown, tokens, "state.json", None, None))
+        return None
+    return Charge(0, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
+                  rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
+                  unknown, tokens, "state.json", None, None)
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
@@ -675,7 +699,7 @@ def _goal_cycle(run: RunInput, snapshot: dict) -> dict | None:
     if goal is None and assess is None:
         return None
     goal = goal or {}
-    cost = (assess or {}).get("assess_cost_usd")
+    assessed = _assess_cost(assess)
     return {
         "first_run_id": goal.get("first_run_id") or run.run_id,
         "cycle": goal.get("cycle"),
@@ -685,5 +709,5 @@ def _goal_cycle(run: RunInput, snapshot: dict) -> dict | None:
         "goal_met": assess.get("goal_met") if assess is not None else None,
         "remaining": assess.get("remaining") if assess is not None else None,
         "evidence": assess.get("evidence") if assess is not None else None,
-        "assess_cost_nano_usd": usd_to_nanos(cost) if isinstance(cost, int | float) else None,
+        "assess_cost_nano_usd": assessed[0] if assessed is not None else None,
     }

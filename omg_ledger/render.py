@@ -64,7 +64,9 @@ def csv_cell(value: object) -> object:
     """
     if value is None:
         return ""
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
         return value
     text = inert(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
@@ -108,7 +110,7 @@ def tokens(row: dict) -> str:
     return "-" if not any(values) else "/".join(str(v) for v in values)
 
 
-def runs_table(rows: list[dict], width: int | None = None, colour: bool = False) -> str:
+def runs_table(rows: list[dict], width: int | None = None, colour: bool = False, zone=None) -> str:
     if not rows:
         return "no runs in the ledger match (run `omg-ledger sync` first?)"
     body = []
@@ -116,8 +118,8 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False)
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, grouped(r["leg_count"]),
                      grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])), grouped_tokens(r),
-                     r["status"] + (" (gone)" if r["gone"] else ""), (r["started_at"] or "-")[:19]])
-    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED (UTC)"]
+                     r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone)])
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED"]
     with_estimate = "estimated_nano_usd" in rows[0]
     if with_estimate:
         headers.append("ESTIMATE")
@@ -146,7 +148,20 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False)
     return text + "".join(notes)
 
 
-def run_detail(d: dict) -> str:
+def when(utc_text: str | None, zone=None) -> str:
+    """One timestamp format for every table: ``2026-11-29 18:15:22.073Z`` in UTC, or the
+    same in --tz with its offset at that instant (``2026-11-29 19:15:22.073+0100``)."""
+    if not utc_text:
+        return "-"
+    if zone is None:
+        return utc_text[:10] + " " + utc_text[11:23] + "Z"
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}" + moment.strftime("%z")
+
+
+def run_detail(d: dict, zone=None) -> str:
     out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
@@ -162,7 +177,7 @@ def run_detail(d: dict) -> str:
         out.append(safe(d["hint"]))
     out.append("\nLEGS")
     out.append(table(["#", "PHASE", "KIND", "STARTED", "OUTCOME", "DETAIL"], [
-        [str(leg["ordinal"]), leg["phase"], leg["kind"], (leg["started_at"] or "-")[:23],
+        [str(leg["ordinal"]), leg["phase"], leg["kind"], when(leg["started_at"], zone),
          leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-"), safe(leg["detail"] or "")[:80]]
         for leg in d["legs"]]) if d["legs"] else "  (none: the stream has said nothing)")
     out.append("\nNODES")
@@ -174,7 +189,7 @@ def run_detail(d: dict) -> str:
     out.append("\nCHARGES")
     charge_rows = [
         [str(c["seq"]), c["kind"], str(c["leg_ordinal"] or "-"), safe(c["node_id"] or "-"), str(c["round"] or 0),
-         (c["at"] or "-")[:23], money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
+         when(c["at"], zone), money(c["cost_nano_usd"], 1 if c["cost_unknown"] else 0)]
         for c in d["charges"]]
     charge_headers = ["#", "KIND", "LEG", "NODE", "ROUND", "AT", "COST"]
     if "price_book" in d:
@@ -197,7 +212,8 @@ def run_detail(d: dict) -> str:
     out.extend(f"  {safe(f['kind'])}: {safe(f['detail'])}" for f in d["findings"]) if d["findings"] else out.append("  (none)")
     if d["problems"]:
         out.append("\nPROBLEMS")
-        out.extend(f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}" for p in d["problems"])
+        out.extend(f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
+                   + (f"  [resolved {safe(p['resolved_at'])}]" if p.get("resolved_at") else "") for p in d["problems"])
     return "\n".join(out)
 
 
@@ -382,33 +398,73 @@ def price_book_line(book: dict) -> str:
     return f"estimates from the price book {safe(book['path'])} ({runtimes}); the stream records no model name"
 
 
-def cost_csv(report: dict) -> str:
-    """CSV of the groups, then a final row with key TOTAL."""
+MONEY_CELLS = ("cost_usd", "cost_nano_usd")
+
+
+def money_cells(row: dict) -> dict:
+    """A row for CSV: where no invocation has a known price, its cost is unknown — an
+    empty cell, never a 0 a spreadsheet would sum."""
+    if row.get("invocations") and row.get("unknown_cost_invocations") == row.get("invocations"):
+        return {**row, **dict.fromkeys(MONEY_CELLS)}
+    return row
+
+
+def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
+    """CSV with a header row: one line per row, and a TOTAL line only when ``total`` is
+    given (asked for with --total), never mixed in unasked among the data rows."""
     import csv
     import io
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    fields = COST_FIELDS + (ESTIMATE_CSV_FIELDS if "price_book" in report else [])
-    writer.writerow(["key", *fields])
-    for row in [*report["rows"], {"key": "TOTAL", **report["total"]}]:
-        writer.writerow([csv_cell(row["key"]), *(csv_cell(row[f]) for f in fields)])
+    writer.writerow(fields)
+    for row in [*rows, *([total] if total is not None else [])]:
+        row = money_cells(row)
+        writer.writerow([csv_cell(row.get(f)) for f in fields])
     return out.getvalue()
+
+
+def cost_csv(report: dict, with_total: bool = False) -> str:
+    """CSV of the groups (the same columns as a --json row); a TOTAL row only when asked."""
+    fields = ["key", *COST_FIELDS, *(ESTIMATE_CSV_FIELDS if "price_book" in report else [])]
+    return csv_rows(fields, report["rows"], {"key": "TOTAL", **report["total"]} if with_total else None)
+
+
+RUN_CSV_FIELDS = ["run_id", "home", "graph", "runtime", "status", "nodes_total", "nodes_passed", "legs", "cost_usd",
+                  "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "input_tokens",
+                  "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "started_at", "last_event_at",
+                  "gone", "has_snapshot", "paused_for", "gate", "nodes_interrupted", "hint"]
+
+
+def runs_csv(rows, with_estimate: bool = False) -> str:
+    """`runs --csv`: the scalar fields of a `runs --json` row, one run a line."""
+    fields = RUN_CSV_FIELDS + (["estimated_nano_usd", "estimated_invocations", "unestimated_invocations"]
+                               if with_estimate else [])
+    return csv_rows(fields, rows)
 
 
 def _section(title: str, lines: list[str], empty: str) -> list[str]:
     return [f"\n{title}", *(lines or [f"  {empty}"])]
 
 
-def audit_text(report: dict) -> str:
+def audit_text(report: dict, verbose: bool = False) -> str:
+    """The verdict line first, then spend-limit breaches, then each section. The runs
+    whose passes are all unverified are listed only when ``verbose`` (counted always)."""
     limits = report.get("limits")
-    out = [*limits["breaches"]] if limits else []  # first, for a cron mail's reader
-    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs"))
+    verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
+        else "nothing needs attention"
+    out = [verdict]  # first, for a cron mail's reader
+    out += [*limits["breaches"]] if limits else []
+    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
+               + " (ABANDONED and PAUSED runs: every one now, however old)")
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
-    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}",
-                    [f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
-                     f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in prov["runs_all_unverified"]],
+    weak = prov["runs_all_unverified"]
+    weak_lines = ([f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
+                   f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in weak] if verbose
+                  else [f"  {len(weak)} run(s) whose passes are all self-reported or exit-only (--verbose lists them)"]
+                  if weak else [])
+    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}", weak_lines,
                     "no run has only self-reported/exit-only passes")
     fails = report["failures"]
     out += _section("FAILS JUDGED (engine's judged field)",
@@ -419,12 +475,13 @@ def audit_text(report: dict) -> str:
                     [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
                      for f in fails["machinery"]], "none")
     budget = report["budget"]
-    out += _section("BUDGET OVERRUNS",
-                    [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: post-hoc budget FAIL (artifact on disk)"
-                     for b in budget["budget_overrun"]]
-                    + [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: spent {money(b['cost_nano_usd'])} of a "
-                       f"{money(b['budget_nano_usd'])} budget" for b in budget["spend_over_budget"]], "none")
-    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" for r in report["abandoned"]], "none")
+    out += _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
+        ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])
+        + ([f"spent {money(b['cost_nano_usd'])} of a {money(b['budget_nano_usd'])} budget"]
+           if b["spend_over_budget"] else [])) for b in budget["overruns"]], "none")
+    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" + (
+        f" Interrupted node(s): {safe(', '.join(r['interrupted_nodes']))}." if r["interrupted_nodes"] else "")
+        for r in report["abandoned"]], "none")
     paused = report["paused"]
     out += _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
                                for p in paused[kind]], "none")
@@ -450,9 +507,6 @@ def audit_text(report: dict) -> str:
     if limits:
         out.append("\nSPEND LIMITS")
         out.extend("  " + line for line in limits_table(limits).splitlines())
-    verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
-        else "nothing needs attention"
-    out.append(f"\n{verdict}")
     return "\n".join(out)
 
 
@@ -783,3 +837,15 @@ def colour_verdicts(text: str) -> str:
     """Audit text with its NEEDS ATTENTION verdict in bold red (for a terminal)."""
     return "\n".join(attention(line, True) if line.startswith("NEEDS ATTENTION") else line
                      for line in text.split("\n"))
+
+
+def problems_text(problems: list[dict], include_resolved: bool) -> str:
+    if not problems:
+        return "no open input problems" if not include_resolved else "no input problems recorded"
+    lines = []
+    for p in problems:
+        state = "open" if p["open"] else f"resolved {safe(p['resolved_at'])}"
+        where = f"{safe(p['home'])} {safe(p['run_id'])}: " if p["run_id"] else ""
+        lines.append(f"[{state}] {where}{safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])} "
+                     f"(first seen {safe(p['first_seen_at'])}, last {safe(p['last_seen_at'])})")
+    return "\n".join(lines)

@@ -371,6 +371,7 @@ problems = Table(
     Column("reason", Text, nullable=False),
     Column("first_seen_at", Text, nullable=False),
     Column("last_seen_at", Text, nullable=False),
+    Column("resolved_at", Text),  # a later sync re-read its file and found the cause gone; NULL: open
     UniqueConstraint("path", "byte_offset", "reason"),
 )
 
@@ -720,6 +721,7 @@ DOCS: dict[str, dict[str, str]] = {
         "reason": "What is wrong.",
         "first_seen_at": "When a sync first saw it (UTC).",
         "last_seen_at": "When a sync last saw it (UTC).",
+        "resolved_at": "When a sync re-read the thing and no longer found the problem (UTC); NULL = open.",
     },
     "findings": {
         "": "Disagreements between state.json and the stream, per run (rebuilt with the run).",

@@ -232,6 +232,13 @@ def parse_assess(content: bytes) -> dict:
     if "assess_cost_usd" in data and not _number(data["assess_cost_usd"]):
         raise BadSnapshot(f"assess.json 'assess_cost_usd' must be a non-negative number, got "
                           f"{shown(data['assess_cost_usd'])}")
+    if "assess_cost_unknown" in data and not isinstance(data["assess_cost_unknown"], bool):
+        raise BadSnapshot("assess.json 'assess_cost_unknown' must be a boolean")
+    usage = data.get("usage")
+    if usage is not None and (
+        not isinstance(usage, dict) or not all(_int(usage.get(t, 0), MAX_TOKENS) for t in TOKEN_FIELDS)
+    ):
+        raise BadSnapshot("assess.json 'usage' must hold non-negative integer token counts")
     for key in ("remaining", "evidence"):
         if key in data and not isinstance(data[key], str):
             raise BadSnapshot(f"assess.json '{key}' must be a string")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from . import schema
@@ -382,9 +382,45 @@ def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int,
     )))
     statement = statement.on_conflict_do_update(
         index_elements=["path", "byte_offset", "reason"],
-        set_={"last_seen_at": statement.excluded.last_seen_at, "run_pk": statement.excluded.run_pk},
+        # Seen again: open again, whatever a sync in between concluded.
+        set_={"last_seen_at": statement.excluded.last_seen_at, "run_pk": statement.excluded.run_pk,
+              "resolved_at": None},
     )
     conn.execute(statement)
+
+
+def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tuple[str, int, str]], now: str,
+                     under: str | None = None, not_reread: Iterable[str] = (), children_of: str | None = None) -> int:
+    """Mark resolved the open problems of what this sync re-read that it did not see again.
+
+    In scope: problems whose path is in ``paths``; or (``under``) is that directory or
+    lies below it; or (``children_of``) is an entry directly in that directory — except
+    paths in ``not_reread`` (a file skipped as unchanged, a stream only read on from its
+    checkpoint, a run directory skipped by the change check did not re-observe its
+    problems). ``seen``: the (path, offset, reason) recorded this time. Returns how many
+    were resolved."""
+    p = schema.problems.c
+    in_scope = [p.path.in_(list(paths))]
+    prefixes = []
+    if under is not None:
+        prefix = under.rstrip("/") + "/"
+        in_scope += [p.path == under, func.substr(p.path, 1, len(prefix)) == prefix]
+    if children_of is not None:
+        prefixes.append(children_of.rstrip("/") + "/")
+        in_scope.append(func.substr(p.path, 1, len(prefixes[0])) == prefixes[0])
+    query = select(p.id, p.path, p.byte_offset, p.reason).where(p.resolved_at.is_(None), or_(*in_scope))
+    skip, keep, direct = set(not_reread), set(seen), set(paths)
+
+    def scoped(path: str) -> bool:
+        if under is not None and (path == under or path.startswith(under.rstrip("/") + "/")):
+            return True
+        return path in direct or any(path.startswith(x) and "/" not in path[len(x):] for x in prefixes)
+
+    stale = [row.id for row in conn.execute(query)
+             if scoped(row.path) and row.path not in skip and (row.path, row.byte_offset, row.reason) not in keep]
+    for start in range(0, len(stale), 500):
+        conn.execute(update(schema.problems).where(p.id.in_(stale[start:start + 500])).values(resolved_at=now))
+    return len(stale)
 
 
 def _event_row(run_pk: int, event: Event) -> dict:

@@ -49,6 +49,7 @@ from .store import (
     record_problem,
     replace_derived,
     resolve_home,
+    resolve_problems,
     settle_copies,
     upsert,
     write_run,
@@ -266,6 +267,13 @@ class _HomeSync:
         entries, skipped = self._list(runs_dir)
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
+        # -- problem lifecycle: the home and its runs/ listing were looked at again just now
+        # (a run directory's own problems are its re-read's to resolve).
+        listed = not any(item.path == runs_dir for item in skipped)
+        with write_transaction(self.engine) as conn:
+            resolve_problems(conn, [self.home.path, runs_dir], {(item.path, 0, item.reason) for item in skipped},
+                             self.now, children_of=runs_dir if listed else None,
+                             not_reread={entry.path for entry in entries})
         if any(item.path == runs_dir for item in skipped):
             # runs/ itself could not be listed: that is damage, not every run vanishing.
             self._sync_plans()
@@ -390,6 +398,7 @@ class _HomeSync:
                 upsert(conn, schema.ingest_state, {"run_pk": known.run_pk, **facts.dir_cache}, ["run_pk"],
                        list(facts.dir_cache))
                 write_snapshot_files(conn, known.run_pk, facts.snapshot_files)
+                self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
                 self.report.bytes_read += bytes_read
                 return
             run_pk = known.run_pk if known else None
@@ -410,6 +419,7 @@ class _HomeSync:
             read.problems.extend(_derived_problems(path, rows))
             for problem in read.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+            self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
         self.report.runs_changed += 1
         self.report.events_ingested += len(facts.new_events)
         self.report.bytes_read += bytes_read
@@ -442,6 +452,21 @@ class _HomeSync:
         listed = {(place, name) for place, name in conn.execute(
             select(schema.run_files.c.place, schema.run_files.c.name).where(schema.run_files.c.run_pk == known.run_pk))}
         return listed == facts.run_files
+
+    def _resolve_run_problems(self, conn: Connection, path: str, read: RunDirRead,
+                              checkpoint_before: Checkpoint | None) -> None:
+        """Problem lifecycle, for a run directory read again just now: its open problems
+        that were not seen again are resolved — except on files this read did not look at
+        again (a JSON file skipped as unchanged; a stream read on from its checkpoint,
+        whose earlier bad lines were not re-read)."""
+        stream_path = f"{path}/events.jsonl"
+        stream = read.stream
+        stream_reread = stream is None or (stream.tail is not None and (checkpoint_before is None or stream.replace))
+        not_reread = {f"{path}/{name}" for name in SNAPSHOT_NAMES if name not in read.files}
+        if not stream_reread:
+            not_reread.add(stream_path)
+        resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in read.problems}, self.now,
+                         under=path, not_reread=not_reread)
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
         with write_transaction(self.engine) as conn:

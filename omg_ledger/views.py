@@ -152,3 +152,38 @@ def create_statements(views: dict[str, tuple[str, str]]) -> list[str]:
 
 def drop_statements(views: dict[str, tuple[str, str]]) -> list[str]:
     return [f"DROP VIEW IF EXISTS {name}" for name in reversed(list(views))]
+
+
+# Revision 0006: ledger_state follows status.derive (an unreadable state.json never turns
+# a run the stream says passed into FAIL; such a run has spoken); v_problems says which
+# problems are resolved (their cause gone on a later sync). v_nodes.state is the stream's
+# word: "running" means its last execution has no terminal in the open leg — the status
+# (a live lock probe) decides whether it is running or interrupted (`omg-ledger show`).
+LEDGER_STATE_0006 = """CASE
+         WHEN NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state THEN 'NOT-KNOWN-YET'
+         WHEN r.last_leg_open THEN 'OPEN'
+         WHEN r.last_outcome = 'paused' THEN 'PAUSED'
+         WHEN r.snapshot_schema IS NOT NULL AND r.all_nodes_passed THEN 'PASS'
+         WHEN r.snapshot_schema IS NULL AND r.has_state AND r.last_outcome = 'passed' THEN 'PASS'
+         ELSE 'FAIL'
+       END"""
+_LEDGER_STATE_0002 = VIEWS_0002["v_runs"][1][VIEWS_0002["v_runs"][1].index("CASE"):
+                                            VIEWS_0002["v_runs"][1].index("END") + 3]
+VIEWS_0006: dict[str, tuple[str, str]] = {
+    **VIEWS_0005,
+    "v_runs": (VIEWS_0005["v_runs"][0], VIEWS_0005["v_runs"][1].replace(_LEDGER_STATE_0002, LEDGER_STATE_0006)),
+    "v_nodes": (VIEWS_0005["v_nodes"][0] + " state 'running' is the stream's word (no terminal in the open leg); "
+                "whether the run is alive needs a live lock probe (`omg-ledger show`).", VIEWS_0005["v_nodes"][1]),
+    "v_problems": (
+        "Bad input recorded by sync (path, byte offset, reason), with its run when known; resolved_at is "
+        "set when a later sync found the cause gone (NULL: still open).",
+        """
+SELECT h.label AS home, r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at,
+       p.resolved_at
+FROM problems p
+LEFT JOIN runs r ON r.id = p.run_pk
+LEFT JOIN homes h ON h.id = r.home_id
+""",
+    ),
+}
+assert LEDGER_STATE_0006 in VIEWS_0006["v_runs"][1]

@@ -438,7 +438,17 @@ def test_cli_json_csv_text(sqlite_url, scenario_home):
     csv_out = runner.invoke(main, ["cost", "--db", sqlite_url, "--by", "day", "--tz", "UTC", "--csv"]).output
     lines = csv_out.splitlines()
     assert lines[0].startswith("key,cost_usd,cost_nano_usd,cost_is_lower_bound,invocations")
-    assert lines[-1].startswith(f"TOTAL,0.4514,{nanos(TOTAL)},True,19,2,")
+    assert not any(line.startswith("TOTAL") for line in lines)  # no TOTAL among the data rows unasked
+    assert set(lines[0].split(",")) - {"key"} <= set(doc["total"])  # the --json columns
+    totalled = runner.invoke(main, ["cost", "--db", sqlite_url, "--by", "day", "--tz", "UTC", "--csv",
+                                    "--total"]).output.splitlines()
+    assert totalled[:-1] == lines and totalled[-1].startswith(f"TOTAL,0.4514,{nanos(TOTAL)},true,19,2,")
+    by_runtime = runner.invoke(main, ["cost", "--db", sqlite_url, "--by", "runtime", "--tz", "UTC",
+                                      "--csv"]).output.splitlines()
+    codex = next(line for line in by_runtime if line.startswith("codex,"))
+    assert codex.startswith("codex,,,true,")  # no known price at all: empty cells, never 0
+    refused = runner.invoke(main, ["cost", "--db", sqlite_url, "--total"])
+    assert refused.exit_code == 2 and "--csv" in refused.output
 
     windowed = runner.invoke(main, ["cost", "--db", sqlite_url, "--since", "2026-11-29T10:00:00Z", "--until",
                                     "2026-11-29T10:30:00Z", "--tz", "Europe/Berlin"]).output

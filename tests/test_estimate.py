@@ -288,7 +288,7 @@ def test_cli_estimate_three_figures_and_nothing_written(sqlite_url, tmp_path, es
     doc = json.loads(runner.invoke(main, ["cost", "--db", sqlite_url, "--tz", "UTC", "--estimate", "--json"],
                                    env={"OMG_LEDGER_PRICES": str(prices)}).output)
     assert doc["total"]["estimated_nano_usd"] == 8_300_000 and doc["price_book"]["path"] == str(prices)
-    csv_out = runner.invoke(main, ["cost", "--db", sqlite_url, "--tz", "UTC", "--estimate", "--csv",
+    csv_out = runner.invoke(main, ["cost", "--db", sqlite_url, "--tz", "UTC", "--estimate", "--csv", "--total",
                                    "--prices", str(prices)]).output.splitlines()
     assert csv_out[0].endswith("estimated_usd,estimated_nano_usd,estimated_invocations,unestimated_invocations")
     assert csv_out[-1].endswith(",0.0083,8300000,2,2")

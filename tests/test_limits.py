@@ -185,10 +185,11 @@ def test_cli_audit_with_limits(sqlite_url, scenario_home, tmp_path):
     result = run(["audit", "--db", sqlite_url, "--tz", "UTC", "--limit", "day=0.3", "--limit", "month=10"])
     lines = result.output.splitlines()
     assert result.exit_code == 1
-    assert lines[0] == ("LIMIT EXCEEDED: day: $0.4214 known spend of $0.3000 (day from 2026-11-29 in UTC); "
+    # the verdict line first, then each breach, then the report
+    assert lines[0].startswith("NEEDS ATTENTION: 1 spend limit(s) exceeded")
+    assert lines[1] == ("LIMIT EXCEEDED: day: $0.4214 known spend of $0.3000 (day from 2026-11-29 in UTC); "
                         "2 unpriced invocation(s) not in the known spend")
-    assert lines[1].startswith("audit ") and "SPEND LIMITS" in result.output
-    assert "NEEDS ATTENTION: 1 spend limit(s) exceeded" in result.output
+    assert lines[2].startswith("audit ") and "SPEND LIMITS" in result.output
     prices = tmp_path / "prices.toml"
     prices.write_text(BOOK)
     doc = json.loads(run(["audit", "--db", sqlite_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices),

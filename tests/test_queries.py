@@ -133,6 +133,20 @@ def test_cli_list_and_run(sqlite_url, corpus_home):
     assert [r["node"] for r in json.loads(result.output)["rows"]] == ["runaway"]
     bad = runner.invoke(main, ["query", "--db", sqlite_url, "spend_by_day", "--param", "oops"])
     assert bad.exit_code == 2 and "NAME=VALUE" in bad.output
+    typo = runner.invoke(main, ["query", "--db", sqlite_url, "most_expensive_nodes", "--param", "limit=abc"])
+    assert typo.exit_code == 2 and "--param limit must be a non-negative whole number" in typo.output
+    assert "Traceback" not in typo.output
+    unit = runner.invoke(main, ["query", "--db", sqlite_url, "spend_by_day", "--param", "since=3M"])
+    assert unit.exit_code == 2 and "3mo" in unit.output and "3m" in unit.output
+
+
+def test_query_times_compare_as_instants(corpus_ledger):
+    # Every corpus charge is 2026-11-29 18:15:1x UTC. 20:00+02:00 is 18:00 UTC: before them
+    # all (as text, "…T20:00…" would sort after them and drop the day).
+    [day] = _rows(run_saved(corpus_ledger, "spend_by_day", {"since": "2026-11-29T20:00:00+02:00"}))
+    assert int(day["cost_nano_usd"]) == 1_716_700_000
+    assert _rows(run_saved(corpus_ledger, "spend_by_day", {"since": "2026-11-29T18:30:00Z"})) == []
+    assert _rows(run_saved(corpus_ledger, "spend_by_day", {"until": "2026-11-29T13:00:00-05:00"})) == []
 
 
 # -- views ------------------------------------------------------------------------------

@@ -205,11 +205,38 @@ def test_snapshot_folds_feedback_rounds_like_the_engine_so_no_false_mismatch():
     assert run(*stream, snapshot=snapshot).findings == []
 
 
-def test_fail_with_its_out_on_disk_is_a_budget_overrun_not_a_disagreement():
-    rows = run(ev("run_started"), ev("node_failed", node_id="a", cost_usd=0.3),
-               snapshot={"schema": 3, "graph": graph("a"), "nodes": {"a": {"verdict": "FAIL", "cost_usd": 0.3}}},
-               artifacts={"a.out"})
-    assert rows.nodes[0]["budget_overrun"] is True and rows.findings == []
+BUDGET_DETAIL = "exceeded budget_usd: $0.2100 actual vs $0.2000 budgeted (over by $0.0100)"
+BUDGET_SNAPSHOT = {"schema": 3, "graph": {"name": "g", "nodes": [{"id": "a", "budget_usd": 0.2}]}}
+
+BUDGET_CASES = [
+    ("the engine failed it for its budget, .out on disk",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("node_failed", node_id="a", cost_usd=0.21,
+                                                             detail=BUDGET_DETAIL)], {"a.out"}, True),
+    ("a CLI killed at its budget writes no .out: still an overrun",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("node_failed", node_id="a", cost_usd=0.21,
+                                                             detail=BUDGET_DETAIL)], set(), True),
+    ("round 0 PASS left a .out; round 1 failed on a CLI error: not an overrun",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("node_passed", node_id="a", cost_usd=0.05),
+      ev("node_started", node_id="rev"), ev("node_retried", node_id="rev", round=1, cost_usd=0.01),
+      ev("node_started", node_id="a", round=1),
+      ev("node_failed", node_id="a", round=1, cost_usd=0.05, detail="claude exited 1: API error 529 overloaded")],
+     {"a.out"}, False),
+    ("an ordinary FAIL without a .out is not an overrun",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("node_failed", node_id="a", cost_usd=0.05,
+                                                             detail="check failed")], set(), False),
+    ("a budget FAIL followed by a PASS in a later leg is no overrun now",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("node_failed", node_id="a", cost_usd=0.21,
+                                                             detail=BUDGET_DETAIL),
+      ev("run_finished", outcome="failed"), ev("run_started"), ev("node_started", node_id="a"),
+      ev("node_passed", node_id="a", cost_usd=0.1), ev("run_finished", outcome="passed")], {"a.out"}, False),
+]
+
+
+@pytest.mark.parametrize(("stream", "artifacts", "overrun"), [c[1:] for c in BUDGET_CASES],
+                         ids=[c[0] for c in BUDGET_CASES])
+def test_budget_overrun_is_what_the_engine_failed_for_its_budget(stream, artifacts, overrun):
+    rows = run(*stream, artifacts=artifacts)
+    assert next(n for n in rows.nodes if n["node_id"] == "a")["budget_overrun"] is overrun
 
 
 @pytest.mark.parametrize(("node_id", "name"), [("a", "a.out"), ("check/probe", "check~probe.out"),
@@ -241,3 +268,78 @@ def test_session_limited_node_is_unfinished_and_its_attempt_unrecorded():
 def test_reconcile_is_deterministic():
     stream = [ev("run_started"), ev("node_passed", node_id="b", cost_usd=0.1), ev("node_passed", node_id="a", cost_usd=0.2)]
     assert run(*stream) == run(*stream)
+
+
+USAGE = {"input_tokens": 1200, "cached_input_tokens": 300, "output_tokens": 45, "reasoning_output_tokens": 7}
+GOAL = {"schema": 3, "runtime": "codex", "graph": graph("a"), "nodes": {"a": {"verdict": "PASS", "cost_unknown": True}},
+        "goal": {"text": "t", "cycle": 1, "max_cycles": 3, "first_run_id": "r1"}}
+
+ASSESS_CASES = [
+    ("codex assessor: filler 0 beside assess_cost_unknown is unknown, its usage its tokens",
+     {"goal_met": False, "assess_cost_usd": 0, "assess_cost_unknown": True, "usage": USAGE, "remaining": "x"},
+     (None, True, (1200, 300, 45, 7)), None),
+    ("claude assessor with usage: known price and tokens",
+     {"goal_met": True, "assess_cost_usd": 0.0078, "usage": USAGE}, (7_800_000, False, (1200, 300, 45, 7)), 7_800_000),
+    ("claude assessor without usage: known price, no tokens",
+     {"goal_met": True, "assess_cost_usd": 0.0078}, (7_800_000, False, (0, 0, 0, 0)), 7_800_000),
+    ("unknown without any number is still a paid call",
+     {"goal_met": False, "assess_cost_unknown": True}, (None, True, (0, 0, 0, 0)), None),
+    ("a known $0 stays a known $0", {"goal_met": True, "assess_cost_usd": 0}, (0, False, (0, 0, 0, 0)), 0),
+]
+
+
+@pytest.mark.parametrize(("assess", "charge", "cycle_cost"), [c[1:] for c in ASSESS_CASES],
+                         ids=[c[0] for c in ASSESS_CASES])
+def test_assessment_charge(assess, charge, cycle_cost):
+    rows = run(ev("run_started"), ev("node_started", node_id="a"),
+               ev("node_passed", node_id="a", cost_unknown=True, cost_usd=0), ev("run_finished", outcome="passed"),
+               snapshot=GOAL, assess=assess)
+    assessment = [c for c in rows.charges if c.kind == "assessment"]
+    assert [(c.cost_nano_usd, c.cost_unknown, c.tokens) for c in assessment] == [charge]
+    assert rows.goal_cycle["assess_cost_nano_usd"] == cycle_cost
+    assert rows.run["unknown_cost_invocations"] == 1 + (1 if charge[1] else 0)  # the node is unknown too
+    assert rows.run["input_tokens"] == charge[2][0]
+
+
+def test_codex_goal_loop_of_three_cycles_counts_every_assessment_unknown():
+    from omg_ledger.snapshot import parse_assess
+
+    assess = parse_assess(b'{"goal_met": false, "remaining": "more", "assess_cost_usd": 0, '
+                          b'"assess_cost_unknown": true, "usage": {"input_tokens": 900, "cached_input_tokens": 0, '
+                          b'"output_tokens": 30, "reasoning_output_tokens": 12}}')
+    cycles = [{**GOAL, "nodes": {}, "goal": {**GOAL["goal"], "cycle": k}} for k in (1, 2, 3)]
+    totals = [run(ev("run_started"), ev("run_finished", outcome="passed"), snapshot=snap, assess=assess).run
+              for snap in cycles]
+    assert [(t["cost_nano_usd"], t["unknown_cost_invocations"], t["output_tokens"]) for t in totals] == [(0, 1, 30)] * 3
+
+
+def test_refused_recovery_does_not_borrow_another_nodes_leg():
+    # b's dropped terminal is recovered in leg 2; a's recovery is refused (the snapshot
+    # holds less than the stream already charged). a's last leg is its own: leg 1.
+    snapshot = {"schema": 3, "graph": graph("a", "b"), "nodes": {
+        "a": {"verdict": "PASS", "round": 1, "cost_usd": 0.01},
+        "b": {"verdict": "PASS", "cost_usd": 0.2}}}
+    rows = run(ev("run_started"), ev("node_started", node_id="a"), ev("node_retried", node_id="a", round=1, cost_usd=0.5),
+               ev("run_finished", outcome="failed"),
+               ev("run_started"), ev("node_started", node_id="b"), ev("run_finished", outcome="passed"),
+               snapshot=snapshot)
+    nodes = {n["node_id"]: n for n in rows.nodes}
+    assert "recovery_negative" in [f.kind for f in rows.findings]
+    assert (nodes["a"]["last_leg"], nodes["b"]["last_leg"]) == (1, 2)
+    assert [(c.seq, c.kind, c.node_id) for c in rows.charges] == [(1, "feedback", "a"), (2, "recovered", "b")]
+
+
+UNRECORDED_CASES = [
+    ("killed call in a leg a later leg followed",
+     [ev("run_started"), ev("node_started", node_id="a"), ev("run_started"), ev("run_finished", outcome="failed")],
+     1, "unfinished"),
+    ("killed call in the open leg: the stream says it is still running (status decides at query time)",
+     [ev("run_started"), ev("node_started", node_id="a")], 0, "running"),
+]
+
+
+@pytest.mark.parametrize(("stream", "stored", "state"), [c[1:] for c in UNRECORDED_CASES],
+                         ids=[c[0] for c in UNRECORDED_CASES])
+def test_unrecorded_attempts_and_the_stored_state_are_stream_facts(stream, stored, state):
+    node = run(*stream).nodes[0]
+    assert (node["unrecorded_attempts"], node["state"]) == (stored, state)

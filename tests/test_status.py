@@ -193,3 +193,55 @@ def test_paused_rows_name_how_to_resume(ledger):
     assert "--retry-failed" in rows["20261129-181518.826010212-1"]["hint"]
     # s39 stopped at two gates; state.json's gate.paused_at names gate-b, the one to decide.
     assert "--approve gate-b" in rows["20261129-181524.604560538-1"]["hint"]
+
+
+# -- the status rules live once: the view's CASE and the SQL pre-filter agree with derive --
+
+def _fact_combinations():
+    import itertools
+
+    for any_leg, open_, phase, outcome, schema_, has_state, all_passed in itertools.product(
+            (False, True), (False, True), (None, "run", "planning"), (None, "passed", "failed", "paused"),
+            (None, 3), (False, True), (False, True)):
+        if schema_ is not None and not has_state:
+            continue  # a parsed snapshot was a present state.json
+        yield dict(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
+                   snapshot_schema=schema_, has_state=has_state, all_nodes_passed=all_passed,
+                   last_detail=None, gate_paused_at=None)
+
+
+def test_view_ledger_state_and_could_be_agree_with_derive():
+    import sqlalchemy as sa
+
+    from omg_ledger.status import STATUSES, could_be, derive
+    from omg_ledger.views import LEDGER_STATE_0006
+
+    engine = sa.create_engine("sqlite://")
+    rows = list(_fact_combinations())
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE runs (id INTEGER PRIMARY KEY, any_leg BOOLEAN, last_leg_open BOOLEAN, "
+                             "last_leg_phase TEXT, last_outcome TEXT, snapshot_schema INTEGER, has_state BOOLEAN, "
+                             "all_nodes_passed BOOLEAN, last_detail TEXT, gate_paused_at TEXT)")
+        for pk, row in enumerate(rows, 1):
+            conn.execute(sa.text("INSERT INTO runs VALUES (:id, :any_leg, :last_leg_open, :last_leg_phase, "
+                                 ":last_outcome, :snapshot_schema, :has_state, :all_nodes_passed, NULL, NULL)"),
+                         {"id": pk, **row})
+        states = dict(conn.exec_driver_sql(f"SELECT id, {LEDGER_STATE_0006} FROM runs r").all())
+        from omg_ledger import schema
+
+        kept = {status: set(conn.execute(sa.select(schema.runs.c.id).where(could_be(status))).scalars())
+                for status in STATUSES}
+    open_states = {"RUNNING": "OPEN", "PLANNING": "OPEN", "ABANDONED": "OPEN"}
+    for pk, row in enumerate(rows, 1):
+        facts = StatusFacts.from_row(row)
+        for lock in (Liveness.FREE, Liveness.HELD, Liveness.UNKNOWN):
+            status = derive(facts, lock)
+            assert open_states.get(status, status) == states[pk], row
+            assert pk in kept[status], (status, row)
+
+
+def test_an_unreadable_snapshot_never_turns_a_passed_stream_into_fail():
+    unreadable = StatusFacts(True, False, "run", "passed", False, False, snapshot_unreadable=True)
+    absent = StatusFacts(True, False, "run", "passed", False, False)
+    failed = StatusFacts(True, False, "run", "failed", False, False, snapshot_unreadable=True)
+    assert [derive(f, Liveness.UNKNOWN) for f in (unreadable, absent, failed)] == ["PASS", "FAIL", "FAIL"]

@@ -29,10 +29,9 @@ Rules (each one is a test in tests/test_cost.py):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import and_, case, func, literal, select
 from sqlalchemy.engine import Engine
@@ -41,7 +40,7 @@ from sqlalchemy.exc import OperationalError
 from .. import schema
 from ..errors import BadArgument
 from ..prices import PriceBook
-from ..timespec import parse_time
+from ..timespec import local_zone, parse_time, zone_named  # noqa: F401 (re-exported)
 from ..units import instant_in_range, instant_to_us, us_to_instant
 
 GROUPINGS = ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind")
@@ -50,43 +49,6 @@ BUCKET_US = 900_000_000  # 15 minutes
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
 UNDATED = "(undated)"
 OUT_OF_RANGE = "(out of range)"  # a time an older omg-ledger stored before instants were range-checked
-
-
-def local_zone() -> ZoneInfo:
-    """The local IANA zone (DST rules included): $TZ, else /etc/localtime, else UTC."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    if name:
-        try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    try:
-        target = os.path.realpath("/etc/localtime")
-        if "/zoneinfo/" in target:
-            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
-        with open("/etc/localtime", "rb") as fh:
-            return ZoneInfo.from_file(fh, key="localtime")
-    except (OSError, ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
-
-
-def zone_named(name: str | None) -> ZoneInfo:
-    if not name:
-        return local_zone()
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        pass
-    from zoneinfo import available_timezones
-
-    zones = {zone.lower(): zone for zone in available_timezones()}
-    if name.lower() in zones:  # europe/berlin, utc: the case is the only difference
-        return ZoneInfo(zones[name.lower()])
-    import difflib
-
-    close = difflib.get_close_matches(name.lower(), list(zones), n=1, cutoff=0.6)
-    hint = f"did you mean {zones[close[0]]}? " if close else ""
-    raise BadArgument(f"unknown time zone {name!r}: {hint}use an IANA name such as Europe/Berlin or UTC")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ downwards, which a counter must never do.
   for one with no graph (the keys ``cost --by runtime`` and ``--by node`` use).
 * ``omg_ledger_runs{status}`` — runs by their live status now (every status, 0 included).
 * ``omg_ledger_abandoned_runs`` — ABANDONED runs now (each may have an orphan spending).
-* ``omg_ledger_open_problems`` — recorded input problems.
+* ``omg_ledger_open_problems`` — recorded input problems still open (not resolved by a later sync).
 * ``omg_ledger_last_event_timestamp_seconds`` — the newest event of any run (absent when
   the ledger is empty).
 * ``omg_ledger_last_sync_timestamp_seconds{home}`` — when each home's last sync completed;
@@ -69,7 +69,8 @@ def collect(engine: Engine) -> list[dict]:
              .group_by(runtime, graph))
     with engine.connect() as conn:
         groups = sorted(conn.execute(query).all(), key=lambda g: (g.runtime, g.graph))
-        problems = conn.execute(select(func.count()).select_from(schema.problems)).scalar() or 0
+        problems = conn.execute(select(func.count()).select_from(schema.problems)
+                                .where(schema.problems.c.resolved_at.is_(None))).scalar() or 0
         newest_us = conn.execute(select(func.max(r.last_event_at_us))).scalar()
         synced = conn.execute(select(schema.homes.c.label, schema.homes.c.last_synced_at)
                               .where(schema.homes.c.last_synced_at.is_not(None))
@@ -91,7 +92,7 @@ def collect(engine: Engine) -> list[dict]:
         {"name": "omg_ledger_abandoned_runs",
          "help": "ABANDONED runs now: a leg died; a model-CLI subprocess may still be spending.",
          "samples": [({}, str(statuses.get(ABANDONED, 0)))]},
-        {"name": "omg_ledger_open_problems", "help": "Recorded input problems (bad or unreadable run files).",
+        {"name": "omg_ledger_open_problems", "help": "Open input problems (bad or unreadable run files not fixed since).",
          "samples": [({}, str(int(problems)))]},
     ]
     if newest_us is not None:

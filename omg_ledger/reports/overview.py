@@ -138,6 +138,9 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     since_us = None if win.since is None else instant_to_us(win.since)
     audit = audit_report(engine, since=None if win.since is None else win.since.isoformat(), now=now)
     status = Counter(run["status"] for run in iter_runs(engine, since_us=since_us))
+    redone = _redone(engine, conditions, since_us)
+    # the same count audit gives: killed calls of ABANDONED runs included (status.unrecorded_attempts)
+    redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]
     return {
         "generated_at": now.astimezone(zone).isoformat(),
         "tz": by_runtime["tz"],
@@ -148,7 +151,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
         "graphs": _graphs(by_node["rows"])[:TOP],
         "nodes": by_node["rows"][:TOP],
         "days": _days(engine, conditions, zone, prices),
-        "redone": _redone(engine, conditions, since_us),
+        "redone": redone,
         "status": dict(status),
         "abandoned": audit["abandoned"],
         "paused": [p for kind in ("gate", "session_limit", "other") for p in audit["paused"][kind]],

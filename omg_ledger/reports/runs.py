@@ -5,20 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import orjson
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Engine
 
 from .. import schema
 from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
-    NOT_KNOWN_YET,
     PAUSED,
-    PLANNING,
-    RUNNING,
     StatusFacts,
+    could_be,
     hint,
+    node_state,
+    pause_reason,
     status_of,
+    unrecorded_attempts,
 )
 from ..units import nanos_to_usd
 
@@ -30,7 +31,7 @@ LIST_COLUMNS = [schema.runs.c[name] for name in (
     "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
     "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
     "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
-    "all_nodes_passed")]
+    "last_detail", "has_state", "all_nodes_passed")]
 
 
 def _money(nanos: int | None) -> float | None:
@@ -38,19 +39,18 @@ def _money(nanos: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _session_limited_runs(conn) -> set[int]:
-    """Runs whose last leg was paused by a session limit (few): their hint differs from
-    a gate's."""
-    legs = schema.legs
-    later = legs.alias("later")
-    last_leg = ~select(later.c.ordinal).where(later.c.run_pk == legs.c.run_pk,
-                                              later.c.ordinal > legs.c.ordinal).exists()
-    return set(conn.execute(select(legs.c.run_pk).where(legs.c.session_limited, last_leg)).scalars())
+def nodes_left_running(conn, run_pk: int) -> int:
+    """How many of a run's nodes the stream leaves running in its open leg."""
+    n = schema.nodes.c
+    return int(conn.execute(select(func.count()).where(n.run_pk == run_pk, n.state == "running")).scalar() or 0)
 
 
-def run_summary(row, status: str, home_label: str, session_limited: bool) -> dict:
+def run_summary(row, status: str, home_label: str, left_running: int = 0) -> dict:
+    """One run's listing row. ``left_running``: nodes the stream leaves running in the
+    open leg (only read when the run is ABANDONED: their killed calls are unrecorded)."""
     m = row._mapping
-    has_snapshot = m["snapshot_schema"] is not None
+    facts = StatusFacts.from_row(row)
+    has_snapshot = facts.has_snapshot
     return {
         "run_id": m["run_id"],
         "home": home_label,
@@ -64,7 +64,7 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
         "cost_nano_usd": m["cost_nano_usd"],
         "invocations": m["invocations"],
         "unknown_cost_invocations": m["unknown_cost_invocations"],
-        "unrecorded_attempts": m["unrecorded_attempts"],
+        "unrecorded_attempts": unrecorded_attempts(m["unrecorded_attempts"], left_running, status),
         "input_tokens": m["input_tokens"],
         "cached_input_tokens": m["cached_input_tokens"],
         "output_tokens": m["output_tokens"],
@@ -73,7 +73,10 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
         "last_event_at": m["last_event_at"],
         "gone": bool(m["gone"]),
         "has_snapshot": has_snapshot,
-        "hint": hint(status, m["run_id"], has_snapshot, m["gate_paused_at"], session_limited),
+        "paused_for": pause_reason(facts) if status == PAUSED else None,
+        "gate": m["gate_paused_at"],
+        "nodes_interrupted": left_running if status == ABANDONED else 0,  # killed calls, unrecorded
+        "hint": hint(status, m["run_id"], facts),
     }
 
 
@@ -89,33 +92,20 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     if home_labels:
         conditions.append(homes.c.label.in_(home_labels))
     if statuses:
-        conditions.append(or_(*(_could_be(status) for status in statuses)))
+        conditions.append(or_(*(could_be(status) for status in statuses)))
     query = query.where(and_(*conditions)).order_by(runs.c.run_id.desc(), homes.c.label)
-    with engine.connect() as conn:
-        limited = _session_limited_runs(conn)
+    with engine.connect() as conn, engine.connect() as side:
         for row in conn.execution_options(stream_results=True, yield_per=500).execute(query):
             status = status_of(StatusFacts.from_row(row), row.dir_path)
             if statuses and status not in statuses:
                 continue
-            yield run_summary(row, status, row.label, row.id in limited)
+            left = nodes_left_running(side, row.id) if status == ABANDONED else 0
+            yield run_summary(row, status, row.label, left)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
               home_labels: tuple[str, ...] = ()) -> list[dict]:
     return list(iter_runs(engine, since_us, statuses, home_labels))
-
-
-def _could_be(status: str):
-    """A SQL pre-filter for one status; the exact status still comes from status_of
-    (the lock is probed live), so this only has to keep every run that could have it."""
-    r = schema.runs.c
-    if status in (ABANDONED, RUNNING, PLANNING):
-        return r.last_leg_open
-    if status == PAUSED:
-        return and_(r.last_leg_open.is_(False), r.last_outcome == "paused")
-    if status == NOT_KNOWN_YET:
-        return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None))
-    return r.last_leg_open.is_(False)  # PASS, FAIL
 
 
 AMBIGUOUS_LISTED = 20
@@ -178,7 +168,12 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
             select(schema.problems).where(schema.problems.c.run_pk == pk).order_by(schema.problems.c.path,
                                                                                    schema.problems.c.byte_offset))]
     status = status_of(StatusFacts.from_row(row), row.dir_path)
-    summary = run_summary(row, status, row.label, any(leg["session_limited"] for leg in legs))
+    left_running = sum(1 for node in nodes if node["state"] == "running")
+    for node in nodes:
+        node["state"] = node_state(node["state"], status)
+        node["unrecorded_attempts"] = unrecorded_attempts(node["unrecorded_attempts"],
+                                                          1 if node["state"] == "interrupted" else 0, status)
+    summary = run_summary(row, status, row.label, left_running)
     for item in [*nodes, *rounds, *charges]:
         for key in list(item):
             if key.endswith("_nano_usd"):

@@ -28,8 +28,12 @@ line is the summary, and each parameter is declared on a line of its own::
 
     -- :since  earliest charge time, UTC text such as 2026-11-01 [default: ]
 
-A parameter without ``[default: …]`` is required. Values are passed as text; the
-SQL casts where it needs a number (``CAST(:limit AS INTEGER)``).
+A parameter without ``[default: …]`` is required. Values are typed by name: ``since``
+and ``until`` (and any ``*_at``) go through the time grammar of ``--since`` (7d, 3mo,
+today, dates, RFC 3339 with any offset; dates without one in --tz) and are bound as
+the ledger's UTC text (``2026-11-01T00:00:00.000000Z``), which orders as the instants
+do; ``limit`` (and any ``*_count``) must be a non-negative integer. An empty value
+stays empty (the queries read ``''`` as "no bound"). Everything else is text.
 """
 
 from __future__ import annotations
@@ -517,9 +521,38 @@ def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
-def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None,
-              user_dir: str | None = None) -> QueryResult:
-    """Run a saved query with its declared defaults, overridden by `given`."""
+def _is_time(name: str) -> bool:
+    return name in ("since", "until") or name.endswith("_at")
+
+
+def _is_integer(name: str) -> bool:
+    return name == "limit" or name.endswith("_count")
+
+
+def typed_value(name: str, value: str, now=None, zone=None) -> object:
+    """One --param value, typed by its name (module docstring)."""
+    if value == "":
+        return value
+    if _is_time(name):
+        from ..timespec import parse_time
+        from ..units import format_instant
+
+        try:
+            return format_instant(parse_time(value, now, zone))
+        except BadArgument as exc:
+            raise BadArgument(f"--param {name}: {exc}") from None
+    if _is_integer(name):
+        if not re.fullmatch(r"\s*\d{1,18}\s*", value):
+            raise BadArgument(f"--param {name} must be a non-negative whole number, got {value!r}")
+        return int(value)
+    return value
+
+
+def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None, user_dir: str | None = None,
+              now=None, zone=None) -> QueryResult:
+    """Run a saved query (shipped, or one of the user's in ``user_dir``) with its declared
+    defaults, overridden by `given`; every value typed by :func:`typed_value` (``now``
+    and ``zone`` read relative and local times)."""
     query = saved_query(name, user_dir)
     given = dict(given or {})
     declared = {p.name: p for p in query.params}
@@ -535,4 +568,5 @@ def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None,
             values[param.name] = param.default
         else:
             raise BadArgument(f"query {name} needs --param {param.name}=… ({param.description})")
+    values = {key: typed_value(key, value, now, zone) for key, value in values.items()}
     return run_sql(engine, query.sql, values)

@@ -1,0 +1,189 @@
+"""Problems have a lifecycle, and status/node state are composed at query time, on real
+run directories synced into real ledgers (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from click.testing import CliRunner
+
+from omg_ledger.cli import main
+from omg_ledger.db import open_ledger
+from omg_ledger.reports.audit import audit_report
+from omg_ledger.reports.problems import list_problems
+from omg_ledger.reports.runs import list_runs, show_run
+from omg_ledger.sync import Home, sync
+
+from .test_cost import NOW, ev, passed, state, t, write_run
+
+RUN = "20261129-100000.000000001-1"
+
+
+def _sync(engine, home, label="hand"):
+    sync(engine, [Home.from_path(str(home), label)])
+
+
+def _clean(home, run_id=RUN):
+    return write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="a"),
+        passed(run_id, t("10:00:02"), "a", 0.01, provenance="verified"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, "g", {"a": {"verdict": "PASS", "cost_usd": 0.01, "provenance": "verified"}}))
+
+
+def _rewrite(path, text: str) -> None:
+    """Replace a file the way the engine does (temp file + rename), with a new mtime."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    info = os.stat(path)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 2_000_000_000))
+
+
+def test_corrupt_state_json_is_a_problem_never_a_fail_and_resolves_when_fixed(db_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    good = (run_dir / "state.json").read_text()
+    (run_dir / "state.json").write_text('{"schema": 3, "nodes": {')  # torn mid-write
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    [run] = list_runs(engine)
+    assert run["status"] == "PASS"  # the stream says passed; the unreadable file is the reader's damage
+    [problem] = list_problems(engine)
+    assert problem["path"] == str(run_dir / "state.json") and problem["open"] is True
+    assert audit_report(engine, now=NOW)["attention"] == ["1 open input problem(s)"]
+
+    _sync(engine, home)  # unchanged: skipped by the stat-only check, the problem stays open
+    assert [p["open"] for p in list_problems(engine)] == [True]
+
+    _rewrite(run_dir / "state.json", good)
+    _sync(engine, home)
+    assert list_problems(engine) == []
+    [resolved] = list_problems(engine, include_resolved=True)
+    assert resolved["open"] is False and resolved["resolved_at"] is not None
+    assert audit_report(engine, now=NOW)["needs_attention"] is False
+
+    _rewrite(run_dir / "state.json", '{"schema": 3, "nodes": {')  # broken again: open again
+    _sync(engine, home)
+    assert [p["open"] for p in list_problems(engine)] == [True]
+
+
+def test_a_stream_problem_resolves_only_when_the_stream_is_read_again_from_the_start(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "events.jsonl").write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    assert [p["path"] for p in list_problems(engine)] == [str(run_dir / "events.jsonl")]
+    with open(run_dir / "events.jsonl", "a") as fh:  # read on from the checkpoint: the bad line is not re-read
+        fh.write(json.dumps(ev(RUN, t("10:00:04"), "run_note")) + "\n")
+    _sync(engine, home)
+    assert [p["open"] for p in list_problems(engine)] == [True]
+    _rewrite(run_dir / "events.jsonl", "".join(lines))  # a new file without the bad line
+    _sync(engine, home)
+    assert list_problems(engine) == []
+
+
+def test_a_missing_home_resolves_once_it_exists(sqlite_url, tmp_path):
+    home = tmp_path / "later"
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    assert [p["reason"] for p in list_problems(engine)] == ["home directory does not exist or is not a directory"]
+    _clean(home)
+    _sync(engine, home)
+    assert list_problems(engine) == [] and len(list_problems(engine, include_resolved=True)) == 1
+
+
+def test_problems_command(sqlite_url, tmp_path):
+    engine = open_ledger(sqlite_url)
+    _sync(engine, tmp_path / "nowhere")
+    runner = CliRunner()
+    listed = runner.invoke(main, ["problems", "--db", sqlite_url])
+    assert listed.exit_code == 0 and "[open]" in listed.output and "does not exist" in listed.output
+    _clean(tmp_path / "nowhere")
+    _sync(engine, tmp_path / "nowhere")
+    assert runner.invoke(main, ["problems", "--db", sqlite_url]).output.strip() == "no open input problems"
+    doc = json.loads(runner.invoke(main, ["problems", "--db", sqlite_url, "--all", "--json"]).output)
+    assert [(p["open"], p["byte_offset"]) for p in doc] == [(False, 0)]
+
+
+def test_a_node_left_running_in_an_abandoned_leg_is_interrupted_and_its_call_unrecorded(db_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = write_run(home, RUN, [
+        ev(RUN, t("10:00:00"), "run_started"),
+        ev(RUN, t("10:00:01"), "node_started", node_id="a"),
+        passed(RUN, t("10:00:02"), "a", 0.01),
+        ev(RUN, t("10:00:03"), "node_started", node_id="b"),  # killed -9 while b's call runs
+    ], state(RUN, "g", {"a": {"verdict": "PASS", "cost_usd": 0.01}, "b": {"verdict": ""}}))
+    (run_dir / "resume.lock").write_text(f"oh-my-graph-lock 1\n{2**22 + 17}\n")  # nobody holds it: dead leg
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    detail = show_run(engine, RUN)
+    assert detail["status"] == "ABANDONED"
+    assert {n["node_id"]: n["state"] for n in detail["nodes"]} == {"a": "settled", "b": "interrupted"}
+    # counted like a killed call in a leg a later leg followed (one, not zero)
+    assert detail["unrecorded_attempts"] == 1
+    assert [n["unrecorded_attempts"] for n in detail["nodes"]] == [0, 1]
+    [run] = list_runs(engine)
+    assert run["unrecorded_attempts"] == 1
+    report = audit_report(engine, now=NOW)
+    assert [a["interrupted_nodes"] for a in report["abandoned"]] == [["b"]]
+    assert report["unknown_cost"]["unrecorded_attempts"] == 1
+
+    # The same killed call in a leg that a later leg followed: the same count.
+    other = "20261129-110000.000000001-1"
+    write_run(home, other, [
+        ev(other, t("11:00:00"), "run_started"),
+        ev(other, t("11:00:01"), "node_started", node_id="a"),
+        passed(other, t("11:00:02"), "a", 0.01),
+        ev(other, t("11:00:03"), "node_started", node_id="b"),
+        ev(other, t("11:05:00"), "run_started"),
+        ev(other, t("11:05:01"), "node_started", node_id="b"),
+        passed(other, t("11:05:02"), "b", 0.02),
+        ev(other, t("11:05:03"), "run_finished", outcome="passed"),
+    ], state(other, "g", {"a": {"verdict": "PASS", "cost_usd": 0.01}, "b": {"verdict": "PASS", "cost_usd": 0.02}}))
+    _sync(engine, home)
+    assert show_run(engine, other)["unrecorded_attempts"] == 1
+
+
+def test_the_last_leg_decides_why_a_run_paused(db_url, tmp_path):
+    # Leg 1 hit a session limit; leg 2 (the resume) paused at gate g: it waits at the gate.
+    home = tmp_path / "home"
+    write_run(home, RUN, [
+        ev(RUN, t("10:00:00"), "run_started"),
+        ev(RUN, t("10:00:01"), "node_started", node_id="a"),
+        ev(RUN, t("10:00:02"), "run_finished", outcome="paused",
+           detail="session limit reached at a: You've hit your limit"),
+        ev(RUN, t("15:00:00"), "run_started"),
+        ev(RUN, t("15:00:01"), "node_started", node_id="a"),
+        passed(RUN, t("15:00:02"), "a", 0.01),
+        ev(RUN, t("15:00:03"), "node_started", node_id="g"),
+        ev(RUN, t("15:00:04"), "gate_paused", node_id="g"),
+        ev(RUN, t("15:00:05"), "run_finished", outcome="paused", detail="paused at gate g"),
+    ], state(RUN, "g", {"a": {"verdict": "PASS", "cost_usd": 0.01}, "g": {"verdict": ""}}, gate={"paused_at": "g"}))
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    [run] = list_runs(engine)
+    detail = show_run(engine, RUN)
+    paused = audit_report(engine, now=NOW)["paused"]
+    assert (run["paused_for"], detail["paused_for"]) == ("gate", "gate")
+    assert "--approve g" in run["hint"] and run["hint"] == detail["hint"]
+    assert [p["run_id"] for p in paused["gate"]] == [RUN] and paused["session_limit"] == []
+
+
+def test_a_symlink_in_runs_resolves_when_removed_and_a_skipped_run_keeps_its_problems(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    (run_dir / "state.json").write_text("{torn")
+    (home / "runs" / "elsewhere").symlink_to(tmp_path)
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    assert sorted(p["path"] for p in list_problems(engine)) == sorted([str(home / "runs" / "elsewhere"),
+                                                                      str(run_dir / "state.json")])
+    (home / "runs" / "elsewhere").unlink()
+    _sync(engine, home)  # the run is unchanged and skipped: its state.json problem stays open
+    assert [p["path"] for p in list_problems(engine)] == [str(run_dir / "state.json")]
