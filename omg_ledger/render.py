@@ -118,18 +118,19 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False,
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, grouped(r["leg_count"]),
                      grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])), grouped_tokens(r),
-                     r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone)])
-    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", f"STARTED ({zone or 'UTC'})"]
+                     r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone), safe(r["home"])])
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", f"STARTED ({zone or 'UTC'})",
+               "HOME"]
     with_estimate = "estimated_nano_usd" in rows[0]
     if with_estimate:
         headers.append("ESTIMATE")
         for cells, r in zip(body, rows, strict=True):
             cells.append(estimate_cell(r))
-    # Narrow terminals lose the estimate, tokens, legs, start time and nodes first, then
-    # the graph name is cut and dropped, and last the run id is cut (still a prefix for
-    # `show`). Money is never cut.
+    # Narrow terminals lose the home (cut first), the estimate, tokens, legs, start time
+    # and nodes, then the graph name is cut and dropped, and last the run id is cut
+    # (still a prefix for `show`). Money is never cut.
     text = fitted_table(headers, body, right={2, 3, 4, 5}, width=width,
-                        steps=((("drop", 8),) if with_estimate else ()) + (
+                        steps=(("cut", 8, 12), ("drop", 8)) + ((("drop", 9),) if with_estimate else ()) + (
                             ("drop", 5), ("drop", 3), ("drop", 7), ("drop", 2), ("cut", 1, 12), ("drop", 1),
                             ("cut", 0, 15)),
                         styles={6: status_style} if colour else None)

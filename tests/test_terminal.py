@@ -81,7 +81,7 @@ def test_narrow_terminal_drops_columns_and_wraps_hints(db):
 def test_a_pipe_gets_every_column_in_full(db):
     out = cli("runs", "--db", db).stdout
     assert out.splitlines()[0].split() == ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS",
-                                           "STARTED", "(UTC)"]
+                                           "STARTED", "(UTC)", "HOME"]
     assert "…" not in out and ESC not in out
 
 
