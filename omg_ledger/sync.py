@@ -191,7 +191,15 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
     for start in range(0, total, DERIVE_BATCH):
         with write_transaction(engine) as conn:
             for run_pk in run_pks[start:start + DERIVE_BATCH]:
-                if _rederive_run(conn, run_pk, force=everything):
+                try:
+                    with conn.begin_nested():
+                        done = _rederive_run(conn, run_pk, force=everything)
+                except OperationalError:
+                    raise  # the database itself: the batch rolls back, the next sync carries on
+                except Exception as exc:  # noqa: BLE001 - one run's stored facts must not stop every sync
+                    done = False
+                    _record_underivable(conn, run_pk, exc)
+                if done:
                     report.runs_rederived += 1
         if progress is not None:
             progress("derive", min(start + DERIVE_BATCH, total), total)
@@ -216,6 +224,14 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
     return True
+
+
+def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
+    """A run whose stored facts the rules cannot derive keeps its older rows and is a
+    problem (audit says so); it is tried again on every sync until a release fixes it."""
+    path = conn.execute(select(schema.runs.c.dir_path).where(schema.runs.c.id == run_pk)).scalar() or "?"
+    record_problem(conn, run_pk, path, 0, f"cannot derive this run's rows from its stored facts: "
+                                          f"{type(exc).__name__}: {exc}", format_instant(datetime.now(UTC)))
 
 
 def _derived_problems(run_dir: str, rows) -> list[Problem]:

@@ -380,3 +380,31 @@ def test_release_0_1_ledger_upgrades_and_rederives_with_the_same_money(tmp_path)
             == {derive.DERIVATION_VERSION}
     finally:
         con.close()
+
+
+def test_a_run_the_rules_cannot_derive_is_a_problem_not_a_stopped_ledger(tmp_path, db_url, monkeypatch):
+    """One run whose stored facts make a (new) rule fail keeps its rows and is a problem;
+    every other run is re-derived and sync completes."""
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(CORPUS / "home"), "c")])
+        _bump(monkeypatch)
+        original = derive.derive_run
+        broken = "20261129-181518.678721711-1"
+
+        def failing(facts, parsed=None):
+            if facts.run_id == broken:
+                raise ValueError("a rule that cannot read this run")
+            return original(facts, parsed)
+
+        monkeypatch.setattr("omg_ledger.sync.derive_run", failing)
+        report = sync(engine, [])
+        assert report.runs_rederived == 24
+        names = _graph_names(engine)
+        assert names[broken][1] == derive.DERIVATION_VERSION - 1  # its older rows are kept
+        assert {v for run_id, (_n, v, _g) in names.items() if run_id != broken} == {derive.DERIVATION_VERSION}
+        with engine.connect() as conn:
+            reasons = conn.execute(text("SELECT reason FROM problems")).scalars().all()
+        assert any("cannot derive this run's rows" in r and "a rule that cannot read this run" in r for r in reasons)
+    finally:
+        engine.dispose()
