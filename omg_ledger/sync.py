@@ -12,6 +12,7 @@ in batches that each commit (a killed sync resumes where it stopped).
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -263,6 +264,7 @@ class _HomeSync:
     def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
                  clock_ns: Callable[[], int], relabel: bool = False) -> None:
         self.relabel = relabel
+        self.open_problem_paths: list[str] | None = None  # loaded once, when first needed
         self.engine = engine
         self.home = home
         self.report = report
@@ -469,12 +471,23 @@ class _HomeSync:
             select(schema.run_files.c.place, schema.run_files.c.name).where(schema.run_files.c.run_pk == known.run_pk))}
         return listed == facts.run_files
 
+    def _has_open_problems_under(self, path: str) -> bool:
+        if self.open_problem_paths is None:
+            with self.engine.connect() as conn:
+                self.open_problem_paths = sorted(conn.execute(select(schema.problems.c.path).where(
+                    schema.problems.c.resolved_at.is_(None))).scalars())
+        at = bisect.bisect_left(self.open_problem_paths, path)
+        return at < len(self.open_problem_paths) and (
+            self.open_problem_paths[at] == path or self.open_problem_paths[at].startswith(path + "/"))
+
     def _resolve_run_problems(self, conn: Connection, path: str, read: RunDirRead,
                               checkpoint_before: Checkpoint | None) -> None:
         """Problem lifecycle, for a run directory read again just now: its open problems
         that were not seen again are resolved — except on files this read did not look at
         again (a JSON file skipped as unchanged; a stream read on from its checkpoint,
         whose earlier bad lines were not re-read)."""
+        if not self._has_open_problems_under(path):
+            return  # nothing recorded before under this run: nothing to resolve (the cold-sync case)
         stream_path = f"{path}/events.jsonl"
         stream = read.stream
         stream_reread = stream is None or (stream.tail is not None and (checkpoint_before is None or stream.replace))
