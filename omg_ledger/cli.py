@@ -746,20 +746,31 @@ def metrics(db, output) -> None:
         sys.stdout.write(text)
 
 
+SQL_TIMEOUT_S = 60.0
+
+
+def timeout_option(f: Callable) -> Callable:
+    return click.option("--timeout", "timeout", type=click.FloatRange(min=0), default=SQL_TIMEOUT_S,
+                        show_default=True, metavar="S",
+                        help="Stop the statement after S seconds (exit 2); 0: no limit. Ctrl-C stops it at once.")(f)
+
+
 @main.command()
 @db_option
 @json_option
 @csv_option
+@timeout_option
 @click.argument("statement")
 @ledger_errors
-def sql(db, as_json, as_csv, statement) -> None:
+def sql(db, as_json, as_csv, timeout, statement) -> None:
     """Run one read-only SQL statement against the ledger.
 
     Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
     assignment, several statements, COMMIT or SET) is refused and nothing changes
     (exit 2); a typo is reported as the database's syntax error. The
     v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
-    stable names to query.
+    stable names to query. A statement still running after --timeout seconds is
+    stopped (exit 2); Ctrl-C stops it at once (exit 130).
 
     \b
     Example:
@@ -768,7 +779,7 @@ def sql(db, as_json, as_csv, statement) -> None:
     from .db import VIEWS_SINCE
     from .reports.sql import run_sql
 
-    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement).as_dict()
+    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement, timeout=timeout).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -782,11 +793,12 @@ def sql(db, as_json, as_csv, statement) -> None:
               help="Your own saved queries (*.sql), listed beside the shipped ones. "
                    "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
+@timeout_option
 @click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
 @click.argument("name", required=False)
 @click.pass_context
 @ledger_errors
-def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show_help, name) -> None:
+def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, timeout, show_help, name) -> None:
     """Run a saved query read-only, list them with --list, describe one with NAME --help.
 
     Saved queries are the shipped ones plus your own *.sql files in --queries DIR
@@ -821,7 +833,8 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, show
         return
     from .db import VIEWS_SINCE
 
-    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir).as_dict()
+    result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir,
+                       timeout=timeout).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
