@@ -77,7 +77,9 @@ def db_option(f: Callable) -> Callable:
     return click.option(
         "--db", "db", metavar="URL|PATH", envvar=config.ENV_DB, default=None,
         help="Ledger database: a SQLite path or a SQLAlchemy URL (postgresql+psycopg://…). "
-             "Env: OMG_LEDGER_DB. Default: ~/.local/share/omg-ledger/ledger.sqlite.",
+             "Env: OMG_LEDGER_DB. Default: ledger.sqlite in the data directory: "
+             "$XDG_DATA_HOME/omg-ledger (~/.local/share/omg-ledger) on Linux, "
+             "~/Library/Application Support/omg-ledger on macOS.",
     )(f)
 
 
@@ -96,7 +98,8 @@ def json_option(f: Callable) -> Callable:
 def estimate_options(f: Callable) -> Callable:
     f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
                      help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
-                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
+                          "prices.toml in the config directory ($XDG_CONFIG_HOME/omg-ledger on Linux, "
+                          "~/Library/Application Support/omg-ledger on macOS), else the one shipped.")(f)
     return click.option("--estimate", is_flag=True,
                         help="Also estimate unpriced invocations from their tokens with the price book "
                              "(shown apart from known spend, never stored).")(f)
@@ -590,8 +593,9 @@ def limit_options(f: Callable) -> Callable:
     f = click.option("--tz", metavar="ZONE", help="IANA zone the limit periods are cut in. Default: local zone.")(f)
     return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
                         help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
-                             "node:GRAPH/NODE/day=1. Added to the [limits] of ~/.config/omg-ledger/config.toml "
-                             "(env OMG_LEDGER_CONFIG).")(f)
+                             "node:GRAPH/NODE/day=1. Added to the [limits] of config.toml in the config directory "
+                             "($XDG_CONFIG_HOME/omg-ledger on Linux, ~/Library/Application Support/omg-ledger "
+                             "on macOS; env OMG_LEDGER_CONFIG).")(f)
 
 
 def _check_limits(engine, limit_specs, tz, prices, required: bool):
@@ -619,7 +623,8 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
     Periods (day, week from Monday, month) are cut in --tz like `cost --by day`. A limit is
     exceeded when known spend is above it, or, with --estimate, known spend plus the estimate
     for unpriced work. Limits come from --limit and the [limits] table of
-    ~/.config/omg-ledger/config.toml (env OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
+    config.toml in the config directory (~/.config/omg-ledger on Linux; env
+    OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
 
     \b
     Example:
@@ -648,7 +653,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
     overrun, a reconciliation finding, a recorded input problem or an exceeded spend
-    limit (--limit, or the [limits] of ~/.config/omg-ledger/config.toml; breaches are
+    limit (--limit, or the [limits] of config.toml in the config directory; breaches are
     the first lines of the output). Unverified passes and unpriced work are reported
     but do not set it. --estimate also prices unpriced work (and counts it toward limits).
 
@@ -791,7 +796,8 @@ def sql(db, as_json, as_csv, timeout, statement) -> None:
 @click.option("--describe", is_flag=True, help="Describe the saved query NAME (the same as NAME --help).")
 @click.option("--queries", "queries_dir", metavar="DIR",
               help="Your own saved queries (*.sql), listed beside the shipped ones. "
-                   "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
+                   "Default: queries/ in the config directory ($XDG_CONFIG_HOME/omg-ledger on Linux, "
+                   "~/Library/Application Support/omg-ledger on macOS).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Bind :NAME (repeatable).")
 @timeout_option
 @click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
@@ -802,7 +808,7 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, time
     """Run a saved query read-only, list them with --list, describe one with NAME --help.
 
     Saved queries are the shipped ones plus your own *.sql files in --queries DIR
-    (default ~/.config/omg-ledger/queries). A query of yours with a shipped query's
+    (default: queries/ in the config directory). A query of yours with a shipped query's
     name is listed but never run: rename it.
 
     \b

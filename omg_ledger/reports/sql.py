@@ -567,11 +567,13 @@ def placeholders(sql: str) -> list[str]:
 
 
 def user_queries_dir() -> str:
-    """Where a user keeps their own saved queries: $XDG_CONFIG_HOME/omg-ledger/queries."""
+    """Where a user keeps their own saved queries: queries/ in the platform's config
+    directory ($XDG_CONFIG_HOME/omg-ledger/queries on Linux)."""
     import os
 
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "omg-ledger", "queries")
+    from ..paths import config_dir
+
+    return os.path.join(config_dir(), "queries")
 
 
 def _user_queries(directory: str, shipped: set[str]) -> list[SavedQuery]:
