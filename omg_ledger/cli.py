@@ -83,7 +83,9 @@ def db_option(f: Callable) -> Callable:
     return click.option(
         "--db", "db", metavar="URL|PATH", envvar=config.ENV_DB, default=None,
         help="Ledger database: a SQLite path or a SQLAlchemy URL (postgresql+psycopg://…). "
-             "Env: OMG_LEDGER_DB. Default: ~/.local/share/omg-ledger/ledger.sqlite.",
+             "Env: OMG_LEDGER_DB. Default: ledger.sqlite in the data directory: "
+             "$XDG_DATA_HOME/omg-ledger (~/.local/share/omg-ledger) on Linux, "
+             "~/Library/Application Support/omg-ledger on macOS.",
     )(f)
 
 
@@ -102,7 +104,8 @@ def json_option(f: Callable) -> Callable:
 def estimate_options(f: Callable) -> Callable:
     f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
                      help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
-                          "~/.config/omg-ledger/prices.toml, else the one shipped with omg-ledger.")(f)
+                          "prices.toml in the config directory ($XDG_CONFIG_HOME/omg-ledger on Linux, "
+                          "~/Library/Application Support/omg-ledger on macOS), else the one shipped.")(f)
     return click.option("--estimate", is_flag=True,
                         help="Also estimate unpriced invocations from their tokens with the price book "
                              "(shown apart from known spend, never stored).")(f)
@@ -656,8 +659,9 @@ def limit_options(f: Callable) -> Callable:
     f = click.option("--tz", metavar="ZONE", help="IANA zone the limit periods are cut in. Default: local zone.")(f)
     return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
                         help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
-                             "node:GRAPH/NODE/day=1. Added to the [limits] of ~/.config/omg-ledger/config.toml "
-                             "(env OMG_LEDGER_CONFIG).")(f)
+                             "node:GRAPH/NODE/day=1. Added to the [limits] of config.toml in the config directory "
+                             "($XDG_CONFIG_HOME/omg-ledger on Linux, ~/Library/Application Support/omg-ledger "
+                             "on macOS; env OMG_LEDGER_CONFIG).")(f)
 
 
 def _check_limits(engine, limit_specs, tz, prices, required: bool):
@@ -685,7 +689,8 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
     Periods (day, week from Monday, month) are cut in --tz like `cost --by day`. A limit is
     exceeded when known spend is above it, or, with --estimate, known spend plus the estimate
     for unpriced work. Limits come from --limit and the [limits] table of
-    ~/.config/omg-ledger/config.toml (env OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
+    config.toml in the config directory (~/.config/omg-ledger on Linux; env
+    OMG_LEDGER_CONFIG). Exit 1 when one is exceeded.
 
     \b
     Example:
@@ -716,7 +721,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
 
     Exit status 1 means something needs attention: an ABANDONED or PAUSED run, a budget
     overrun, a reconciliation finding, an open input problem or an exceeded spend limit
-    (--limit, or the [limits] of ~/.config/omg-ledger/config.toml). The verdict line is
+    (--limit, or the [limits] of config.toml in the config directory). The verdict line is
     the first line, spend-limit breaches next. --since narrows every section except the
     ABANDONED and PAUSED runs: every one of those is listed, however old. Unverified passes and unpriced work are reported
     but do not set it. --estimate also prices unpriced work (and counts it toward limits).
@@ -816,20 +821,31 @@ def metrics(db, output) -> None:
         sys.stdout.write(text)
 
 
+SQL_TIMEOUT_S = 60.0
+
+
+def timeout_option(f: Callable) -> Callable:
+    return click.option("--timeout", "timeout", type=click.FloatRange(min=0), default=SQL_TIMEOUT_S,
+                        show_default=True, metavar="S",
+                        help="Stop the statement after S seconds (exit 2); 0: no limit. Ctrl-C stops it at once.")(f)
+
+
 @main.command()
 @db_option
 @json_option
 @csv_option
+@timeout_option
 @click.argument("statement")
 @ledger_errors
-def sql(db, as_json, as_csv, statement) -> None:
+def sql(db, as_json, as_csv, timeout, statement) -> None:
     """Run one read-only SQL statement against the ledger.
 
     Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
     assignment, several statements, COMMIT or SET) is refused and nothing changes
     (exit 2); a typo is reported as the database's syntax error. The
     v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
-    stable names to query.
+    stable names to query. A statement still running after --timeout seconds is
+    stopped (exit 2); Ctrl-C stops it at once (exit 130).
 
     \b
     Example:
@@ -838,7 +854,7 @@ def sql(db, as_json, as_csv, statement) -> None:
     from .db import VIEWS_SINCE
     from .reports.sql import run_sql
 
-    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement).as_dict()
+    result = run_sql(open_db_readonly(db, VIEWS_SINCE), statement, timeout=timeout).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -850,19 +866,21 @@ def sql(db, as_json, as_csv, statement) -> None:
 @click.option("--describe", is_flag=True, help="Describe the saved query NAME (the same as NAME --help).")
 @click.option("--queries", "queries_dir", metavar="DIR",
               help="Your own saved queries (*.sql), listed beside the shipped ones. "
-                   "Default: ~/.config/omg-ledger/queries ($XDG_CONFIG_HOME).")
+                   "Default: queries/ in the config directory ($XDG_CONFIG_HOME/omg-ledger on Linux, "
+                   "~/Library/Application Support/omg-ledger on macOS).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Bind :NAME (repeatable). since/until take the --since grammar; limit a whole number.")
 @tz_option
+@timeout_option
 @click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
 @click.argument("name", required=False)
 @click.pass_context
 @ledger_errors
-def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, show_help, name) -> None:
+def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, timeout, show_help, name) -> None:
     """Run a saved query read-only, list them with --list, describe one with NAME --help.
 
     Saved queries are the shipped ones plus your own *.sql files in --queries DIR
-    (default ~/.config/omg-ledger/queries). A query of yours with a shipped query's
+    (default: queries/ in the config directory). A query of yours with a shipped query's
     name is listed but never run: rename it.
 
     \b
@@ -895,7 +913,7 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
     from .timespec import zone_named
 
     result = run_saved(open_db_readonly(db, VIEWS_SINCE), name, parse_params(params), queries_dir, now=_now(),
-                       zone=zone_named(tz)).as_dict()
+                       zone=zone_named(tz), timeout=timeout).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 

@@ -190,8 +190,9 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
 
 
 def default_database_path() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "omg-ledger", "ledger.sqlite")
+    from .paths import default_ledger_path
+
+    return default_ledger_path()
 
 
 def sync_lock(engine: Engine, scope: str, wait_seconds: float) -> contextlib.AbstractContextManager:

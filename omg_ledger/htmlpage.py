@@ -162,7 +162,7 @@ def _list(title: str, table_id: str, items: list[str], empty: str) -> str:
 def _limits(limits: dict | None) -> str:
     if not limits:
         return '<h2>Spend limits</h2><p class=muted>no limits set (--limit, or [limits] in ' \
-               "~/.config/omg-ledger/config.toml)</p>"
+               "config.toml in omg-ledger's config directory)</p>"
     rows = "".join(
         f'<tr data-limit="{esc(i["limit"])}"><td><code>{esc(i["limit"])}</code></td>'
         f'<td>{esc(i["period_start"][:10])} ({esc(i["period"])})</td>'

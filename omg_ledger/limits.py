@@ -6,8 +6,8 @@ one graph, one runtime or one node (``<graph>/<node id>``, as ``cost --by node``
 On the command line: ``[SCOPE/]PERIOD=USD``, e.g. ``day=50``, ``month=800``,
 ``graph:nightly-refactor/day=5``, ``runtime:codex/week=100``, ``node:g/review/day=1``.
 
-In the config file (``$OMG_LEDGER_CONFIG``, else ``$XDG_CONFIG_HOME/omg-ledger/config.toml``,
-default ``~/.config``)::
+In the config file (``$OMG_LEDGER_CONFIG``, else ``config.toml`` in the platform's config
+directory, :func:`omg_ledger.paths.config_dir`: ``~/.config/omg-ledger`` on Linux)::
 
     [limits]
     day = 50
@@ -94,8 +94,9 @@ def parse_limit(spec: str) -> Limit:
 def config_path() -> Path:
     if os.environ.get(ENV_CONFIG):
         return Path(os.environ[ENV_CONFIG]).expanduser()
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config_home) / "omg-ledger" / "config.toml"
+    from .paths import config_dir
+
+    return Path(config_dir()) / "config.toml"
 
 
 def limits_from_config(path: Path | None = None) -> list[Limit]:

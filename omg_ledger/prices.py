@@ -1,8 +1,9 @@
 """The price book: list prices per runtime, used to estimate what unpriced work cost.
 
 Pure: reading and checking a TOML file, and the arithmetic. Which file: ``--prices
-FILE`` > ``$OMG_LEDGER_PRICES`` > ``$XDG_CONFIG_HOME/omg-ledger/prices.toml`` (default
-``~/.config``) > the book shipped in the package. One file is the whole book (no merging),
+FILE`` > ``$OMG_LEDGER_PRICES`` > ``prices.toml`` in the platform's config directory
+(:func:`omg_ledger.paths.config_dir`: ``~/.config/omg-ledger`` on Linux) > the book
+shipped in the package. One file is the whole book (no merging),
 so an estimate always names the one file its prices came from.
 
 Money stays exact: prices are read as Decimal and an estimate is rounded once, per
@@ -163,8 +164,9 @@ def book_path(flag: str | None = None) -> Path:
         return Path(flag).expanduser()
     if os.environ.get(ENV_PRICES):
         return Path(os.environ[ENV_PRICES]).expanduser()
-    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    user = Path(config_home) / "omg-ledger" / "prices.toml"
+    from .paths import config_dir
+
+    user = Path(config_dir()) / "prices.toml"
     return user if user.is_file() else SHIPPED
 
 

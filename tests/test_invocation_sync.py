@@ -530,3 +530,25 @@ def test_head_fingerprint_is_of_the_file_head(engine, stream):
         head_len, sha = conn.execute(select(f.c.head_len, f.c.head_sha256)).one()
     assert head_len == 1024
     assert sha == hashlib.sha256(data[:1024]).hexdigest()
+
+
+def test_a_bad_line_names_its_line_number_in_the_file(engine, stream, tmp_path):
+    """Line numbers as an editor shows them (1-based; blank lines count), in the problem
+    the ledger keeps and on `sync`'s stderr."""
+    good = start("zen", "M1", ts(0))
+    bad_json = b"{not json\n"
+    nul = orjson.dumps({"ts": ts(1), "role": "ze\u0000n", "milestone": "M1", "event": "start"}) + b"\n"
+    stream.write_bytes(good + b"\n" + bad_json + good + nul)  # bad lines: 3 and 5
+    report = sync(engine, stream)
+    assert [p.reason.split(":", 1)[0] for p in report.problems] == ["line 3", "line 5"]
+    with engine.connect() as conn:
+        stored = [r[0] for r in conn.execute(text("SELECT reason FROM problems ORDER BY byte_offset"))]
+    assert [r.split(":", 1)[0] for r in stored] == ["line 3", "line 5"]
+    if engine.dialect.name != "sqlite":
+        return
+    other = tmp_path / "other.sqlite"
+    result = CliRunner().invoke(main, ["sync", "--db", str(other), "--home", str(tmp_path / "no-home"),
+                                       "--invocations", str(stream)])
+    problem_lines = [ln for ln in result.stderr.splitlines() if str(stream) in ln]
+    assert len(problem_lines) == 2, result.stderr
+    assert "line 3:" in problem_lines[0] and "line 5:" in problem_lines[1], result.stderr

@@ -22,6 +22,14 @@ database, so a typo is reported as the database's syntax error.
 
 On a shared server, connect `sql` with a role that can only read (README, Security).
 
+A statement can always be stopped: ``timeout`` seconds end it with
+:class:`QueryTimedOut`, and Ctrl-C ends it at once as a ``KeyboardInterrupt``. On
+SQLite a progress handler checks both every few thousand virtual-machine steps (a
+SIGINT only sets a flag while the statement runs: Python runs signal handlers between
+bytecodes, never inside a long ``sqlite3`` step, so the handler is where it is seen).
+On PostgreSQL the server ends the statement (``SET LOCAL statement_timeout``), and
+psycopg cancels it on the server when Ctrl-C interrupts the wait for its result.
+
 Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
 repository's top-level ``queries/``). Each starts with a comment header: its first
 line is the summary, and each parameter is declared on a line of its own::
@@ -67,6 +75,30 @@ class QueryFailed(LedgerError):
     """The database rejected the statement (syntax, unknown column, …)."""
 
     exit_code = 2
+
+
+class QueryTimedOut(LedgerError):
+    """The statement ran longer than its timeout and was stopped (nothing was changed).
+
+    A usage error: the statement is the user's, and so is the limit."""
+
+    exit_code = 2
+
+
+def timed_out(timeout: float) -> QueryTimedOut:
+    return QueryTimedOut(f"the query was stopped after {timeout:g} s (--timeout); give a larger "
+                         "--timeout, or --timeout 0 for none")
+
+
+def _effective_timeout(timeout: float | None) -> float | None:
+    """Seconds the statement may run, or None for no limit (0, None and infinity)."""
+    import math
+
+    if timeout is None:
+        return None
+    if math.isnan(timeout) or timeout < 0:
+        raise BadArgument(f"--timeout takes a number of seconds >= 0 (0: none), got {timeout}")
+    return None if timeout == 0 or math.isinf(timeout) else timeout
 
 
 class UnknownQuery(LedgerError):
@@ -302,7 +334,57 @@ def _one_line(message: str) -> str:
     return " ".join(message.strip().splitlines()[:1]) or "the database rejected the statement"
 
 
-def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
+# How many SQLite virtual-machine steps run between two checks for Ctrl-C and the
+# deadline: a few microseconds of work, so a stop is seen at once and the check costs
+# nothing measurable.
+_PROGRESS_STEPS = 10_000
+
+
+class _Stop:
+    """When a SQLite statement must stop: Ctrl-C, or its deadline. `now` is the progress
+    handler. While the `with` block runs, Ctrl-C only sets a flag; leaving the block then
+    raises KeyboardInterrupt as Ctrl-C would have. Only when Ctrl-C is Python's default
+    on the main thread: a program that handles SIGINT itself keeps its own handler."""
+
+    def __init__(self, timeout: float | None) -> None:
+        import time
+
+        self._clock = time.monotonic
+        self._deadline = None if timeout is None else self._clock() + timeout
+        self.interrupted = False
+        self._installed = False
+
+    def expired(self) -> bool:
+        return self._deadline is not None and self._clock() >= self._deadline
+
+    def now(self) -> int:
+        return int(self.interrupted or self.expired())
+
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True
+
+    def __enter__(self) -> _Stop:
+        import signal
+
+        try:
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._on_sigint)
+                self._installed = True
+        except ValueError:  # not the main thread: signals are not ours to handle
+            pass
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        import signal
+
+        if self._installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.interrupted:
+            raise KeyboardInterrupt
+
+
+def _sqlite_run(engine: Engine, statement: str, params: dict | None,
+                timeout: float | None = None) -> QueryResult:
     path = make_url(str(engine.url)).database
     if not path or path == ":memory:":
         raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
@@ -310,19 +392,24 @@ def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryRes
         conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error as exc:
         raise QueryFailed(f"cannot open {path} read-only: {exc}") from exc
+    stop = _Stop(timeout)
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.set_authorizer(_authorizer)
-        # sqlite3 compiles one statement and raises if anything but comments follows.
-        cursor = conn.execute(statement, params or {})
-        columns = [d[0] for d in cursor.description or []]
-        rows = cursor.fetchall() if cursor.description else []
+        conn.set_progress_handler(stop.now, _PROGRESS_STEPS)
+        with stop:
+            # sqlite3 compiles one statement and raises if anything but comments follows.
+            cursor = conn.execute(statement, params or {})
+            columns = [d[0] for d in cursor.description or []]
+            rows = cursor.fetchall() if cursor.description else []
         return QueryResult(columns, rows)
     except sqlite3.ProgrammingError as exc:
         if "one statement" in str(exc):
             raise ReadOnlyViolation("refused: more than one statement (nothing was run)") from exc
         raise QueryFailed(_one_line(str(exc))) from exc
     except sqlite3.Error as exc:
+        if stop.expired() and "interrupt" in str(exc).lower():
+            raise timed_out(timeout) from None
         if _is_write_error(str(exc)):
             raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
         raise QueryFailed(_one_line(str(exc))) from exc
@@ -359,15 +446,37 @@ def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
     return str(compiled), [values[name] for name in compiled.positiontup or []]
 
 
-def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
+# PostgreSQL's statement_timeout is an int of milliseconds.
+_PG_MAX_TIMEOUT_MS = 2**31 - 1
+_PG_QUERY_CANCELED = "57014"
+
+
+def _postgres_run(engine: Engine, statement: str, params: dict | None,
+                  timeout: float | None = None) -> QueryResult:
+    import math
+    import time
+
     import psycopg
     from psycopg import pq
 
     query, values = _pg_bind(statement, params)
+    started = time.monotonic()
+
+    def refusal(sqlstate: str | None, primary: str, position: str | None) -> LedgerError:
+        # The server cancels a statement for its timeout and for other reasons (an
+        # administrator's pg_cancel_backend): only ours, once it has run out, is a timeout.
+        if sqlstate == _PG_QUERY_CANCELED and timeout is not None and time.monotonic() - started >= timeout:
+            return timed_out(timeout)
+        return _pg_refusal(sqlstate, primary, position)
+
     with engine.connect() as conn:
         try:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
             conn.exec_driver_sql("SET default_transaction_read_only = on")
+            if timeout is not None:
+                # LOCAL: it ends with the transaction, which is always rolled back.
+                milliseconds = min(max(math.ceil(timeout * 1000), 1), _PG_MAX_TIMEOUT_MS)
+                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
             driver = conn.connection.dbapi_connection
             pgconn = driver.pgconn
             encoded = query.encode(driver.info.encoding)
@@ -394,12 +503,12 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryR
             return QueryResult(columns, rows)
         except psycopg.Error as exc:
             diag = exc.diag
-            raise _pg_refusal(exc.sqlstate, diag.message_primary or str(exc), diag.statement_position) from exc
+            raise refusal(exc.sqlstate, diag.message_primary or str(exc), diag.statement_position) from exc
         except DBAPIError as exc:
             orig = exc.orig
             diag = getattr(orig, "diag", None)
-            raise _pg_refusal(getattr(orig, "sqlstate", None), getattr(diag, "message_primary", None) or str(orig),
-                              getattr(diag, "statement_position", None)) from exc
+            raise refusal(getattr(orig, "sqlstate", None), getattr(diag, "message_primary", None) or str(orig),
+                          getattr(diag, "statement_position", None)) from exc
         finally:
             # Nothing the statement did to the session outlives it.
             try:
@@ -408,16 +517,18 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryR
                 conn.invalidate()
 
 
-def run_sql(engine: Engine, sql: str, params: dict | None = None) -> QueryResult:
-    """Run one read-only statement. `params` binds `:name` placeholders."""
+def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float | None = None) -> QueryResult:
+    """Run one read-only statement. `params` binds `:name` placeholders; `timeout`
+    seconds (None or 0: no limit) stop it with :class:`QueryTimedOut`."""
     dialect = engine.dialect.name
     if dialect not in ("sqlite", "postgresql"):
         raise BadArgument(f"read-only SQL is not supported on {dialect}")
+    limit = _effective_timeout(timeout)
     early_check(sql, dialect)
     statement = sql.strip()
     if dialect == "sqlite":
-        return _sqlite_run(engine, statement, params)
-    return _postgres_run(engine, statement, params)
+        return _sqlite_run(engine, statement, params, limit)
+    return _postgres_run(engine, statement, params, limit)
 
 
 # -- saved queries ----------------------------------------------------------------------
@@ -460,11 +571,13 @@ def placeholders(sql: str) -> list[str]:
 
 
 def user_queries_dir() -> str:
-    """Where a user keeps their own saved queries: $XDG_CONFIG_HOME/omg-ledger/queries."""
+    """Where a user keeps their own saved queries: queries/ in the platform's config
+    directory ($XDG_CONFIG_HOME/omg-ledger/queries on Linux)."""
     import os
 
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "omg-ledger", "queries")
+    from ..paths import config_dir
+
+    return os.path.join(config_dir(), "queries")
 
 
 def _user_queries(directory: str, shipped: set[str]) -> list[SavedQuery]:
@@ -549,10 +662,10 @@ def typed_value(name: str, value: str, now=None, zone=None) -> object:
 
 
 def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None, user_dir: str | None = None,
-              now=None, zone=None) -> QueryResult:
+              now=None, zone=None, timeout: float | None = None) -> QueryResult:
     """Run a saved query (shipped, or one of the user's in ``user_dir``) with its declared
     defaults, overridden by `given`; every value typed by :func:`typed_value` (``now``
-    and ``zone`` read relative and local times)."""
+    and ``zone`` read relative and local times; ``timeout`` stops a runaway statement)."""
     query = saved_query(name, user_dir)
     given = dict(given or {})
     declared = {p.name: p for p in query.params}
@@ -569,4 +682,4 @@ def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None, us
         else:
             raise BadArgument(f"query {name} needs --param {param.name}=… ({param.description})")
     values = {key: typed_value(key, value, now, zone) for key, value in values.items()}
-    return run_sql(engine, query.sql, values)
+    return run_sql(engine, query.sql, values, timeout)

@@ -1,0 +1,142 @@
+"""`sql` and `query` can be stopped: Ctrl-C ends a runaway statement at once (exit 130,
+one line), and `--timeout S` ends it after S seconds (exit 2, one line). Real processes,
+a real SQLite file and a real PostgreSQL server.
+
+The runaway statement is infinite (a recursive CTE without an end, counted), so only
+Ctrl-C or the timeout can end it: no assertion depends on the machine's speed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+
+from omg_ledger.cli import main
+from omg_ledger.db import open_ledger
+from omg_ledger.reports.sql import QueryTimedOut, run_sql
+
+CLI = [sys.executable, "-m", "omg_ledger.cli"]
+RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+# Only a broken implementation waits this long; a working one never comes near it.
+SAFETY_S = 120
+
+
+@pytest.fixture
+def ledger_db(db_url) -> str:
+    """A migrated, empty ledger; as `--db` takes it (a path for SQLite)."""
+    open_ledger(db_url).dispose()
+    return db_url.removeprefix("sqlite:///")
+
+
+def _ledger_fds(pid: int, path: str) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed since the listing
+            count += os.readlink(f"/proc/{pid}/fd/{fd}") == path
+    return count
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _running_on_postgres(url: str) -> int:
+    """How many server backends are running the runaway statement in this database."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'active' AND pid <> pg_backend_pid() AND query LIKE '%WITH RECURSIVE c(x)%'")).scalar()
+    finally:
+        engine.dispose()
+
+
+def _wait_until_running(proc: subprocess.Popen, db_url: str, ledger: str) -> None:
+    """Until the process is running the statement: on SQLite it holds the ledger open a
+    second time (the read-only connection `sql` opens beside the engine's) and is on a CPU;
+    on PostgreSQL the server lists the statement as active."""
+    give_up = time.monotonic() + SAFETY_S
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < give_up, "the statement never started"
+        with contextlib.suppress(OSError):  # the process may be between states
+            if db_url.startswith("sqlite"):
+                if _ledger_fds(proc.pid, ledger) >= 2 and _state(proc.pid) == "R":
+                    return
+            elif _running_on_postgres(db_url):
+                return
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("command", ["sql", "query"])
+def test_ctrl_c_stops_a_runaway_statement_at_once(db_url, ledger_db, tmp_path, command):
+    queries = tmp_path / "queries"
+    queries.mkdir()
+    (queries / "runaway.sql").write_text(f"-- runaway: counts for ever\n{RUNAWAY}\n")
+    args = ["sql", RUNAWAY] if command == "sql" else ["query", "runaway", "--queries", str(queries)]
+    proc = subprocess.Popen([*CLI, *args, "--db", ledger_db, "--timeout", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until_running(proc, db_url, ledger_db)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=SAFETY_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert err == "omg-ledger: interrupted\n"
+    assert out == ""
+    if not db_url.startswith("sqlite"):
+        # The server stopped it too: the client cancelled before it left.
+        assert _running_on_postgres(db_url) == 0
+
+
+@pytest.mark.parametrize("command", ["sql", "query"])
+def test_timeout_stops_a_runaway_statement_with_one_line_and_exit_2(db_url, ledger_db, tmp_path, command):
+    queries = tmp_path / "queries"
+    queries.mkdir()
+    (queries / "runaway.sql").write_text(f"-- runaway: counts for ever\n{RUNAWAY}\n")
+    args = ["sql", RUNAWAY] if command == "sql" else ["query", "runaway", "--queries", str(queries)]
+    result = subprocess.run([*CLI, *args, "--db", ledger_db, "--timeout", "1"],
+                            capture_output=True, text=True, timeout=SAFETY_S)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("omg-ledger: error: ")
+    assert "stopped after 1 s (--timeout)" in lines[0]
+    if not db_url.startswith("sqlite"):
+        assert _running_on_postgres(db_url) == 0
+
+
+def test_the_library_timeout_restores_ctrl_c(db_url, ledger_db):
+    """In a program that imports the library, a timed-out statement leaves SIGINT as it was."""
+    engine = open_ledger(db_url)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(QueryTimedOut, match=r"stopped after 0\.5 s"):
+            run_sql(engine, RUNAWAY, timeout=0.5)
+        assert signal.getsignal(signal.SIGINT) is before
+        # The same connection settings still answer a quick statement, with or without a limit.
+        assert run_sql(engine, "SELECT 41 + 1 AS n", timeout=0.5).rows == [(42,)]
+        assert run_sql(engine, "SELECT 41 + 1 AS n", timeout=0).rows == [(42,)]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "soon"])
+def test_a_bad_timeout_is_a_usage_error(sqlite_url, value):
+    open_ledger(sqlite_url).dispose()
+    result = CliRunner().invoke(main, ["sql", "--db", sqlite_url, "--timeout", value, "SELECT 1"])
+    assert result.exit_code == 2, result.output
+    assert "timeout" in result.output.lower()
