@@ -15,7 +15,6 @@ import click
 import orjson
 
 from . import config, render
-from .db import open_ledger, stderr_say
 from .errors import BadArgument, LedgerError
 from .status import STATUSES
 
@@ -117,7 +116,18 @@ def ledger_errors(f: Callable) -> Callable:
 
 
 def open_db(db: str | None):
+    """A ledger for a command that writes (SQLAlchemy; migrated to the head first)."""
+    from .db import open_ledger, stderr_say
+
     return open_ledger(config.resolve_db(db), say=stderr_say)
+
+
+def open_for_reading(db: str | None):
+    """A ledger for a command that only reads: SQLAlchemy is imported only if it is needed."""
+    from .db import stderr_say
+    from .ledger import open_reader
+
+    return open_reader(config.resolve_db(db), say=stderr_say)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -238,7 +248,7 @@ def runs(db, as_json, since, statuses, home_labels, estimate, prices_file) -> No
     from .reports.runs import iter_runs
     from .timespec import parse_since
 
-    engine = open_db(db)
+    engine = open_for_reading(db)
     rows = iter_runs(engine, since_us=parse_since(since, _now()), statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     prices = _price_book(estimate, prices_file)
@@ -276,7 +286,7 @@ def show(db, as_json, run_id, home_label, estimate, prices_file) -> None:
     """
     from .reports.runs import show_run
 
-    detail = show_run(open_db(db), run_id, home_label)
+    detail = show_run(open_for_reading(db), run_id, home_label)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
         from .reports.estimate import annotate_run
@@ -310,7 +320,7 @@ def homes_group(ctx, db, as_json) -> None:
         return
     from .reports.homes import list_homes
 
-    rows = list_homes(open_db(db))
+    rows = list_homes(open_for_reading(db))
     if as_json:
         _emit_json(rows)
         return
@@ -432,7 +442,7 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
     now = datetime.now(UTC)
-    report = invocation_report(open_db(db), now=now, by=by, since_us=parse_since(since, now=now))
+    report = invocation_report(open_for_reading(db), now=now, by=by, since_us=parse_since(since, now=now))
     if as_json:
         _emit_json(report)
     elif as_csv:
@@ -491,7 +501,7 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
 
     if chart and (as_json or as_csv or not by):
         raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
-    report = cost_report(open_db(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
+    report = cost_report(open_for_reading(db), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
                          now=_now(), prices=_price_book(estimate, prices_file))
     if chart:
         _emit_chart(report)
@@ -551,7 +561,7 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
       omg-ledger limits --limit day=50 --limit graph:nightly-refactor/day=5 --tz Europe/Berlin
       omg-ledger limits --json --estimate || notify-someone
     """
-    engine = open_db(db)
+    engine = open_for_reading(db)
     report = _check_limits(engine, limit_specs, tz, _price_book(estimate, prices_file), required=True)
     _emit(report, as_json, False, str, render.limits_text)
     sys.exit(EXIT_ATTENTION if report["exceeded"] else 0)
@@ -582,7 +592,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file) -> None:
     """
     from .reports.audit import audit_report
 
-    engine = open_db(db)
+    engine = open_for_reading(db)
     now = _now()
     prices = _price_book(estimate, prices_file)
     report = audit_report(engine, since=since, now=now)
@@ -628,7 +638,7 @@ def report(db, html_file, since, until, limit_specs, tz, estimate, prices_file) 
     from .htmlpage import render
     from .reports.overview import overview
 
-    engine = open_db(db)
+    engine = open_for_reading(db)
     prices = _price_book(estimate, prices_file)
     limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
     data = overview(engine, since=since, until=until, tz=tz, now=_now(), prices=prices, limits=limits_report)
@@ -653,7 +663,7 @@ def metrics(db, output) -> None:
     """
     from .reports.metrics import collect, exposition
 
-    text = exposition(collect(open_db(db)))
+    text = exposition(collect(open_for_reading(db)))
     if output:
         from .files import write_atomic
 
@@ -683,7 +693,7 @@ def sql(db, as_json, as_csv, statement) -> None:
     """
     from .reports.sql import run_sql
 
-    result = run_sql(open_db(db), statement).as_dict()
+    result = run_sql(open_for_reading(db), statement).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 
@@ -708,7 +718,7 @@ def query(db, as_json, as_csv, listing, params, name) -> None:
     if listing or not name:
         _say(render.saved_queries_text(saved_queries()))
         return
-    result = run_saved(open_db(db), name, parse_params(params)).as_dict()
+    result = run_saved(open_for_reading(db), name, parse_params(params)).as_dict()
     _emit(result, as_json, as_csv, render.sql_csv, render.sql_text)
 
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
-
-from .db import default_database_path
 
 ENV_DB = "OMG_LEDGER_DB"
 ENV_HOME = "OMG_HOME"
@@ -25,11 +22,15 @@ class Home:
 
     @classmethod
     def from_path(cls, path: str, label: str | None = None) -> Home:
+        import socket
+
         absolute = os.path.abspath(os.path.expanduser(path))
         return cls(label or f"{socket.gethostname()}:{absolute}", absolute, label is not None)
 
 
 def resolve_db(flag: str | None) -> str:
+    from .db import default_database_path
+
     return flag or os.environ.get(ENV_DB) or default_database_path()
 
 

@@ -13,13 +13,14 @@ import sys
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from typing import TYPE_CHECKING
 
 from .backend import backend_of
 from .errors import DatabaseTooNew, DatabaseUnavailable
+
+if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import Connection
 
 # The newest migration this package ships. Every command compares the database's
 # revision with it by one plain read, so alembic (about a third of a second to import
@@ -57,6 +58,8 @@ def database_url(db: str) -> str:
 
 
 def _prepare_sqlite_file(url: str) -> None:
+    from sqlalchemy.engine import make_url
+
     path = make_url(url).database
     if not path or path == ":memory:":
         return
@@ -86,6 +89,8 @@ def _prepare_sqlite_file(url: str) -> None:
 
 
 def create_ledger_engine(db: str) -> Engine:
+    from sqlalchemy import create_engine, event
+
     url = database_url(db)
     if url.startswith("sqlite"):
         _prepare_sqlite_file(url)
@@ -134,6 +139,9 @@ def current_revision(conn: Connection) -> str | None:
 
 def _is_at_head(engine: Engine) -> bool:
     """One read, no lock, no alembic: the common case of every command."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         with engine.connect() as conn:
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD_REVISION
@@ -147,6 +155,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
         return
     from alembic import command
     from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import OperationalError
 
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
@@ -173,6 +182,8 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
 
 
 def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
+    from sqlalchemy.exc import SQLAlchemyError
+
     engine = create_ledger_engine(db)
     try:
         migrate(engine, say=say)
