@@ -1,14 +1,16 @@
-"""`runs` and `show`: one row per run with its live status; one run in full."""
+"""`runs` and `show`: one row per run with its live status; one run in full.
+
+The listing reads through the DB-API (backend.reading): it is the hot path of every
+`runs` and `audit`, and SQLAlchemy's import alone costs more than its query.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import orjson
-from sqlalchemy import and_, or_, select
-from sqlalchemy.engine import Engine
 
-from .. import schema
+from ..backend import bind_list, reading
 from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
@@ -22,15 +24,19 @@ from ..status import (
 )
 from ..units import nanos_to_usd
 
-RUN_COLUMNS = [c for c in schema.runs.c]
 # What a listing needs (the status facts and the summary), not every snapshot column:
 # over 10,000 runs, fetching the rest cost more than everything else `runs` does.
-LIST_COLUMNS = [schema.runs.c[name] for name in (
+LIST_COLUMNS = (
     "id", "run_id", "dir_path", "gone", "snapshot_schema", "runtime", "graph_name", "node_count", "nodes_passed",
     "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
     "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
     "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
-    "all_nodes_passed")]
+    "all_nodes_passed")
+_LIST_SQL = ("SELECT " + ", ".join(f"r.{name}" for name in LIST_COLUMNS) + ", h.label"
+             " FROM runs r JOIN homes h ON h.id = r.home_id")
+# Runs whose last leg was paused by a session limit (few): their hint differs from a gate's.
+_SESSION_LIMITED_SQL = ("SELECT l.run_pk FROM legs l WHERE l.session_limited AND NOT EXISTS "
+                        "(SELECT 1 FROM legs later WHERE later.run_pk = l.run_pk AND later.ordinal > l.ordinal)")
 
 
 def _money(nanos: int | None) -> float | None:
@@ -38,18 +44,8 @@ def _money(nanos: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _session_limited_runs(conn) -> set[int]:
-    """Runs whose last leg was paused by a session limit (few): their hint differs from
-    a gate's."""
-    legs = schema.legs
-    later = legs.alias("later")
-    last_leg = ~select(later.c.ordinal).where(later.c.run_pk == legs.c.run_pk,
-                                              later.c.ordinal > legs.c.ordinal).exists()
-    return set(conn.execute(select(legs.c.run_pk).where(legs.c.session_limited, last_leg)).scalars())
-
-
 def run_summary(row, status: str, home_label: str, session_limited: bool) -> dict:
-    m = row._mapping
+    m = row._mapping if hasattr(row, "_mapping") else row
     has_snapshot = m["snapshot_schema"] is not None
     return {
         "run_id": m["run_id"],
@@ -77,52 +73,55 @@ def run_summary(row, status: str, home_label: str, session_limited: bool) -> dic
     }
 
 
-def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
+def iter_runs(engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
               home_labels: tuple[str, ...] = ()) -> Iterator[dict]:
     """Newest first, one summary at a time (10,000 runs are never all in memory).
     Only runs whose last leg is open get a live lock probe."""
-    runs, homes = schema.runs, schema.homes
-    query = select(*LIST_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
-    conditions = [runs.c.billed]  # a run seen in several homes is listed once, as its billed copy
+    # A run seen in several homes is listed once, as its billed copy.
+    conditions, params = ["r.billed"], {}
     if since_us is not None:
-        conditions.append(runs.c.last_event_at_us >= since_us)
+        conditions.append("r.last_event_at_us >= :since_us")
+        params["since_us"] = since_us
     if home_labels:
-        conditions.append(homes.c.label.in_(home_labels))
+        conditions.append("h.label IN " + bind_list(params, "home", home_labels))
     if statuses:
-        conditions.append(or_(*(_could_be(status) for status in statuses)))
-    query = query.where(and_(*conditions)).order_by(runs.c.run_id.desc(), homes.c.label)
-    with engine.connect() as conn:
-        limited = _session_limited_runs(conn)
-        for row in conn.execution_options(stream_results=True, yield_per=500).execute(query):
-            status = status_of(StatusFacts.from_row(row), row.dir_path)
+        conditions.append("(" + " OR ".join(dict.fromkeys(_could_be(status) for status in statuses)) + ")")
+    query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
+    with reading(engine) as reader:
+        limited = {pk for (pk,) in reader.rows(_SESSION_LIMITED_SQL)}
+        for row in reader.dicts(query, params):
+            status = status_of(StatusFacts.from_row(row), row["dir_path"])
             if statuses and status not in statuses:
                 continue
-            yield run_summary(row, status, row.label, row.id in limited)
+            yield run_summary(row, status, row["label"], row["id"] in limited)
 
 
-def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
+def list_runs(engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
               home_labels: tuple[str, ...] = ()) -> list[dict]:
     return list(iter_runs(engine, since_us, statuses, home_labels))
 
 
-def _could_be(status: str):
+def _could_be(status: str) -> str:
     """A SQL pre-filter for one status; the exact status still comes from status_of
     (the lock is probed live), so this only has to keep every run that could have it."""
-    r = schema.runs.c
     if status in (ABANDONED, RUNNING, PLANNING):
-        return r.last_leg_open
+        return "r.last_leg_open"
     if status == PAUSED:
-        return and_(r.last_leg_open.is_(False), r.last_outcome == "paused")
+        return "(NOT r.last_leg_open AND r.last_outcome = 'paused')"
     if status == NOT_KNOWN_YET:
-        return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None))
-    return r.last_leg_open.is_(False)  # PASS, FAIL
+        return "(NOT r.any_leg AND r.snapshot_schema IS NULL)"
+    return "NOT r.last_leg_open"  # PASS, FAIL
 
 
 def resolve_run(conn, run_id: str, home_label: str | None = None):
     """The run an id (or a unique prefix) names. Copies of one run in several homes
     are one run: its billed copy, unless ``home_label`` picks a copy."""
+    from sqlalchemy import select
+
+    from .. import schema
+
     runs, homes = schema.runs, schema.homes
-    base = select(*RUN_COLUMNS, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
+    base = select(*schema.runs.c, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
         runs.join(homes, homes.c.id == runs.c.home_id))
     if home_label is not None:
         base = base.where(homes.c.label == home_label)
@@ -149,10 +148,16 @@ def resolve_run(conn, run_id: str, home_label: str | None = None):
 
 
 def _rows(conn, table, run_pk: int, order) -> list[dict]:
+    from sqlalchemy import select
+
     return [dict(r._mapping) for r in conn.execute(select(table).where(table.c.run_pk == run_pk).order_by(*order))]
 
 
-def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict:
+def show_run(engine, run_id: str, home_label: str | None = None) -> dict:
+    from sqlalchemy import select
+
+    from .. import schema
+
     with engine.connect() as conn:
         row = resolve_run(conn, run_id, home_label)
         copies = [label for (label,) in conn.execute(
