@@ -17,6 +17,7 @@ import orjson
 from . import config, render
 from .errors import BadArgument, LedgerError
 from .status import STATUSES
+from .version import VERSION
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
@@ -131,7 +132,7 @@ def open_for_reading(db: str | None):
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="omg-ledger")
+@click.version_option(version=VERSION, prog_name="omg-ledger")
 def main() -> None:
     """A ledger of oh-my-graph run history: what was spent, how every verdict was
     reached, and which runs need attention.

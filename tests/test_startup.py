@@ -46,6 +46,22 @@ def test_printing_commands_import_no_sqlalchemy_nor_alembic(argv):
     assert heavy_among(names) == []
 
 
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    from omg_ledger.version import VERSION
+
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == f"omg-ledger, version {version('omg-ledger')}" == f"omg-ledger, version {VERSION}"
+
+
+def test_version_does_not_read_package_metadata():
+    """importlib.metadata (and the email package it reads METADATA with) is most of the cost."""
+    names = imported_modules("-m", "omg_ledger.cli", "--version")
+    assert "importlib.metadata" not in names and "email" not in names
+
+
 def test_the_check_would_see_sqlalchemy():
     """The detector itself: a process that does import SQLAlchemy is caught."""
     names = imported_modules("-c", "import omg_ledger.cli, omg_ledger.schema")
