@@ -158,15 +158,21 @@ class SQLiteBackend(Backend):
     @contextlib.contextmanager
     def reading(self, bind) -> Iterator[SQLiteReader]:
         raw = None
-        if getattr(bind, "sqlite_path", None):  # a ledger.Ledger on a file: no engine needed
-            conn = bind.sqlite3_connection()
-        else:
-            raw = bind.raw_connection()
-            conn = raw.driver_connection
+        path = getattr(bind, "sqlite_path", None)  # a ledger.Ledger on a file: no engine needed
+        try:
+            if path:
+                conn = bind.sqlite3_connection()
+            else:
+                raw = bind.raw_connection()
+                conn = raw.driver_connection
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailable(f"cannot open the ledger database {path or bind.url}: {exc}") from exc
         try:
             if not conn.in_transaction:
                 conn.execute("BEGIN")
             yield SQLiteReader(conn)
+        except sqlite3.Error as exc:  # busy past the timeout, a damaged file, a full disk…
+            raise DatabaseUnavailable(f"cannot read the ledger database {path or bind.url}: {exc}") from exc
         finally:
             conn.rollback()
             (raw or conn).close()

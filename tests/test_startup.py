@@ -118,3 +118,18 @@ def test_reports_read_the_same_through_sqlite3_and_through_sqlalchemy(synced_cor
         assert cost_report(handle, by=by, tz="UTC", now=now) == cost_report(engine, by=by, tz="UTC", now=now)
     assert audit_report(handle, now=now) == audit_report(engine, now=now)
     assert handle._engine is None  # none of it needed SQLAlchemy
+
+
+def test_a_ledger_gone_under_a_reader_is_a_one_line_database_error(synced_corpus):
+    """The sqlite3 path reports database trouble as the SQLAlchemy path does: exit 3, one line."""
+    import pathlib
+
+    from omg_ledger.errors import DatabaseUnavailable
+    from omg_ledger.ledger import open_reader
+    from omg_ledger.reports.runs import list_runs
+
+    handle = open_reader(synced_corpus)
+    for suffix in ("", "-wal", "-shm"):
+        pathlib.Path(synced_corpus + suffix).unlink(missing_ok=True)
+    with pytest.raises(DatabaseUnavailable, match="cannot open the ledger database"):
+        list_runs(handle)
