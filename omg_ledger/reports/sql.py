@@ -43,13 +43,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from sqlalchemy import text
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DBAPIError
-
 from ..errors import BadArgument, LedgerError, ReadOnlyViolation
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 READING_STATEMENTS = {"select", "with", "values", "table", "explain"}
 EXTRA_READING = {"sqlite": {"pragma"}, "postgresql": {"show"}}
@@ -302,8 +302,14 @@ def _one_line(message: str) -> str:
     return " ".join(message.strip().splitlines()[:1]) or "the database rejected the statement"
 
 
+def _sqlite_file(engine) -> str | None:
+    from sqlalchemy.engine import make_url
+
+    return make_url(str(engine.url)).database
+
+
 def _sqlite_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
-    path = make_url(str(engine.url)).database
+    path = _sqlite_file(engine)
     if not path or path == ":memory:":
         raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
     try:
@@ -349,6 +355,7 @@ def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
     """The statement with `:name` turned into PostgreSQL's own `$n`, and the values."""
     if params is None:
         return statement, None
+    from sqlalchemy import text
     from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
     compiled = text(statement).compile(dialect=psycopg_dialect(paramstyle="numeric_dollar"))
@@ -362,6 +369,7 @@ def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
 def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryResult:
     import psycopg
     from psycopg import pq
+    from sqlalchemy.exc import DBAPIError
 
     query, values = _pg_bind(statement, params)
     with engine.connect() as conn:
@@ -410,7 +418,7 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None) -> QueryR
 
 def run_sql(engine: Engine, sql: str, params: dict | None = None) -> QueryResult:
     """Run one read-only statement. `params` binds `:name` placeholders."""
-    dialect = engine.dialect.name
+    dialect = getattr(engine, "dialect_name", None) or engine.dialect.name
     if dialect not in ("sqlite", "postgresql"):
         raise BadArgument(f"read-only SQL is not supported on {dialect}")
     early_check(sql, dialect)
