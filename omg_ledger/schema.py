@@ -841,7 +841,8 @@ def _add_view_docs() -> None:
     })
     DOCS["v_problems"] = _view_docs(about("v_problems"), {
         **_HOME, "run_id": ("runs", "run_id"),
-        **_same("problems", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at"),
+        **_same("problems", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at",
+               "resolved_at"),
     })
     DOCS["v_findings"] = _view_docs(about("v_findings"), {
         **_HOME, "run_id": ("runs", "run_id"), "graph": ("runs", "graph_name"), **_same("findings", "seq", "kind"),
