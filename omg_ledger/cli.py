@@ -179,16 +179,22 @@ class _LedgerGroup(click.Group):
     """The top-level group: Ctrl-C and database damage end any command in one line."""
 
     def invoke(self, ctx: click.Context):
-        from sqlalchemy.exc import DBAPIError  # already loaded by .db
-
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("omg-ledger: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except DBAPIError as exc:
+        except Exception as exc:
+            # Only a database error that reached here is ours to word; a command that
+            # never touched the database (--help) must not pay for importing SQLAlchemy.
+            if type(exc).__module__.split(".")[0] != "sqlalchemy":
+                raise
+            from sqlalchemy.exc import DBAPIError
+
+            if not isinstance(exc, DBAPIError):
+                raise
             error = database_trouble(exc)
-            click.echo(f"omg-ledger: error: {error}", err=True)
+            _say_line(f"omg-ledger: error: {error}")
             sys.exit(error.exit_code)
 
 
