@@ -119,7 +119,7 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False,
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, grouped(r["leg_count"]),
                      grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])), grouped_tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone)])
-    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", "STARTED"]
+    headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", f"STARTED ({zone or 'UTC'})"]
     with_estimate = "estimated_nano_usd" in rows[0]
     if with_estimate:
         headers.append("ESTIMATE")
@@ -430,7 +430,7 @@ def cost_csv(report: dict, with_total: bool = False) -> str:
     return csv_rows(fields, report["rows"], {"key": "TOTAL", **report["total"]} if with_total else None)
 
 
-RUN_CSV_FIELDS = ["run_id", "home", "graph", "runtime", "status", "nodes_total", "nodes_passed", "legs", "cost_usd",
+RUN_CSV_FIELDS = ["run_id", "home", "graph", "runtime", "status", "nodes_total", "nodes_passed", "leg_count", "cost_usd",
                   "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "input_tokens",
                   "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "started_at", "last_event_at",
                   "gone", "has_snapshot", "paused_for", "gate", "nodes_interrupted", "hint"]

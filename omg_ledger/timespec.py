@@ -52,12 +52,23 @@ def local_zone() -> ZoneInfo:
 
 
 def zone_named(name: str | None) -> ZoneInfo:
+    """An IANA zone by name, matched case-insensitively; a near miss gets a suggestion."""
     if not name:
         return local_zone()
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise BadArgument(f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin or UTC") from None
+        pass
+    from zoneinfo import available_timezones
+
+    zones = {zone.lower(): zone for zone in available_timezones()}
+    if name.lower() in zones:  # europe/berlin, utc: the case is the only difference
+        return ZoneInfo(zones[name.lower()])
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), list(zones), n=1, cutoff=0.6)
+    hint = f"did you mean {zones[close[0]]}? " if close else ""
+    raise BadArgument(f"unknown time zone {name!r}: {hint}use an IANA name such as Europe/Berlin or UTC")
 
 
 

@@ -80,7 +80,7 @@ def test_a_stream_problem_resolves_only_when_the_stream_is_read_again_from_the_s
     _sync(engine, home)
     assert [p["path"] for p in list_problems(engine)] == [str(run_dir / "events.jsonl")]
     with open(run_dir / "events.jsonl", "a") as fh:  # read on from the checkpoint: the bad line is not re-read
-        fh.write(json.dumps(ev(RUN, t("10:00:04"), "run_note")) + "\n")
+        fh.write(json.dumps(ev(RUN, t("10:00:04"), "node_started", node_id="late")) + "\n")
     _sync(engine, home)
     assert [p["open"] for p in list_problems(engine)] == [True]
     _rewrite(run_dir / "events.jsonl", "".join(lines))  # a new file without the bad line
