@@ -4,7 +4,9 @@ branches on a dialect name.
 
 What differs: the DB-API placeholder, the upsert statement, the exclusive right to
 sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL),
-the migration lock, and how a run's rows are locked before a re-derivation.
+the migration lock, how a run's rows are locked before a re-derivation. SQLAlchemy is
+imported only by the methods that use it, so importing this module (every command
+does) costs nothing.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import os
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
-
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine, make_url
+from typing import TYPE_CHECKING
 
 from .errors import DatabaseUnavailable, LedgerBusy
+
+if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start without it
+    from sqlalchemy.engine import Connection, Engine
 
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
 
@@ -71,6 +74,8 @@ class SQLiteBackend(Backend):
     def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
         """An flock on a file beside the database (never inside a home): one writer
         per ledger file (SQLite has one writer anyway)."""
+        from sqlalchemy.engine import make_url
+
         path = make_url(str(engine.url)).database
         if not path or path == ":memory:":
             yield
@@ -106,6 +111,8 @@ class PostgresBackend(Backend):
     @contextlib.contextmanager
     def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
         """A session advisory lock per scope, so different homes sync in parallel."""
+        from sqlalchemy import text
+
         key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -117,6 +124,8 @@ class PostgresBackend(Backend):
                 conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
 
     def lock_migrations(self, conn: Connection) -> None:
+        from sqlalchemy import text
+
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
 
     def lock_run(self, conn: Connection, run_pk: int) -> None:
@@ -127,6 +136,8 @@ class PostgresBackend(Backend):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, %s)", (zlib.crc32(identity.encode()) & 0x7FFFFFFF,))
 
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
+        from sqlalchemy import text
+
         for table in tables:  # names from schema.py, never user input
             conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                               f"COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"))

@@ -32,9 +32,9 @@ import click
 import orjson
 
 from . import config, render
-from .db import open_ledger, stderr_say
 from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble
 from .status import STATUSES
+from .version import VERSION
 
 EXIT_PROBLEMS = 1  # sync --strict: completed, but problems were recorded
 EXIT_ATTENTION = 1  # audit: something needs a human
@@ -164,7 +164,8 @@ def ledger_errors(f: Callable) -> Callable:
 
 
 def open_db(db: str | None):
-    from .db import check_database_target
+    """A ledger for a command that writes (SQLAlchemy; migrated to the head first)."""
+    from .db import check_database_target, open_ledger, stderr_say
 
     check_database_target(config.resolve_db(db))
     return open_ledger(config.resolve_db(db), say=stderr_say)
@@ -181,21 +182,27 @@ class _LedgerGroup(click.Group):
     """The top-level group: Ctrl-C and database damage end any command in one line."""
 
     def invoke(self, ctx: click.Context):
-        from sqlalchemy.exc import DBAPIError  # already loaded by .db
-
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("omg-ledger: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        except DBAPIError as exc:
+        except Exception as exc:
+            # Only a database error that reached here is ours to word; a command that
+            # never touched the database (--help) must not pay for importing SQLAlchemy.
+            if type(exc).__module__.split(".")[0] != "sqlalchemy":
+                raise
+            from sqlalchemy.exc import DBAPIError
+
+            if not isinstance(exc, DBAPIError):
+                raise
             error = database_trouble(exc)
-            click.echo(f"omg-ledger: error: {error}", err=True)
+            _say_line(f"omg-ledger: error: {error}")
             sys.exit(error.exit_code)
 
 
 @click.group(cls=_LedgerGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="omg-ledger")
+@click.version_option(version=VERSION, prog_name="omg-ledger")
 def main() -> None:
     """A ledger of oh-my-graph run history: what was spent, how every verdict was
     reached, and which runs need attention.

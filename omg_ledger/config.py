@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 from .bounds import MAX_ID_CHARS, bounded_path
-from .db import default_database_path
 from .errors import BadArgument
 
 ENV_DB = "OMG_LEDGER_DB"
@@ -29,6 +27,8 @@ class Home:
     def from_path(cls, path: str, label: str | None = None) -> Home:
         """The default label is ``<hostname>:<absolute path>``; a path too long to index
         is shortened in it to a hash and its tail (the same every time)."""
+        import socket
+
         absolute = os.path.abspath(os.path.expanduser(path))
         if label is not None and len(label) > MAX_ID_CHARS:
             raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
@@ -36,6 +36,8 @@ class Home:
 
 
 def resolve_db(flag: str | None) -> str:
+    from .db import default_database_path
+
     return flag or os.environ.get(ENV_DB) or default_database_path()
 
 

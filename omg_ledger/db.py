@@ -14,13 +14,14 @@ import sys
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from typing import TYPE_CHECKING
 
 from .backend import backend_of
 from .errors import DatabaseTooNew, DatabaseUnavailable
+
+if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
+    from sqlalchemy import Engine
+    from sqlalchemy.engine import Connection
 
 # The newest migration this package ships. Every command compares the database's
 # revision with it by one plain read, so alembic (about a third of a second to import
@@ -58,6 +59,8 @@ def database_url(db: str) -> str:
 
 
 def _prepare_sqlite_file(url: str) -> None:
+    from sqlalchemy.engine import make_url
+
     path = make_url(url).database
     if not path or path == ":memory:":
         return
@@ -87,6 +90,8 @@ def _prepare_sqlite_file(url: str) -> None:
 
 
 def create_ledger_engine(db: str) -> Engine:
+    from sqlalchemy import create_engine, event
+
     url = database_url(db)
     if url.startswith("sqlite"):
         _prepare_sqlite_file(url)
@@ -135,6 +140,9 @@ def current_revision(conn: Connection) -> str | None:
 
 def _is_at_head(engine: Engine) -> bool:
     """One read, no lock, no alembic: the common case of every command."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
         with engine.connect() as conn:
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD_REVISION
@@ -148,6 +156,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
         return
     from alembic import command
     from alembic.script import ScriptDirectory
+    from sqlalchemy.exc import OperationalError
 
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
@@ -174,6 +183,8 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None) -> None:
 
 
 def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
+    from sqlalchemy.exc import SQLAlchemyError
+
     engine = create_ledger_engine(db)
     try:
         migrate(engine, say=say)
@@ -234,6 +245,7 @@ def one_line(exc: BaseException) -> str:
 def check_database_target(db: str) -> None:
     """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
     another database or an uninstalled driver, a directory, a file that is not SQLite."""
+    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
     from .errors import NotALedger, UnsupportedDatabase
@@ -285,6 +297,9 @@ def _readonly_sqlite_engine(url: str, shown: str) -> Engine:
     import sqlite3
     from urllib.parse import quote
 
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import make_url
+
     from .errors import LedgerMissing, NotALedger
 
     path = make_url(url).database
@@ -318,6 +333,9 @@ def _revision_number(revision: str) -> int | None:
 
 
 def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | None:
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
     from .errors import DatabaseTooOld, NotALedger
 
     try:
@@ -352,6 +370,8 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
 def _wal_hint(engine: Engine) -> str:
     """Why a mode=ro reader fails on a WAL ledger: SQLite needs the -shm file beside it,
     and a reader that may not write the directory cannot create it."""
+    from sqlalchemy.engine import make_url
+
     path = make_url(str(engine.url)).database if engine.dialect.name == "sqlite" else None
     if not path or os.path.exists(path + "-shm") or os.access(os.path.dirname(path) or ".", os.W_OK):
         return ""
@@ -367,6 +387,8 @@ def _wal_hint(engine: Engine) -> str:
 
 
 def _table_names(conn: Connection) -> set[str]:
+    from sqlalchemy import text
+
     if conn.dialect.name == "sqlite":
         rows = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))
     else:
@@ -382,6 +404,9 @@ def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION) -> Engine:
     PostgreSQL sessions default to read-only transactions. ``oldest`` is the oldest
     revision the caller can read (None: any, e.g. to print the revision).
     """
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
     check_database_target(db)
     url = database_url(db)
     shown = shown_url(db)

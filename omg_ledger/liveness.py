@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import enum
 import errno
 import fcntl
@@ -113,6 +112,8 @@ def _libc_statfs() -> Callable[..., int]:
     # without a usable libc; the probe just reads UNKNOWN there.
     global _statfs_fn
     if _statfs_fn is None:
+        import ctypes.util  # only here: it pulls in importlib.util and more at start-up
+
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         fn = libc.statfs
         fn.argtypes = [ctypes.c_char_p, ctypes.POINTER(_StatfsBuf)]

@@ -10,14 +10,16 @@ over it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
-
-from sqlalchemy.engine import Engine
 
 from ..limits import Limit
 from ..prices import PriceBook
 from ..units import format_usd
 from .cost import cost_report, current_period, zone_named
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 _GROUPING = {None: None, "graph": "node", "node": "node", "runtime": "runtime"}
 

@@ -51,13 +51,13 @@ import sqlite3
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from sqlalchemy import text
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DBAPIError
-
 from ..errors import BadArgument, LedgerError, ReadOnlyViolation
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 READING_STATEMENTS = {"select", "with", "values", "table", "explain"}
 EXTRA_READING = {"sqlite": {"pragma"}, "postgresql": {"show"}}
@@ -385,6 +385,8 @@ class _Stop:
 
 def _sqlite_run(engine: Engine, statement: str, params: dict | None,
                 timeout: float | None = None) -> QueryResult:
+    from sqlalchemy.engine import make_url
+
     path = make_url(str(engine.url)).database
     if not path or path == ":memory:":
         raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
@@ -436,6 +438,7 @@ def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
     """The statement with `:name` turned into PostgreSQL's own `$n`, and the values."""
     if params is None:
         return statement, None
+    from sqlalchemy import text
     from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 
     compiled = text(statement).compile(dialect=psycopg_dialect(paramstyle="numeric_dollar"))
@@ -458,6 +461,7 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
 
     import psycopg
     from psycopg import pq
+    from sqlalchemy.exc import DBAPIError
 
     query, values = _pg_bind(statement, params)
     started = time.monotonic()

@@ -1,0 +1,68 @@
+"""Start-up stays light: the CLI and the commands that only print (--version, --help)
+import neither SQLAlchemy nor alembic (about a third of a second on a small machine,
+more than a report's whole query). Read from `python -X importtime`, which lists every
+module a process imported: a deterministic check, no timing involved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("sqlalchemy", "alembic")
+
+
+def imported_modules(*args: str, exit_codes: tuple[int, ...] = (0,)) -> set[str]:
+    """Every module a fresh `python -X importtime ARGS` imported (its stderr says)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSTARTUP",)}
+    done = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode in exit_codes, done.stderr[-2000:]
+    names = set()
+    for line in done.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "package":  # the header line
+                names.add(name)
+    assert "omg_ledger" in names or "omg_ledger.cli" in names, "importtime output not understood"
+    return names
+
+
+def heavy_among(names: set[str]) -> list[str]:
+    return sorted(n for n in names if n.split(".")[0] in HEAVY)
+
+
+def test_importing_the_cli_imports_no_sqlalchemy_nor_alembic():
+    names = imported_modules("-c", "import omg_ledger.cli")
+    assert "click" in names  # the check sees the CLI's own imports
+    assert heavy_among(names) == []
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["cost", "--help"], ["audit", "--help"]])
+def test_printing_commands_import_no_sqlalchemy_nor_alembic(argv):
+    names = imported_modules("-m", "omg_ledger.cli", *argv)
+    assert heavy_among(names) == []
+
+
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    from omg_ledger.version import VERSION
+
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == f"omg-ledger, version {version('omg-ledger')}" == f"omg-ledger, version {VERSION}"
+
+
+def test_version_does_not_read_package_metadata():
+    """importlib.metadata (and the email package it reads METADATA with) is most of the cost."""
+    names = imported_modules("-m", "omg_ledger.cli", "--version")
+    assert "importlib.metadata" not in names and "email" not in names
+
+
+def test_the_check_would_see_sqlalchemy():
+    """The detector itself: a process that does import SQLAlchemy is caught."""
+    names = imported_modules("-c", "import omg_ledger.cli, omg_ledger.schema")
+    assert "sqlalchemy" in heavy_among(names)
