@@ -60,10 +60,21 @@ class Backend:
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         """Rows with explicit ids were inserted into ``tables``: new ids must come after them."""
 
+    # Whether a report over most of the charges is faster scanning in run order than
+    # through the at_us index plus a sort (measured on SQLite: 0.18 s vs 0.55 s, 300k charges).
+    scan_wide_windows = False
+
+    def table_names(self, conn: Connection) -> set[str]:
+        raise NotImplementedError
+
 
 class SQLiteBackend(Backend):
     name = "sqlite"
     mark = "?"
+    scan_wide_windows = True
+
+    def table_names(self, conn: Connection) -> set[str]:
+        return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
 
     def insert(self, table):
         from sqlalchemy.dialects import sqlite
@@ -102,6 +113,10 @@ class SQLiteBackend(Backend):
 class PostgresBackend(Backend):
     name = "postgresql"
     mark = "%s"
+
+    def table_names(self, conn: Connection) -> set[str]:
+        return set(conn.exec_driver_sql("SELECT table_name FROM information_schema.tables "
+                                        "WHERE table_schema = current_schema()").scalars())
 
     def insert(self, table):
         from sqlalchemy.dialects import postgresql

@@ -387,14 +387,7 @@ def _wal_hint(engine: Engine) -> str:
 
 
 def _table_names(conn: Connection) -> set[str]:
-    from sqlalchemy import text
-
-    if conn.dialect.name == "sqlite":
-        rows = conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))
-    else:
-        rows = conn.execute(text("SELECT table_name FROM information_schema.tables "
-                                 "WHERE table_schema = current_schema()"))
-    return {r[0] for r in rows}
+    return backend_of(conn).table_names(conn)
 
 
 def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION) -> Engine:
