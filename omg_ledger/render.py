@@ -530,15 +530,6 @@ def sql_csv(result: dict) -> str:
     return out.getvalue()
 
 
-def saved_queries_text(queries: list) -> str:
-    if not queries:
-        return "no saved queries"
-    out = []
-    for q in queries:
-        out.append(f"{q.name}\n" + "\n".join(f"    {line}" if line else "" for line in q.header))
-    return "\n\n".join(out)
-
-
 # -- limits ---------------------------------------------------------------------------
 
 
