@@ -25,12 +25,14 @@ shows a regular file (a FIFO is never opened: that would release a writer blocke
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
 READ_CHUNK = 1 << 20
@@ -43,6 +45,7 @@ class NotARegularFile(OSError):
     pass
 
 
+@functools.cache
 def machine_source() -> str:
     """The source of a stream read on this machine: its machine id where the system
     has one (stable across hostname changes and container restarts that keep it),
@@ -78,9 +81,7 @@ class Checkpoint:
     paused_schema: int | None = None
     paused_reason: str | None = None
 
-    COLUMNS = ("dev", "inode", "size", "mtime_ns", "ctime_ns", "end_offset", "next_line", "head_len",
-               "head_sha256", "tail_len", "tail_sha256", "scan_offset", "scan_line", "paused_schema",
-               "paused_reason")
+    COLUMNS: ClassVar[tuple[str, ...]] = ()  # set below, from the fields
 
     @classmethod
     def from_row(cls, row: dict) -> Checkpoint:
@@ -92,6 +93,10 @@ class Checkpoint:
     def without_file(self) -> Checkpoint:
         """The file is absent: keep the resume point (what was read stays), forget the identity."""
         return replace(self, dev=None, inode=None, size=None, mtime_ns=None, ctime_ns=None)
+
+
+# The `streams` columns a checkpoint fills, in field order (positional loads rely on it).
+Checkpoint.COLUMNS = tuple(f.name for f in fields(Checkpoint))
 
 
 def identity(info: os.stat_result | None) -> tuple:
