@@ -19,6 +19,8 @@ import stat
 import time
 from dataclasses import dataclass
 
+from .tail import machine_source
+
 RACY_WINDOW_NS = 2_000_000_000  # a directory changed this recently may change again unseen
 # The contract's JSON files. One that exists but is no regular file (a FIFO, a
 # directory, a socket) is damage to report, never the file's absence.
@@ -205,3 +207,12 @@ def list_run_dir(path: str) -> DirListing:
                                    f"cannot list failed/: {exc.strerror or exc}; its replies are not known"))
     return DirListing(frozenset(names), frozenset(artifacts), frozenset(failed), frozenset(links),
                       tuple(sorted(damage, key=lambda d: d.path)))
+
+
+def home_identity(path: str) -> dict:
+    """What a home directory is, whatever names it: the machine it is on, its device and
+    inode (None when it does not exist) and its path with symlinks resolved."""
+    real = os.path.realpath(path)
+    info = os.stat(real) if os.path.isdir(real) else None
+    return {"machine": machine_source(), "dev": info.st_dev if info else None,
+            "inode": info.st_ino if info else None, "real_path": real}

@@ -10,7 +10,6 @@ exactly what derivation needs, so a run is re-derived without its home.
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +24,7 @@ from .derive import RunFacts
 from .errors import HomeConflict
 from .feed import Event
 from .reconcile import RunRows
-from .tail import Checkpoint, machine_source
+from .tail import Checkpoint
 from .units import parse_timestamp
 
 DERIVED_TABLES = (
@@ -53,9 +52,11 @@ def upsert(conn: Connection, table, values: dict, keys: Sequence[str], update_co
     backend_of(conn).upsert(conn, table, values, keys, update_columns)
 
 
-def resolve_home(conn: Connection, label: str, path: str, explicit: bool, relabel: bool = False) -> int:
-    """The home a directory is, by its real identity (machine, device, inode), not by the
-    label or path it is named with (caller's write transaction).
+def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identity: dict,
+                 relabel: bool = False) -> int:
+    """The home a directory is, by its real identity (``identity``: discover.home_identity —
+    machine, device, inode, resolved path), not by the label or path it is named with
+    (caller's write transaction).
 
     The same directory named through a symlink, without its label or after a hostname
     change is the same home. Naming it with another label, or giving a label that
@@ -63,22 +64,18 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, relabe
     point that label at this directory.
     """
     homes = schema.homes
-    real = os.path.realpath(path)
-    info = os.stat(real) if os.path.isdir(real) else None
-    machine = machine_source()
-    identity = {"machine": machine, "dev": info.st_dev if info else None, "inode": info.st_ino if info else None,
-                "real_path": real}
+    machine, dev, inode, real = identity["machine"], identity["dev"], identity["inode"], identity["real_path"]
     columns = (homes.c.id, homes.c.label, homes.c.path, homes.c.machine, homes.c.dev, homes.c.inode,
                homes.c.real_path)
     found = None
-    if info is not None:
+    if dev is not None:
         found = conn.execute(select(*columns).where(
-            homes.c.machine == machine, homes.c.dev == info.st_dev, homes.c.inode == info.st_ino)).first()
+            homes.c.machine == machine, homes.c.dev == dev, homes.c.inode == inode)).first()
         if found is None and machine.startswith("host:"):
             # No machine id here (a container, say): the hostname may change with every
             # start, so the directory itself is the identity.
             found = conn.execute(select(*columns).where(
-                homes.c.machine.startswith("host:"), homes.c.dev == info.st_dev, homes.c.inode == info.st_ino,
+                homes.c.machine.startswith("host:"), homes.c.dev == dev, homes.c.inode == inode,
                 homes.c.real_path == real)).first()
     if found is None:
         found = conn.execute(select(*columns).where(homes.c.machine == machine, homes.c.real_path == real)).first()
@@ -91,8 +88,7 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, relabe
                 raise HomeConflict(
                     f"{path} is already indexed as home {found.label!r}; sync it as --home {found.label}={path}, "
                     f"or rename that home with `omg-ledger homes rename {found.label} {label}`")
-        if (found.path, found.machine, found.dev, found.inode, found.real_path) != (
-                path, machine, identity["dev"], identity["inode"], real):
+        if (found.path, found.machine, found.dev, found.inode, found.real_path) != (path, machine, dev, inode, real):
             conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
         return found.id
     if by_label is not None:

@@ -29,7 +29,14 @@ from .bounds import bounded_path
 from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, derive_run
-from .discover import DirListing, list_home_dir, list_run_dir, stat_or_none, trusted_mtime
+from .discover import (
+    DirListing,
+    home_identity,
+    list_home_dir,
+    list_run_dir,
+    stat_or_none,
+    trusted_mtime,
+)
 from .errors import DatabaseUnavailable, RunNotFound
 from .ingest import (
     Problem,
@@ -274,7 +281,8 @@ class _HomeSync:
 
     def run(self) -> None:
         with write_transaction(self.engine) as conn:
-            self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit, self.relabel)
+            self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit,
+                                        home_identity(self.home.path), self.relabel)
         self.source = f"home:{self.home_id}"
         with self.engine.connect() as conn:
             known = self._load_known(conn)
