@@ -274,6 +274,20 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         _delete_derived(conn, sql, run_pk)
     _insert_rows(conn, sql, "events", [_event_row(run_pk, e) for e in facts.new_events], _same)
     _insert_derived(conn, sql, run_pk, rows, fix)
+    write_identities(conn, run_pk, facts, fresh)
+    if facts.run_files is not None:
+        if not fresh:
+            conn.exec_driver_sql(sql.delete_run_rows("run_files"), (run_pk,))
+        _insert_rows(conn, sql, "run_files", [{"run_pk": run_pk, "place": place, "name": name}
+                                               for place, name in sorted(facts.run_files)], _same)
+    return run_pk
+
+
+def write_identities(conn: Connection, run_pk: int, facts: RunWrite, fresh: bool = False) -> None:
+    """What the next change check compares: the stream's checkpoint, the directory's
+    mtime cache and the JSON files' rows (alone when only identities changed, e.g. a
+    state.json renamed over with the same bytes; with the run's rows otherwise)."""
+    sql = _statements(conn)
     if facts.stream is not None:
         source, path, checkpoint = facts.stream
         row = {"kind": "run", "source": source, "path": path, "run_pk": run_pk, **checkpoint.as_row()}
@@ -286,12 +300,6 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
     else:
         upsert(conn, schema.ingest_state, {"run_pk": run_pk, **facts.dir_cache}, ["run_pk"], list(facts.dir_cache))
     write_snapshot_files(conn, run_pk, facts.snapshot_files, fresh)
-    if facts.run_files is not None:
-        if not fresh:
-            conn.exec_driver_sql(sql.delete_run_rows("run_files"), (run_pk,))
-        _insert_rows(conn, sql, "run_files", [{"run_pk": run_pk, "place": place, "name": name}
-                                               for place, name in sorted(facts.run_files)], _same)
-    return run_pk
 
 
 def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | None], fresh: bool = False) -> None:

@@ -60,8 +60,8 @@ from .store import (
     resolve_problems,
     settle_copies,
     upsert,
+    write_identities,
     write_run,
-    write_snapshot_files,
 )
 from .tail import Checkpoint, machine_source, needs_reading
 from .units import format_instant
@@ -416,14 +416,7 @@ class _HomeSync:
             if known is not None and self._only_identities_changed(conn, known, read, facts):
                 # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
                 # is normal and is no reason to re-derive. Remember the new identities only.
-                if facts.stream is not None:
-                    source, stream_path, cp = facts.stream
-                    upsert(conn, schema.streams, {"kind": "run", "source": source, "path": stream_path,
-                                                  "run_pk": known.run_pk, **cp.as_row()},
-                           ["run_pk"], ["source", "path", *cp.as_row()])
-                upsert(conn, schema.ingest_state, {"run_pk": known.run_pk, **facts.dir_cache}, ["run_pk"],
-                       list(facts.dir_cache))
-                write_snapshot_files(conn, known.run_pk, facts.snapshot_files)
+                write_identities(conn, known.run_pk, facts)
                 self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
                 self.report.bytes_read += bytes_read
                 return
