@@ -220,15 +220,14 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
 
 def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     backend_of(conn).lock_run(conn, run_pk)
-    version = conn.execute(select(schema.runs.c.derivation_version).where(schema.runs.c.id == run_pk)).scalar()
-    if version is None or (version >= derive.DERIVATION_VERSION and not force):
+    r = schema.runs.c
+    stored = conn.execute(select(r.derivation_version, r.stream_identity, r.dir_path).where(r.id == run_pk)).first()
+    if stored is None or (stored.derivation_version >= derive.DERIVATION_VERSION and not force):
         return False  # gone from the ledger, or another writer got there first
-    before = _identity(conn, run_pk)
     rows, scrub = derive_run(load_run_facts(conn, run_pk))
     replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
-    settle_copies(conn, [before, rows.run["stream_identity"]])
-    path = conn.execute(select(schema.runs.c.dir_path).where(schema.runs.c.id == run_pk)).scalar()
-    for problem in _derived_problems(path, rows):
+    settle_copies(conn, [stored.stream_identity, rows.run["stream_identity"]])
+    for problem in _derived_problems(stored.dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
     return True
