@@ -140,3 +140,34 @@ def test_a_bad_timeout_is_a_usage_error(sqlite_url, value):
     result = CliRunner().invoke(main, ["sql", "--db", sqlite_url, "--timeout", value, "SELECT 1"])
     assert result.exit_code == 2, result.output
     assert "timeout" in result.output.lower()
+
+
+@pytest.mark.postgres
+def test_a_statement_sent_but_not_yet_awaited_is_cancelled_and_its_end_read(pg_url):
+    """The window psycopg cannot cover: Ctrl-C after the statement is sent and before
+    psycopg waits for its result. The cancel stops it on the server, and the connection
+    is left between commands (a rollback after it would otherwise fail with "another
+    command is already in progress")."""
+    import psycopg
+    from psycopg import pq
+
+    from omg_ledger.reports.sql import _cancel_on_server
+
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            driver = conn.connection.dbapi_connection
+            driver.pgconn.send_query(RUNAWAY.encode())  # sent; nobody waits for it
+            give_up = time.monotonic() + SAFETY_S
+            while not _running_on_postgres(pg_url):
+                assert time.monotonic() < give_up, "the statement never started"
+                time.sleep(0.01)
+            assert driver.pgconn.transaction_status == pq.TransactionStatus.ACTIVE
+            _cancel_on_server(driver)
+            assert driver.pgconn.transaction_status != pq.TransactionStatus.ACTIVE
+            assert _running_on_postgres(pg_url) == 0
+            with driver.cursor() as cursor:  # the connection takes the next command
+                assert cursor.execute("SELECT 1").fetchone() == (1,)
+            assert isinstance(driver, psycopg.Connection)
+    finally:
+        engine.dispose()

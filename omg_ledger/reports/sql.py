@@ -28,7 +28,7 @@ SQLite a progress handler checks both every few thousand virtual-machine steps (
 SIGINT only sets a flag while the statement runs: Python runs signal handlers between
 bytecodes, never inside a long ``sqlite3`` step, so the handler is where it is seen).
 On PostgreSQL the server ends the statement (``SET LOCAL statement_timeout``), and
-psycopg cancels it on the server when Ctrl-C interrupts the wait for its result.
+Ctrl-C cancels it on the server and waits (briefly) for the server to confirm.
 
 Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
 repository's top-level ``queries/``). Each starts with a comment header: its first
@@ -454,6 +454,33 @@ _PG_MAX_TIMEOUT_MS = 2**31 - 1
 _PG_QUERY_CANCELED = "57014"
 
 
+_PG_CANCEL_WAIT_S = 5.0
+
+
+def _cancel_on_server(driver) -> None:
+    """Cancel the statement in progress and read its end, so the server has stopped it
+    when this returns. Bounded: a server that does not answer in time is left to end
+    the statement when the connection closes."""
+    import select
+    import time
+
+    pgconn = driver.pgconn
+    try:
+        driver.cancel_safe(timeout=_PG_CANCEL_WAIT_S)
+        deadline = time.monotonic() + _PG_CANCEL_WAIT_S
+        while True:
+            pgconn.consume_input()
+            while not pgconn.is_busy():
+                if pgconn.get_result() is None:
+                    return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            select.select([pgconn.socket], [], [], left)
+    except Exception:  # the connection is thrown away either way
+        return
+
+
 def _postgres_run(engine: Engine, statement: str, params: dict | None,
                   timeout: float | None = None) -> QueryResult:
     import math
@@ -474,6 +501,8 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
         return _pg_refusal(sqlstate, primary, position)
 
     with engine.connect() as conn:
+        driver = conn.connection.dbapi_connection
+        pgconn = driver.pgconn
         try:
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
             conn.exec_driver_sql("SET default_transaction_read_only = on")
@@ -481,8 +510,6 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
                 # LOCAL: it ends with the transaction, which is always rolled back.
                 milliseconds = min(max(math.ceil(timeout * 1000), 1), _PG_MAX_TIMEOUT_MS)
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
-            driver = conn.connection.dbapi_connection
-            pgconn = driver.pgconn
             encoded = query.encode(driver.info.encoding)
             # Parse (the extended protocol's one-statement step) and Describe, without
             # running anything: a statement that returns no rows is not a query.
@@ -513,10 +540,18 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
             diag = getattr(orig, "diag", None)
             raise refusal(getattr(orig, "sqlstate", None), getattr(diag, "message_primary", None) or str(orig),
                           getattr(diag, "statement_position", None)) from exc
+        except BaseException:
+            # Ctrl-C can land between psycopg sending the statement and its wait for the
+            # result, where psycopg cannot cancel it: the server would run on, and the
+            # rollback below would find a command still in progress.
+            if pgconn.transaction_status == pq.TransactionStatus.ACTIVE:
+                _cancel_on_server(driver)
+            raise
         finally:
             # Nothing the statement did to the session outlives it.
             try:
-                conn.rollback()
+                if pgconn.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+                    conn.rollback()
             finally:
                 conn.invalidate()
 
