@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from .cli_checks import one_line_error
 from .conftest import REPO
 
 EXAMPLES = REPO / "examples" / "home"
@@ -20,14 +21,6 @@ EXAMPLES = REPO / "examples" / "home"
 def cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=120)
-
-
-def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("omg-ledger: error: "), result.stderr
-    return lines[0]
 
 
 def closed_port() -> int:

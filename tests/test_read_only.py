@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from .cli_checks import one_line_error
 from .conftest import REPO
 
 EXAMPLES = REPO / "examples" / "home"
@@ -47,14 +48,6 @@ def cli(*args, as_stranger: bool = False) -> subprocess.CompletedProcess:
     preexec = _without_dac_override if as_stranger and os.geteuid() == 0 else None
     return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
                           text=True, timeout=120, preexec_fn=preexec)
-
-
-def one_line_error(result: subprocess.CompletedProcess, code: int) -> str:
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("omg-ledger: error: "), result.stderr
-    return lines[0]
 
 
 def fingerprint(directory: Path) -> dict[str, tuple[str, int]]:
