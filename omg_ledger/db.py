@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
@@ -218,6 +218,7 @@ def stderr_say(message: str) -> None:
 # --------------------------------------------------------------------------- read-only opening
 # Reads never create, migrate or write a ledger. The oldest revision each kind of read
 # understands: a migration that changes what a read uses raises its constant.
+# 0007 (ix_nodes_verdict) only adds an index: audit reads an older ledger without it, slower.
 RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
