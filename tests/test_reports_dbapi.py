@@ -168,3 +168,23 @@ def test_a_damaged_ledger_under_a_reader_says_it_is_damaged(synced, tmp_path):
         f.write(os.urandom(size - 8 * 4096))
     with pytest.raises(DatabaseDamaged, match="restore it from a backup"):
         audit_report(handle, now=NOW)
+
+
+@pytest.mark.parametrize("since", [None, "2026-11-29"])
+def test_audit_text_read_while_rendered_is_the_text_of_the_whole_report(synced, since):
+    """audit_streamed's long sections are read while rendered; the text is the same."""
+    from omg_ledger import render
+    from omg_ledger.db import open_ledger_readonly
+    from omg_ledger.reports.audit import Rows, audit_report, audit_streamed
+
+    handle = open_ledger_readonly(synced)
+    whole = audit_report(handle, since=since, now=NOW)
+    assert whole["failures"]["judged"] and whole["provenance"]["runs_all_unverified"]
+    for verbose in (False, True):
+        with audit_streamed(handle, since=since, now=NOW) as streamed:
+            assert isinstance(streamed["failures"]["judged"], Rows)  # not held as a list
+            assert isinstance(streamed["provenance"]["runs_all_unverified"], Rows)
+            text = "\n".join(render.audit_lines(streamed, verbose))
+        assert text == render.audit_text(whole, verbose)
+    first = whole["failures"]["judged"][0]
+    assert f"  {first['run_id']}  {first['node_id']}: " in render.audit_text(whole)  # the rows were rendered

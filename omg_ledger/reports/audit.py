@@ -39,7 +39,9 @@ ABANDONED/PAUSED status is probed now.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING
 
@@ -64,6 +66,23 @@ _MACHINERY_DETAIL = re.compile(r"timed? ?out|timeout|cancel|halt|gate .*reject|r
 _NODES = "FROM nodes n JOIN runs r ON r.id = n.run_pk JOIN homes h ON h.id = r.home_id"
 
 
+class Rows:
+    """A long section read while it is rendered (audit_streamed): iterating runs its
+    query again in the report's read transaction; ``len`` is known when counted first."""
+
+    def __init__(self, produce: Callable[[], Iterator[dict]], count: int | None = None) -> None:
+        self._produce = produce
+        self._count = count
+
+    def __iter__(self) -> Iterator[dict]:
+        return self._produce()
+
+    def __len__(self) -> int:
+        if self._count is None:
+            raise TypeError("this section is not counted before it is read")
+        return self._count
+
+
 def _run_filter(since_us: int | None, params: dict, billed_only: bool = True) -> list[str]:
     """Runs in the window; a run seen in several homes counts once (its billed copy)."""
     conditions = ["r.billed"] if billed_only else []
@@ -77,12 +96,12 @@ def _where(conditions: list[str]) -> str:
     return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
-def _node_rows(reader, since_us: int | None, condition: str) -> list[dict]:
+def _node_rows(reader, since_us: int | None, condition: str) -> Iterator[dict]:
     params: dict = {}
     query = ("SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged, "
              "n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun "
              f"{_NODES}{_where([condition, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label, n.node_id")
-    return list(reader.dicts(query, params))
+    return reader.dicts(query, params)
 
 
 def _node_ref(m) -> dict:
@@ -95,24 +114,43 @@ def _counting(*values: str) -> str:
     return f"SUM(CASE WHEN n.provenance IN ({listed}) THEN 1 ELSE 0 END)"
 
 
-def _provenance(reader, since_us: int | None) -> dict:
-    """The PASS mix and the runs whose passes are all weak, from one pass over the PASS
-    nodes grouped per run in SQL (10,000 runs hold ~100,000 passes: they are counted where
-    they live, through ix_nodes_verdict when the ledger has it; one row per run comes back)."""
-    params: dict = {}
+def _per_run_passes(since_us: int | None, params: dict, weak_only: bool = False) -> str:
     per_run = ("SELECT n.run_pk AS run_pk, COUNT(*) AS passes, "
                + "".join(f"{_counting(name)} AS p{i}, " for i, name in enumerate(PROVENANCES))
                + "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END) AS unknown "
                "FROM nodes n WHERE n.verdict = 'PASS' GROUP BY n.run_pk")
-    rows = reader.rows(
-        "SELECT h.label, r.run_id, r.graph_name, w.passes, "
-        + ", ".join(f"w.p{i}" for i in range(len(PROVENANCES)))
-        + f", w.unknown FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk JOIN homes h ON h.id = r.home_id"
-        f"{_where(_run_filter(since_us, params))} ORDER BY r.run_id, h.label", params)
+    weak = ([f"w.passes = w.p{PROVENANCES.index('self-reported')} + w.p{PROVENANCES.index('exit-only')}"]
+            if weak_only else [])
+    return ("SELECT h.label, r.run_id, r.graph_name, w.passes, "
+            + ", ".join(f"w.p{i}" for i in range(len(PROVENANCES)))
+            + f", w.unknown FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk JOIN homes h ON h.id = r.home_id"
+            f"{_where([*weak, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label")
+
+
+_SELF_REPORTED, _EXIT_ONLY = PROVENANCES.index("self-reported"), PROVENANCES.index("exit-only")
+
+
+def _weak_run(label: str, run_id: str, graph: str | None, passes: int, counts: list[int]) -> dict:
+    return {"home": label, "run_id": run_id, "graph": graph, "passes": passes,
+            "self_reported": counts[_SELF_REPORTED], "exit_only": counts[_EXIT_ONLY]}
+
+
+def _weak_runs(reader, since_us: int | None) -> Iterator[dict]:
+    params: dict = {}
+    for label, run_id, graph, passes, *counts in reader.rows(_per_run_passes(since_us, params, True), params):
+        yield _weak_run(label, run_id, graph, int(passes), [int(c) for c in counts[:-1]])
+
+
+def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
+    """The PASS mix and the runs whose passes are all weak, from one pass over the PASS
+    nodes grouped per run in SQL (10,000 runs hold ~100,000 passes: they are counted where
+    they live, through ix_nodes_verdict when the ledger has it; one row per run comes back).
+    ``lazy``: the weak runs are counted here and read again when rendered."""
+    params: dict = {}
+    rows = reader.rows(_per_run_passes(since_us, params), params)
     totals = [0] * len(PROVENANCES)
-    passes = unknown = others = 0
+    passes = unknown = others = weak_count = 0
     weak = []
-    self_reported, exit_only = PROVENANCES.index("self-reported"), PROVENANCES.index("exit-only")
     for label, run_id, graph, run_passes, *counts in rows:  # by position: 10,000 rows
         run_passes, run_unknown = int(run_passes), int(counts.pop())
         counts = [int(c) for c in counts]
@@ -121,9 +159,10 @@ def _provenance(reader, since_us: int | None) -> dict:
         passes += run_passes
         unknown += run_unknown
         others += run_passes - sum(counts) - run_unknown
-        if run_passes == counts[self_reported] + counts[exit_only]:
-            weak.append({"home": label, "run_id": run_id, "graph": graph, "passes": run_passes,
-                         "self_reported": counts[self_reported], "exit_only": counts[exit_only]})
+        if run_passes == counts[_SELF_REPORTED] + counts[_EXIT_ONLY]:
+            weak_count += 1
+            if not lazy:
+                weak.append(_weak_run(label, run_id, graph, run_passes, counts))
     mix = {**dict(zip(PROVENANCES, totals, strict=True)), "unknown": unknown}
     if others:  # provenances this omg-ledger does not know (rare): named as written
         params = {}
@@ -134,23 +173,36 @@ def _provenance(reader, since_us: int | None) -> dict:
                           *_run_filter(since_us, params)]) + " GROUP BY n.provenance ORDER BY n.provenance",
                 params):
             mix[provenance] = mix.get(provenance, 0) + int(count)
-    return {"passes": passes, "mix": mix, "runs_all_unverified": weak}
+    runs = Rows(lambda: _weak_runs(reader, since_us), weak_count) if lazy else weak
+    return {"passes": passes, "mix": mix, "runs_all_unverified": runs}
 
 
-def _failures(reader, since_us: int | None) -> dict:
-    fails = _node_rows(reader, since_us, "n.verdict = 'FAIL'")
-    judged, machinery = [], []
-    for m in fails:
+def _fails(reader, since_us: int | None, condition: str) -> Iterator[tuple[bool, dict]]:
+    for m in _node_rows(reader, since_us, condition):
         item = _node_ref(m)
         if m["judged"]:
             item["ours_likely_machinery"] = bool(_MACHINERY_DETAIL.search(m["detail"] or ""))
-            judged.append(item)
-        else:
-            machinery.append(item)
-    return {"judged": judged, "machinery": machinery,
-            "note": "judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
-                    "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
-                    "halts and rejected gates judged)"}
+        yield bool(m["judged"]), item
+
+
+FAIL_NOTE = ("judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
+             "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
+             "halts and rejected gates judged)")
+
+
+def _failures(reader, since_us: int | None, lazy: bool = False) -> dict:
+    """FAIL verdicts, judged and machinery. ``lazy``: each list is read when rendered."""
+    if lazy:
+        def produce(condition: str) -> Callable[[], Iterator[dict]]:
+            return lambda: (item for _judged, item in _fails(reader, since_us, condition))
+
+        return {"judged": Rows(produce("n.verdict = 'FAIL' AND n.judged")),
+                "machinery": Rows(produce("n.verdict = 'FAIL' AND (n.judged IS NULL OR NOT n.judged)")),
+                "note": FAIL_NOTE}
+    judged, machinery = [], []
+    for is_judged, item in _fails(reader, since_us, "n.verdict = 'FAIL'"):
+        (judged if is_judged else machinery).append(item)
+    return {"judged": judged, "machinery": machinery, "note": FAIL_NOTE}
 
 
 def _budget(reader, since_us: int | None) -> dict:
@@ -244,23 +296,18 @@ def _unknown_cost(reader, since_us: int | None) -> dict:
             "unrecorded_attempts": int(unrecorded or 0)}
 
 
-def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
-                 zone: tzinfo | None = None) -> dict:
-    """Every section of the audit, plus `needs_attention` and the reasons for it.
-    ``zone``: where a --since date without an offset is read."""
-    since_us = parse_since(since, now, zone)
-    with reading(engine) as reader:
-        report = {
-            "since": None if since_us is None else format_instant(us_to_instant(since_us)),
-            "provenance": _provenance(reader, since_us),
-            "failures": _failures(reader, since_us),
-            "budget": _budget(reader, since_us),
-            "findings": _findings(reader, since_us),
-            "problems": _problems(engine, since_us),
-            "build_evidence": _build_evidence(reader, since_us),
-            "unknown_cost": _unknown_cost(reader, since_us),
-        }
-        report["abandoned"], report["paused"], killed = _live(engine, reader, since_us)
+def _report(engine: Engine, reader, since_us: int | None, lazy: bool) -> dict:
+    report = {
+        "since": None if since_us is None else format_instant(us_to_instant(since_us)),
+        "provenance": _provenance(reader, since_us, lazy),
+        "failures": _failures(reader, since_us, lazy),
+        "budget": _budget(reader, since_us),
+        "findings": _findings(reader, since_us),
+        "problems": _problems(engine, since_us),
+        "build_evidence": _build_evidence(reader, since_us),
+        "unknown_cost": _unknown_cost(reader, since_us),
+    }
+    report["abandoned"], report["paused"], killed = _live(engine, reader, since_us)
     report["unknown_cost"]["unrecorded_attempts"] += killed
     report["orphan_warning"] = ORPHAN_WARNING
     reasons = []
@@ -276,3 +323,23 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
     report["needs_attention"] = bool(reasons)
     report["attention"] = reasons
     return report
+
+
+def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
+                 zone: tzinfo | None = None) -> dict:
+    """Every section of the audit, plus `needs_attention` and the reasons for it.
+    ``zone``: where a --since date without an offset is read."""
+    since_us = parse_since(since, now, zone)
+    with reading(engine) as reader:
+        return _report(engine, reader, since_us, lazy=False)
+
+
+@contextlib.contextmanager
+def audit_streamed(engine: Engine, since: str | None = None, now: datetime | None = None,
+                   zone: tzinfo | None = None) -> Iterator[dict]:
+    """audit_report whose long lists (the FAILs, the runs whose passes are all weak) are
+    Rows, read in the same read transaction while they are rendered: the text of 10,000
+    runs is written as it is read, never held whole (peak memory stays flat)."""
+    since_us = parse_since(since, now, zone)
+    with reading(engine) as reader:
+        yield _report(engine, reader, since_us, lazy=True)
