@@ -690,13 +690,15 @@ def limit_options(f: Callable) -> Callable:
 def _check_limits(engine, limit_specs, tz, prices, required: bool):
     """The limits report, or None when no limit is set anywhere (and none is required)."""
     from .limits import config_path, resolve_limits
-    from .reports.limits import check_limits
 
     limits = resolve_limits(limit_specs)
     if not limits:
         if required:
             raise BadArgument(f"no spend limits: give --limit (e.g. day=50) or a [limits] table in {config_path()}")
         return None
+    # Its price book and cost report are imported only when a limit is set.
+    from .reports.limits import check_limits
+
     return check_limits(engine, limits, tz=tz, now=_now(), prices=prices)
 
 

@@ -12,14 +12,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backend import backend_of
 from .errors import DatabaseTooNew, DatabaseUnavailable
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
+    from pathlib import Path
+
     from sqlalchemy import Engine
     from sqlalchemy.engine import Connection
 
@@ -32,6 +32,9 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def migrations_dir() -> Path:
+    from importlib import resources
+    from pathlib import Path
+
     return Path(str(resources.files("omg_ledger.migrations")))
 
 
