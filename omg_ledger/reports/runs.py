@@ -62,11 +62,12 @@ def could_be_sql(status: str) -> str:
     return "(NOT r.last_leg_open AND (r.last_outcome IS NULL OR r.last_outcome <> 'paused'))"  # PASS, FAIL
 
 
-def run_summary(row, status: str, home_label: str, left_running: int = 0) -> dict:
+def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None) -> dict:
     """One run's listing row. ``left_running``: nodes the stream leaves running in the
-    open leg (only read when the run is ABANDONED: their killed calls are unrecorded)."""
+    open leg (only read when the run is ABANDONED: their killed calls are unrecorded).
+    ``facts``: the row's StatusFacts when the caller has them already."""
     m = row._mapping if hasattr(row, "_mapping") else row
-    facts = StatusFacts.from_row(row)
+    facts = facts or StatusFacts.from_row(row)
     has_snapshot = facts.has_snapshot
     return {
         "run_id": m["run_id"],
@@ -112,11 +113,12 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
     with reading(engine) as reader:
         for row in reader.dicts(query, params):
-            status = status_of(StatusFacts.from_row(row), row["dir_path"])
+            facts = StatusFacts.from_row(row)
+            status = status_of(facts, row["dir_path"])
             if statuses and status not in statuses:
                 continue
             left = int(reader.scalar(_LEFT_RUNNING_SQL, {"run_pk": row["id"]}) or 0) if status == ABANDONED else 0
-            yield run_summary(row, status, row["label"], left)
+            yield run_summary(row, status, row["label"], left, facts)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
