@@ -50,17 +50,20 @@ def _say(text: str, err: bool = False, nl: bool = True) -> None:
 def _say_lines(lines, colour: bool = False) -> None:
     """Lines as _say writes them, written in chunks as they come (a long report is never
     held whole); ``colour``: the verdict words in our own colour codes, after inert."""
+    def flush(chunk: list[str]) -> None:
+        text = render.inert("\n".join(chunk), keep_newlines=True)
+        click.echo((render.colour_verdicts(text) if colour else text) + "\n", nl=False)
+
     chunk: list[str] = []
     size = 0
     for line in lines:
-        line = render.inert(line, keep_newlines=True)
-        chunk.append(render.colour_verdicts(line) if colour else line)
+        chunk.append(line)
         size += len(line)
         if size >= 65536:
-            click.echo("\n".join(chunk) + "\n", nl=False)
+            flush(chunk)
             chunk, size = [], 0
     if chunk:
-        click.echo("\n".join(chunk) + "\n", nl=False)
+        flush(chunk)
 
 
 def _say_line(text: str) -> None:

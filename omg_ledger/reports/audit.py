@@ -128,6 +128,7 @@ def _per_run_passes(since_us: int | None, params: dict, weak_only: bool = False)
 
 
 _SELF_REPORTED, _EXIT_ONLY = PROVENANCES.index("self-reported"), PROVENANCES.index("exit-only")
+assert PROVENANCES == ("verified", "approved", "self-reported", "exit-only")  # _provenance unpacks in this order
 
 
 def _weak_run(label: str, run_id: str, graph: str | None, passes: int, counts: list[int]) -> dict:
@@ -148,21 +149,24 @@ def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
     ``lazy``: the weak runs are counted here and read again when rendered."""
     params: dict = {}
     rows = reader.rows(_per_run_passes(since_us, params), params)
-    totals = [0] * len(PROVENANCES)
-    passes = unknown = others = weak_count = 0
+    verified = approved = self_reported = exit_only = unknown = passes = weak_count = 0
     weak = []
-    for label, run_id, graph, run_passes, *counts in rows:  # by position: 10,000 rows
-        run_passes, run_unknown = int(run_passes), int(counts.pop())
-        counts = [int(c) for c in counts]
-        for i, count in enumerate(counts):
-            totals[i] += count
+    # By position, the least work a row: 10,000 rows (PostgreSQL's sums are Decimals: int() at the end).
+    for label, run_id, graph, run_passes, p_verified, p_approved, p_self, p_exit, p_unknown in rows:
+        verified += p_verified
+        approved += p_approved
+        self_reported += p_self
+        exit_only += p_exit
+        unknown += p_unknown
         passes += run_passes
-        unknown += run_unknown
-        others += run_passes - sum(counts) - run_unknown
-        if run_passes == counts[_SELF_REPORTED] + counts[_EXIT_ONLY]:
+        if run_passes == p_self + p_exit:
             weak_count += 1
             if not lazy:
-                weak.append(_weak_run(label, run_id, graph, run_passes, counts))
+                weak.append(_weak_run(label, run_id, graph, int(run_passes),
+                                      [int(p_verified), int(p_approved), int(p_self), int(p_exit)]))
+    totals = [int(verified), int(approved), int(self_reported), int(exit_only)]
+    passes, unknown = int(passes), int(unknown)
+    others = passes - sum(totals) - unknown
     mix = {**dict(zip(PROVENANCES, totals, strict=True)), "unknown": unknown}
     if others:  # provenances this omg-ledger does not know (rare): named as written
         params = {}
