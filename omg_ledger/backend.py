@@ -4,9 +4,11 @@ branches on a dialect name.
 
 What differs: the DB-API placeholder, the upsert statement, the exclusive right to
 sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL),
-the migration lock, how a run's rows are locked before a re-derivation. SQLAlchemy is
-imported only by the methods that use it, so importing this module (every command
-does) costs nothing.
+the migration lock, how a run's rows are locked before a re-derivation, and how a
+report reads: ``reading`` gives one read transaction on the DB-API connection (sqlite3;
+psycopg), so the hot read paths never import SQLAlchemy. Their SQL is portable text with
+named parameters (``:name``). SQLAlchemy is imported only by the methods that use it, so
+importing this module (every command does) costs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -27,9 +30,71 @@ if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start wi
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
 
 
+class Reader:
+    """One read transaction on a DB-API connection. ``rows`` gives plain tuples (read by
+    position: the cheapest way through many rows), ``dicts`` gives dicts by column name."""
+
+    name: str
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def _execute(self, sql: str, params: dict | None):
+        raise NotImplementedError
+
+    def rows(self, sql: str, params: dict | None = None) -> Iterator[tuple]:
+        return iter(self._execute(sql, params))
+
+    def dicts(self, sql: str, params: dict | None = None) -> Iterator[dict]:
+        cursor = self._execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return (dict(zip(names, row, strict=True)) for row in cursor)
+
+    def scalar(self, sql: str, params: dict | None = None):
+        row = self._execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+
+class SQLiteReader(Reader):
+    name = "sqlite"
+
+    def _execute(self, sql: str, params: dict | None):
+        return self.conn.execute(sql, params or {})
+
+
+_NAMED_PARAM = re.compile(r"(?<![:\w]):(\w+)")
+
+
+class PostgresReader(Reader):
+    """``:name`` becomes psycopg's ``%(name)s`` (a literal % is doubled first)."""
+
+    name = "postgresql"
+
+    def _execute(self, sql: str, params: dict | None):
+        cursor = self.conn.cursor()
+        if not params:
+            return cursor.execute(sql)
+        return cursor.execute(_NAMED_PARAM.sub(r"%(\1)s", sql.replace("%", "%%")), params)
+
+
+def bind_list(params: dict, prefix: str, values: Iterable) -> str:
+    """``(:prefix0, :prefix1, …)`` for an IN list, the values put into ``params``."""
+    names = []
+    for n, value in enumerate(values):
+        params[f"{prefix}{n}"] = value
+        names.append(f":{prefix}{n}")
+    return "(" + ", ".join(names) + ")"
+
+
 class Backend:
     name: str
     mark: str  # DB-API placeholder
+
+    def reading(self, bind) -> contextlib.AbstractContextManager[Reader]:
+        """One read transaction (one consistent snapshot for a whole report) on the DB-API
+        connection of ``bind``: an Engine, or a ledger.ReadLedger (sqlite3, no Engine).
+        A driver error inside it is a one-line LedgerError (errors.database_trouble)."""
+        raise NotImplementedError
 
     def insert(self, table):
         raise NotImplementedError
@@ -76,6 +141,32 @@ class SQLiteBackend(Backend):
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
 
+    @contextlib.contextmanager
+    def reading(self, bind) -> Iterator[SQLiteReader]:
+        import sqlite3
+
+        from .errors import database_trouble
+
+        raw = None
+        try:
+            if hasattr(bind, "sqlite3_connection"):  # a ledger.ReadLedger: sqlite3, no Engine
+                conn = bind.sqlite3_connection()
+            else:
+                raw = bind.raw_connection()
+                conn = raw.driver_connection
+        except sqlite3.Error as exc:
+            raise database_trouble(exc) from exc
+        try:
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            yield SQLiteReader(conn)
+        except sqlite3.Error as exc:  # busy past the timeout, a damaged file…
+            raise database_trouble(exc) from exc
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
+            (raw or conn).close()
+
     def insert(self, table):
         from sqlalchemy.dialects import sqlite
 
@@ -117,6 +208,24 @@ class PostgresBackend(Backend):
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = current_schema()").scalars())
+
+    @contextlib.contextmanager
+    def reading(self, bind) -> Iterator[PostgresReader]:
+        import psycopg
+
+        from .errors import database_trouble
+
+        raw = bind.raw_connection()
+        try:
+            yield PostgresReader(raw.driver_connection)
+        except psycopg.Error as exc:
+            raise database_trouble(exc) from exc
+        finally:
+            try:
+                with contextlib.suppress(psycopg.Error):
+                    raw.driver_connection.rollback()
+            finally:
+                raw.close()
 
     def insert(self, table):
         from sqlalchemy.dialects import postgresql
@@ -171,7 +280,12 @@ _BACKENDS: dict[str, Backend] = {"sqlite": SQLiteBackend(), "postgresql": Postgr
 
 
 def backend_of(bind: Engine | Connection) -> Backend:
-    name = bind.dialect.name
+    name = getattr(bind, "dialect_name", None) or bind.dialect.name
     if name not in _BACKENDS:
         raise DatabaseUnavailable(f"omg-ledger supports SQLite and PostgreSQL ledgers, not {name}")
     return _BACKENDS[name]
+
+
+def reading(bind) -> contextlib.AbstractContextManager[Reader]:
+    """A report's read transaction on ``bind`` (an Engine, or a ledger.ReadLedger)."""
+    return backend_of(bind).reading(bind)

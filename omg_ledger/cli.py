@@ -47,6 +47,25 @@ def _say(text: str, err: bool = False, nl: bool = True) -> None:
     click.echo(render.inert(text, keep_newlines=True), err=err, nl=nl)
 
 
+def _say_lines(lines, colour: bool = False) -> None:
+    """Lines as _say writes them, written in chunks as they come (a long report is never
+    held whole); ``colour``: the verdict words in our own colour codes, after inert."""
+    def flush(chunk: list[str]) -> None:
+        text = render.inert("\n".join(chunk), keep_newlines=True)
+        click.echo((render.colour_verdicts(text) if colour else text) + "\n", nl=False)
+
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line)
+        if size >= 65536:
+            flush(chunk)
+            chunk, size = [], 0
+    if chunk:
+        flush(chunk)
+
+
 def _say_line(text: str) -> None:
     """One message line on stderr, inert, newlines in it escaped too: it stays one line."""
     click.echo(render.inert(text), err=True)
@@ -674,13 +693,15 @@ def limit_options(f: Callable) -> Callable:
 def _check_limits(engine, limit_specs, tz, prices, required: bool):
     """The limits report, or None when no limit is set anywhere (and none is required)."""
     from .limits import config_path, resolve_limits
-    from .reports.limits import check_limits
 
     limits = resolve_limits(limit_specs)
     if not limits:
         if required:
             raise BadArgument(f"no spend limits: give --limit (e.g. day=50) or a [limits] table in {config_path()}")
         return None
+    # Its price book and cost report are imported only when a limit is set.
+    from .reports.limits import check_limits
+
     return check_limits(engine, limits, tz=tz, now=_now(), prices=prices)
 
 
@@ -738,33 +759,38 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
       omg-ledger audit --since 1d || notify-someone
       omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
     """
+    import contextlib
+
     from .db import RUN_TABLES_SINCE
-    from .reports.audit import audit_report
+    from .reports.audit import audit_report, audit_streamed
     from .timespec import zone_named
 
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     now = _now()
     prices = _price_book(estimate, prices_file)
-    report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
-    if prices is not None:
-        from .reports.cost import cost_report
+    with contextlib.ExitStack() as stack:
+        if as_json:
+            report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
+        else:  # the text of 10,000 runs is written while it is read (audit_streamed)
+            report = stack.enter_context(audit_streamed(engine, since=since, now=now, zone=zone_named(tz)))
+        if prices is not None:
+            from .reports.cost import cost_report
 
-        total = cost_report(engine, since=since, tz=tz, now=now, prices=prices)["total"]
-        report["unknown_cost"]["estimate"] = {k: total[k] for k in (
-            "estimated_nano_usd", "estimated_usd", "estimated_invocations", "unestimated_invocations",
-            "unestimated_reasons")}
-        report["price_book"] = prices.describe()
-    limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
-    if limits_report is not None:
-        report["limits"] = limits_report
-        if limits_report["exceeded"]:
-            report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
-            report["needs_attention"] = True
-    if not as_json and render.use_colour(sys.stdout):
-        # Inert first, then our own colour codes on the verdict words.
-        click.echo(render.colour_verdicts(render.inert(render.audit_text(report, verbose), keep_newlines=True)))
-    else:
-        _emit(report, as_json, False, str, lambda r: render.audit_text(r, verbose))
+            total = cost_report(engine, since=since, tz=tz, now=now, prices=prices)["total"]
+            report["unknown_cost"]["estimate"] = {k: total[k] for k in (
+                "estimated_nano_usd", "estimated_usd", "estimated_invocations", "unestimated_invocations",
+                "unestimated_reasons")}
+            report["price_book"] = prices.describe()
+        limits_report = _check_limits(engine, limit_specs, tz, prices, required=False)
+        if limits_report is not None:
+            report["limits"] = limits_report
+            if limits_report["exceeded"]:
+                report["attention"].insert(0, f"{len(limits_report['breaches'])} spend limit(s) exceeded")
+                report["needs_attention"] = True
+        if as_json:
+            _emit_json(report)
+        else:
+            _say_lines(render.audit_lines(report, verbose), colour=render.use_colour(sys.stdout))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 

@@ -12,14 +12,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backend import backend_of
 from .errors import DatabaseTooNew, DatabaseUnavailable
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
+    from pathlib import Path
+
     from sqlalchemy import Engine
     from sqlalchemy.engine import Connection
 
@@ -27,11 +27,14 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def migrations_dir() -> Path:
+    from importlib import resources
+    from pathlib import Path
+
     return Path(str(resources.files("omg_ledger.migrations")))
 
 
@@ -218,6 +221,7 @@ def stderr_say(message: str) -> None:
 # --------------------------------------------------------------------------- read-only opening
 # Reads never create, migrate or write a ledger. The oldest revision each kind of read
 # understands: a migration that changes what a read uses raises its constant.
+# 0007 (ix_nodes_verdict) only adds an index: audit reads an older ledger without it, slower.
 RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
@@ -245,10 +249,16 @@ def one_line(exc: BaseException) -> str:
 def check_database_target(db: str) -> None:
     """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
     another database or an uninstalled driver, a directory, a file that is not SQLite."""
+    from .ledger import plain_sqlite_file
+
+    path = plain_sqlite_file(database_url(db))
+    if path is not None:  # the common case, checked without SQLAlchemy
+        _check_sqlite_file(path, shown_url(db))
+        return
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    from .errors import NotALedger, UnsupportedDatabase
+    from .errors import UnsupportedDatabase
 
     shown = shown_url(db)
     try:
@@ -260,18 +270,7 @@ def check_database_target(db: str) -> None:
         path = url.database
         if not path or path == ":memory:":
             return
-        if os.path.isdir(path):
-            raise NotALedger(f"{shown} is a directory, not a ledger file "
-                             f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
-        try:
-            with open(path, "rb") as f:
-                header = f.read(len(SQLITE_HEADER))
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
-        if header and header != SQLITE_HEADER:
-            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)")
+        _check_sqlite_file(path, shown)
         return
     if backend != "postgresql":
         raise UnsupportedDatabase(f"{shown}: omg-ledger keeps its ledger in SQLite or PostgreSQL, not {backend}; "
@@ -286,6 +285,28 @@ def check_database_target(db: str) -> None:
                                   f"pip install 'omg-ledger[postgres]'") from exc
 
 
+NOT_SQLITE = ("is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it "
+              "and run `omg-ledger sync` to rebuild it from the homes)")
+
+
+def _check_sqlite_file(path: str, shown: str) -> None:
+    """A directory or a file that is not SQLite is refused; a missing file is the caller's."""
+    from .errors import NotALedger
+
+    if os.path.isdir(path):
+        raise NotALedger(f"{shown} is a directory, not a ledger file "
+                         f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    if header and header != SQLITE_HEADER:
+        raise NotALedger(f"{shown} {NOT_SQLITE}")
+
+
 def shown_url(db: str) -> str:
     """What the user typed, with a password masked."""
     import re
@@ -293,33 +314,23 @@ def shown_url(db: str) -> str:
     return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", db)
 
 
-def _readonly_sqlite_engine(url: str, shown: str) -> Engine:
-    import sqlite3
-    from urllib.parse import quote
-
-    from sqlalchemy import create_engine, event
-    from sqlalchemy.engine import make_url
-
+def _existing_sqlite_file(path: str | None) -> str:
     from .errors import LedgerMissing, NotALedger
 
-    path = make_url(url).database
     if not path or path == ":memory:":
         raise NotALedger("an in-memory SQLite database holds no ledger: give the ledger's file")
     if not os.path.exists(path):
         raise LedgerMissing(f"no ledger at {path}: `omg-ledger sync --db {path}` creates one "
                             f"(reading commands never create a ledger)")
-    uri = f"file:{quote(path)}?mode=ro"
+    return path
 
-    def connect():
-        # mode=ro: never created, never written, no journal_mode or synchronous pragma
-        # (both write, or fail on a file the reader may not write).
-        connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
-                                     isolation_level=None, check_same_thread=False)
-        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        connection.execute("PRAGMA query_only = ON")
-        return connection
 
-    engine = create_engine(url, creator=connect)
+def _readonly_sqlite_engine(url: str, path: str) -> Engine:
+    from sqlalchemy import create_engine, event
+
+    from .ledger import connect_readonly
+
+    engine = create_engine(url, creator=lambda: connect_readonly(path))
 
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn) -> None:  # pragma: no cover - trivial
@@ -336,7 +347,7 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-    from .errors import DatabaseTooOld, NotALedger
+    from .errors import NotALedger
 
     try:
         with engine.connect() as conn:
@@ -344,13 +355,46 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
             current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
     except OperationalError as exc:
         if "not a database" in str(exc):
-            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)") from exc
+            raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
+        path = engine.url.database if engine.dialect.name == "sqlite" else None
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
-                                  f"{_wal_hint(engine)}") from exc
+                                  f"{_wal_hint(path)}") from exc
     except SQLAlchemyError as exc:
         if "not a database" in str(exc):
-            raise NotALedger(f"{shown} is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it and run `omg-ledger sync` to rebuild it from the homes)") from exc
+            raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
+    return _check_revision(current, shown, oldest)
+
+
+def _sqlite_revision(path: str, shown: str) -> str | None:
+    """The migration revision of a SQLite ledger file, read through sqlite3 alone."""
+    import sqlite3
+
+    from .errors import NotALedger
+    from .ledger import connect_readonly
+
+    try:
+        conn = connect_readonly(path)
+        try:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+                            ).fetchone() is None:
+                return None
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if "not a database" in str(exc):
+            raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
+                                  f"{_wal_hint(path)}") from exc
+    return None if row is None else row[0]
+
+
+def _check_revision(current: str | None, shown: str, oldest: str | None) -> str | None:
+    """Refuse a revision the caller cannot read: none (not a ledger), newer than this
+    omg-ledger knows, or older than ``oldest`` (reads never migrate)."""
+    from .errors import DatabaseTooOld, NotALedger
+
     if current is None:
         raise NotALedger(f"{shown} holds no ledger (an empty or foreign database): "
                          f"`omg-ledger sync --db {shown}` makes it one")
@@ -367,12 +411,9 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
     return current
 
 
-def _wal_hint(engine: Engine) -> str:
+def _wal_hint(path: str | None) -> str:
     """Why a mode=ro reader fails on a WAL ledger: SQLite needs the -shm file beside it,
     and a reader that may not write the directory cannot create it."""
-    from sqlalchemy.engine import make_url
-
-    path = make_url(str(engine.url)).database if engine.dialect.name == "sqlite" else None
     if not path or os.path.exists(path + "-shm") or os.access(os.path.dirname(path) or ".", os.W_OK):
         return ""
     try:
@@ -390,22 +431,32 @@ def _table_names(conn: Connection) -> set[str]:
     return backend_of(conn).table_names(conn)
 
 
-def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION) -> Engine:
-    """An engine for reading an existing ledger: nothing is created, migrated or written.
+def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION):
+    """A handle for reading an existing ledger: nothing is created, migrated or written.
 
-    SQLite is opened ``mode=ro`` (a ledger the reader may not write is readable);
+    SQLite is opened ``mode=ro`` (a ledger the reader may not write is readable), as a
+    ledger.ReadLedger: sqlite3 for the reports, an Engine only if one is asked for.
     PostgreSQL sessions default to read-only transactions. ``oldest`` is the oldest
     revision the caller can read (None: any, e.g. to print the revision).
     """
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
+    from .ledger import ReadLedger, plain_sqlite_file
 
     check_database_target(db)
     url = database_url(db)
     shown = shown_url(db)
-    if url.startswith("sqlite"):
-        engine = _readonly_sqlite_engine(url, shown)
-    elif make_url(url).get_backend_name() == "postgresql":
+    plain = plain_sqlite_file(url)
+    if plain is not None:
+        path = _existing_sqlite_file(plain)
+        _check_revision(_sqlite_revision(path, shown), shown, oldest)
+        return ReadLedger(url, path, lambda: _readonly_sqlite_engine(url, path))
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        engine = _readonly_sqlite_engine(url, _existing_sqlite_file(make_url(url).database))
+    elif backend == "postgresql":
         engine = create_engine(url, pool_pre_ping=True,
                                connect_args={"options": "-c default_transaction_read_only=on"})
     else:

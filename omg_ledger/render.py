@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterable, Iterator
 
 from .units import format_usd
 
@@ -444,71 +445,81 @@ def runs_csv(rows, with_estimate: bool = False) -> str:
     return csv_rows(fields, rows)
 
 
-def _section(title: str, lines: list[str], empty: str) -> list[str]:
-    return [f"\n{title}", *(lines or [f"  {empty}"])]
+def _section(title: str, lines: Iterable[str], empty: str) -> Iterator[str]:
+    yield f"\n{title}"
+    listed = False
+    for line in lines:
+        listed = True
+        yield line
+    if not listed:
+        yield f"  {empty}"
 
 
 def audit_text(report: dict, verbose: bool = False) -> str:
-    """The verdict line first, then spend-limit breaches, then each section. The runs
-    whose passes are all unverified are listed only when ``verbose`` (counted always)."""
+    return "\n".join(audit_lines(report, verbose))
+
+
+def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
+    """The verdict line first, then spend-limit breaches, then each section, one line at
+    a time (a section may be read while it is rendered: reports.audit.audit_streamed). The
+    runs whose passes are all unverified are listed only when ``verbose`` (counted always)."""
     limits = report.get("limits")
     verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
         else "nothing needs attention"
-    out = [verdict]  # first, for a cron mail's reader
-    out += [*limits["breaches"]] if limits else []
-    out.append("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
-               + " (ABANDONED and PAUSED runs: every one now, however old)")
+    yield verdict  # first, for a cron mail's reader
+    yield from limits["breaches"] if limits else []
+    yield ("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
+           + " (ABANDONED and PAUSED runs: every one now, however old)")
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
     weak = prov["runs_all_unverified"]
-    weak_lines = ([f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
-                   f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in weak] if verbose
+    weak_lines = ((f"  {safe(r['run_id'])}  {safe(r['graph'] or '-')}: {r['passes']} pass(es), all self-reported "
+                   f"({r['self_reported']}) or exit-only ({r['exit_only']})" for r in weak) if verbose
                   else [f"  {len(weak)} run(s) whose passes are all self-reported or exit-only (--verbose lists them)"]
                   if weak else [])
-    out += _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}", weak_lines,
-                    "no run has only self-reported/exit-only passes")
+    yield from _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}", weak_lines,
+                        "no run has only self-reported/exit-only passes")
     fails = report["failures"]
-    out += _section("FAILS JUDGED (engine's judged field)",
-                    [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                     + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
-                     for f in fails["judged"]], "none")
-    out += _section("FAILS BY MACHINERY (judged absent)",
-                    [f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                     for f in fails["machinery"]], "none")
+    yield from _section("FAILS JUDGED (engine's judged field)",
+                        (f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                         + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
+                         for f in fails["judged"]), "none")
+    yield from _section("FAILS BY MACHINERY (judged absent)",
+                        (f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                         for f in fails["machinery"]), "none")
     budget = report["budget"]
-    out += _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
+    yield from _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
         ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])
         + ([f"spent {money(b['cost_nano_usd'])} of a {money(b['budget_nano_usd'])} budget"]
            if b["spend_over_budget"] else [])) for b in budget["overruns"]], "none")
-    out += _section("ABANDONED NOW", [f"  {safe(r['hint'])}" + (
+    yield from _section("ABANDONED NOW", [f"  {safe(r['hint'])}" + (
         f" Interrupted node(s): {safe(', '.join(r['interrupted_nodes']))}." if r["interrupted_nodes"] else "")
         for r in report["abandoned"]], "none")
     paused = report["paused"]
-    out += _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
-                               for p in paused[kind]], "none")
-    out += _section("RECONCILIATION FINDINGS",
-                    [f"  {safe(f['run_id'])}  {safe(f['kind'])}: {safe(f['detail'])}" for f in report["findings"]],
-                    "none")
-    out += _section("INPUT PROBLEMS",
-                    [f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
+    yield from _section("PAUSED", [f"  [{kind}] {safe(p['hint'])}" for kind in ("gate", "session_limit", "other")
+                                   for p in paused[kind]], "none")
+    yield from _section("RECONCILIATION FINDINGS",
+                        [f"  {safe(f['run_id'])}  {safe(f['kind'])}: {safe(f['detail'])}" for f in report["findings"]],
+                        "none")
+    yield from _section("INPUT PROBLEMS",
+                        [f"  {safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])}"
                      for p in report["problems"]], "none")
     ev = report["build_evidence"]
     counts = ", ".join(f"{safe(k)} {v}" for k, v in ev["counts"].items())
-    out += _section(f"BUILD EVIDENCE (auto runs): {counts} — declared and disclosed are never summed",
-                    [f"  {safe(r['run_id'])}  {safe(r['answer'])}"
+    yield from _section(f"BUILD EVIDENCE (auto runs): {counts} — declared and disclosed are never summed",
+                        [f"  {safe(r['run_id'])}  {safe(r['answer'])}"
                      + (f" by {safe(r['declared_by'])}" if r["declared_by"] else "")
                      for r in ev["runs"]], "no auto runs")
     unknown = report["unknown_cost"]
-    out += _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
-                    f"{unknown['unrecorded_attempts']}",
-                    [f"  {safe(k)}: {v}" for k, v in unknown["by_runtime"].items()], "none")
+    yield from _section(f"UNPRICED INVOCATIONS: {unknown['total']}; attempts paid for but recorded nowhere: "
+                        f"{unknown['unrecorded_attempts']}",
+                        [f"  {safe(k)}: {v}" for k, v in unknown["by_runtime"].items()], "none")
     if "estimate" in unknown:
-        out.append("  " + estimate_part(unknown["estimate"]))
-        out.append("  " + price_book_line(report["price_book"]))
+        yield "  " + estimate_part(unknown["estimate"])
+        yield "  " + price_book_line(report["price_book"])
     if limits:
-        out.append("\nSPEND LIMITS")
-        out.extend("  " + line for line in limits_table(limits).splitlines())
-    return "\n".join(out)
+        yield "\nSPEND LIMITS"
+        yield from ("  " + line for line in limits_table(limits).splitlines())
 
 
 def sql_text(result: dict) -> str:

@@ -202,6 +202,8 @@ nodes = Table(
     Column("snapshot_round", Integer),
     Column("snapshot_cost_nano_usd", BigInteger),
     Column("snapshot_cost_unknown", Boolean),
+    # audit's scans by verdict: the PASS provenance counts read this index alone.
+    Index("ix_nodes_verdict", "verdict", "run_pk", "provenance"),
 )
 
 # One row per execution of a node within a leg: round 0 is the initial pass, k the

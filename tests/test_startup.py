@@ -66,3 +66,41 @@ def test_the_check_would_see_sqlalchemy():
     """The detector itself: a process that does import SQLAlchemy is caught."""
     names = imported_modules("-c", "import omg_ledger.cli, omg_ledger.schema")
     assert "sqlalchemy" in heavy_among(names)
+
+
+# -- the read commands on a SQLite ledger: sqlite3 only ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def synced_corpus(tmp_path_factory) -> str:
+    """A SQLite ledger of the conformance corpus, synced (and migrated) by the CLI."""
+    from .conftest import CORPUS_HOME
+
+    db = str(tmp_path_factory.mktemp("startup") / "ledger.sqlite")
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db, "--home", str(CORPUS_HOME)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return db
+
+
+@pytest.mark.parametrize("argv", [
+    ["runs"], ["runs", "--json"], ["runs", "--status", "ABANDONED", "--csv"], ["cost", "--since", "30d", "--by", "day"],
+    ["cost", "--by", "node", "--json"], ["cost", "--by", "run"], ["audit"], ["audit", "--json", "--since", "7d"],
+    ["sql", "SELECT COUNT(*) FROM v_runs"], ["query", "spend_by_day"],
+], ids=["runs", "runs-json", "runs-csv", "cost-day", "cost-node", "cost-run", "audit", "audit-json", "sql", "query"])
+def test_read_commands_on_a_sqlite_ledger_import_no_sqlalchemy_nor_alembic(synced_corpus, argv):
+    # audit exits 1: the corpus has ABANDONED runs and findings.
+    names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_corpus, exit_codes=(0, 1))
+    assert "sqlite3" in names and "omg_ledger.ledger" in names  # it did read the ledger, through sqlite3
+    assert heavy_among(names) == []
+
+
+def test_a_read_command_that_asks_for_an_engine_still_gets_one(synced_corpus):
+    """show reads through SQLAlchemy: the handle makes the Engine on demand (the check would see it)."""
+    import json
+
+    runs = json.loads(subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--json", "--db", synced_corpus],
+                                     capture_output=True, text=True, timeout=60).stdout)
+    names = imported_modules("-m", "omg_ledger.cli", "show", runs[0]["run_id"], "--home", runs[0]["home"],
+                             "--db", synced_corpus)
+    assert "sqlalchemy" in heavy_among(names) and "alembic" not in heavy_among(names)

@@ -39,19 +39,23 @@ ABANDONED/PAUSED status is probed now.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
 from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
 import orjson
-from sqlalchemy import and_, case, func, or_, select, true
-from sqlalchemy.engine import Engine
 
-from .. import schema
+from ..backend import reading
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
 from ..units import format_instant, us_to_instant
 from .problems import list_problems
 from .runs import list_runs
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 PROVENANCES = ("verified", "approved", "self-reported", "exit-only")
 WEAK_PROVENANCES = ("self-reported", "exit-only")
@@ -59,23 +63,45 @@ EVIDENCE_ANSWERS = ("attached", "declared", "disclosed", "none-detected")
 NOT_RECORDED = "not recorded"
 # omg-ledger's own reading of a judged FAIL's detail: the machinery, not the work.
 _MACHINERY_DETAIL = re.compile(r"timed? ?out|timeout|cancel|halt|gate .*reject|rejected|killed|signal", re.I)
+_NODES = "FROM nodes n JOIN runs r ON r.id = n.run_pk JOIN homes h ON h.id = r.home_id"
 
 
-def _run_filter(since_us: int | None, billed_only: bool = True):
+class Rows:
+    """A long section read while it is rendered (audit_streamed): iterating runs its
+    query again in the report's read transaction; ``len`` is known when counted first."""
+
+    def __init__(self, produce: Callable[[], Iterator[dict]], count: int | None = None) -> None:
+        self._produce = produce
+        self._count = count
+
+    def __iter__(self) -> Iterator[dict]:
+        return self._produce()
+
+    def __len__(self) -> int:
+        if self._count is None:
+            raise TypeError("this section is not counted before it is read")
+        return self._count
+
+
+def _run_filter(since_us: int | None, params: dict, billed_only: bool = True) -> list[str]:
     """Runs in the window; a run seen in several homes counts once (its billed copy)."""
-    r = schema.runs.c
-    conditions = [r.billed] if billed_only else [true()]
-    return conditions if since_us is None else [*conditions, r.last_event_at_us >= since_us]
+    conditions = ["r.billed"] if billed_only else []
+    if since_us is not None:
+        conditions.append("r.last_event_at_us >= :since_us")
+        params["since_us"] = since_us
+    return conditions
 
 
-def _node_rows(conn, since_us: int | None, *conditions) -> list:
-    n, r, h = schema.nodes.c, schema.runs.c, schema.homes.c
-    query = (select(h.label.label("home"), r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged,
-                    n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun)
-             .select_from(schema.nodes.join(schema.runs, r.id == n.run_pk).join(schema.homes, h.id == r.home_id))
-             .where(and_(*conditions, *_run_filter(since_us)))
-             .order_by(r.run_id, h.label, n.node_id))
-    return [row._mapping for row in conn.execute(query)]
+def _where(conditions: list[str]) -> str:
+    return " WHERE " + " AND ".join(conditions) if conditions else ""
+
+
+def _node_rows(reader, since_us: int | None, condition: str) -> Iterator[dict]:
+    params: dict = {}
+    query = ("SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged, "
+             "n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun "
+             f"{_NODES}{_where([condition, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label, n.node_id")
+    return reader.dicts(query, params)
 
 
 def _node_ref(m) -> dict:
@@ -83,57 +109,111 @@ def _node_ref(m) -> dict:
             "detail": m["detail"]}
 
 
-def _provenance(conn, since_us: int | None) -> dict:
-    """The PASS mix and the runs whose passes are all weak, counted in SQL (10,000 runs
-    hold ~100,000 passes: they are aggregated where they live, not shipped to Python)."""
-    n, r, h = schema.nodes.c, schema.runs.c, schema.homes.c
-    joined = schema.nodes.join(schema.runs, r.id == n.run_pk).join(schema.homes, h.id == r.home_id)
-    where = and_(n.verdict == "PASS", *_run_filter(since_us))
-    mix = {name: 0 for name in (*PROVENANCES, "unknown")}
-    passes = 0
-    for provenance, count in conn.execute(select(n.provenance, func.count()).select_from(joined).where(where)
-                                          .group_by(n.provenance)):
-        name = provenance if provenance else "unknown"
-        mix[name] = mix.get(name, 0) + count
-        passes += count
-
-    def counting(*values: str):
-        return func.sum(case((n.provenance.in_(values), 1), else_=0))
-
-    weak_rows = conn.execute(
-        select(h.label, r.run_id, r.graph_name, func.count().label("passes"), counting("self-reported"),
-               counting("exit-only"))
-        .select_from(joined).where(where)
-        .group_by(h.label, r.run_id, r.graph_name)
-        .having(func.count() == counting(*WEAK_PROVENANCES))
-        .order_by(r.run_id, h.label))
-    weak = [{"home": home, "run_id": run_id, "graph": graph, "passes": total, "self_reported": int(sr),
-             "exit_only": int(eo)} for home, run_id, graph, total, sr, eo in weak_rows]
-    return {"passes": passes, "mix": mix, "runs_all_unverified": weak}
+def _counting(*values: str) -> str:
+    listed = ", ".join(f"'{v}'" for v in values)  # the constants above, never user input
+    return f"SUM(CASE WHEN n.provenance IN ({listed}) THEN 1 ELSE 0 END)"
 
 
-def _failures(conn, since_us: int | None) -> dict:
-    fails = _node_rows(conn, since_us, schema.nodes.c.verdict == "FAIL")
-    judged, machinery = [], []
-    for m in fails:
+def _per_run_passes(since_us: int | None, params: dict, weak_only: bool = False) -> str:
+    per_run = ("SELECT n.run_pk AS run_pk, COUNT(*) AS passes, "
+               + "".join(f"{_counting(name)} AS p{i}, " for i, name in enumerate(PROVENANCES))
+               + "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END) AS unknown "
+               "FROM nodes n WHERE n.verdict = 'PASS' GROUP BY n.run_pk")
+    weak = ([f"w.passes = w.p{PROVENANCES.index('self-reported')} + w.p{PROVENANCES.index('exit-only')}"]
+            if weak_only else [])
+    return ("SELECT h.label, r.run_id, r.graph_name, w.passes, "
+            + ", ".join(f"w.p{i}" for i in range(len(PROVENANCES)))
+            + f", w.unknown FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk JOIN homes h ON h.id = r.home_id"
+            f"{_where([*weak, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label")
+
+
+_SELF_REPORTED, _EXIT_ONLY = PROVENANCES.index("self-reported"), PROVENANCES.index("exit-only")
+assert PROVENANCES == ("verified", "approved", "self-reported", "exit-only")  # _provenance unpacks in this order
+
+
+def _weak_run(label: str, run_id: str, graph: str | None, passes: int, counts: list[int]) -> dict:
+    return {"home": label, "run_id": run_id, "graph": graph, "passes": passes,
+            "self_reported": counts[_SELF_REPORTED], "exit_only": counts[_EXIT_ONLY]}
+
+
+def _weak_runs(reader, since_us: int | None) -> Iterator[dict]:
+    params: dict = {}
+    for label, run_id, graph, passes, *counts in reader.rows(_per_run_passes(since_us, params, True), params):
+        yield _weak_run(label, run_id, graph, int(passes), [int(c) for c in counts[:-1]])
+
+
+def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
+    """The PASS mix and the runs whose passes are all weak, from one pass over the PASS
+    nodes grouped per run in SQL (10,000 runs hold ~100,000 passes: they are counted where
+    they live, through ix_nodes_verdict when the ledger has it; one row per run comes back).
+    ``lazy``: the weak runs are counted here and read again when rendered."""
+    params: dict = {}
+    rows = reader.rows(_per_run_passes(since_us, params), params)
+    verified = approved = self_reported = exit_only = unknown = passes = weak_count = 0
+    weak = []
+    # By position, the least work a row: 10,000 rows (PostgreSQL's sums are Decimals: int() at the end).
+    for label, run_id, graph, run_passes, p_verified, p_approved, p_self, p_exit, p_unknown in rows:
+        verified += p_verified
+        approved += p_approved
+        self_reported += p_self
+        exit_only += p_exit
+        unknown += p_unknown
+        passes += run_passes
+        if run_passes == p_self + p_exit:
+            weak_count += 1
+            if not lazy:
+                weak.append(_weak_run(label, run_id, graph, int(run_passes),
+                                      [int(p_verified), int(p_approved), int(p_self), int(p_exit)]))
+    totals = [int(verified), int(approved), int(self_reported), int(exit_only)]
+    passes, unknown = int(passes), int(unknown)
+    others = passes - sum(totals) - unknown
+    mix = {**dict(zip(PROVENANCES, totals, strict=True)), "unknown": unknown}
+    if others:  # provenances this omg-ledger does not know (rare): named as written
+        params = {}
+        known = ", ".join(f"'{name}'" for name in PROVENANCES)
+        for provenance, count in reader.rows(
+                "SELECT n.provenance, COUNT(*) FROM nodes n JOIN runs r ON r.id = n.run_pk"
+                + _where(["n.verdict = 'PASS'", f"n.provenance NOT IN ({known})", "n.provenance <> ''",
+                          *_run_filter(since_us, params)]) + " GROUP BY n.provenance ORDER BY n.provenance",
+                params):
+            mix[provenance] = mix.get(provenance, 0) + int(count)
+    runs = Rows(lambda: _weak_runs(reader, since_us), weak_count) if lazy else weak
+    return {"passes": passes, "mix": mix, "runs_all_unverified": runs}
+
+
+def _fails(reader, since_us: int | None, condition: str) -> Iterator[tuple[bool, dict]]:
+    for m in _node_rows(reader, since_us, condition):
         item = _node_ref(m)
         if m["judged"]:
             item["ours_likely_machinery"] = bool(_MACHINERY_DETAIL.search(m["detail"] or ""))
-            judged.append(item)
-        else:
-            machinery.append(item)
-    return {"judged": judged, "machinery": machinery,
-            "note": "judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
-                    "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
-                    "halts and rejected gates judged)"}
+        yield bool(m["judged"]), item
 
 
-def _budget(conn, since_us: int | None) -> dict:
+FAIL_NOTE = ("judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
+             "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
+             "halts and rejected gates judged)")
+
+
+def _failures(reader, since_us: int | None, lazy: bool = False) -> dict:
+    """FAIL verdicts, judged and machinery. ``lazy``: each list is read when rendered."""
+    if lazy:
+        def produce(condition: str) -> Callable[[], Iterator[dict]]:
+            return lambda: (item for _judged, item in _fails(reader, since_us, condition))
+
+        return {"judged": Rows(produce("n.verdict = 'FAIL' AND n.judged")),
+                "machinery": Rows(produce("n.verdict = 'FAIL' AND (n.judged IS NULL OR NOT n.judged)")),
+                "note": FAIL_NOTE}
+    judged, machinery = [], []
+    for is_judged, item in _fails(reader, since_us, "n.verdict = 'FAIL'"):
+        (judged if is_judged else machinery).append(item)
+    return {"judged": judged, "machinery": machinery, "note": FAIL_NOTE}
+
+
+def _budget(reader, since_us: int | None) -> dict:
     """One entry per node over its budget, however it shows: the engine failed it for its
     budget_usd (its terminal node_failed says so), or its recorded spend is above it."""
-    n = schema.nodes.c
-    rows = _node_rows(conn, since_us, or_(n.budget_overrun, and_(n.budget_nano_usd.is_not(None),
-                                                                  n.cost_nano_usd > n.budget_nano_usd)))
+    rows = _node_rows(reader, since_us, "(n.budget_overrun OR (n.budget_nano_usd IS NOT NULL "
+                                        "AND n.cost_nano_usd > n.budget_nano_usd))")
     overruns = []
     for m in rows:
         spent = int(m["cost_nano_usd"] or 0)
@@ -143,22 +223,20 @@ def _budget(conn, since_us: int | None) -> dict:
     return {"overruns": overruns}
 
 
-def _left_running(conn, home: str, run_id: str) -> list[str]:
+def _left_running(reader, home: str, run_id: str) -> list[str]:
     """The nodes an abandoned run's dead leg left running: interrupted (status.node_state)."""
-    n, r, h = schema.nodes.c, schema.runs.c, schema.homes.c
-    return list(conn.execute(
-        select(n.node_id).select_from(schema.nodes.join(schema.runs, r.id == n.run_pk)
-                                      .join(schema.homes, h.id == r.home_id))
-        .where(h.label == home, r.run_id == run_id, n.state == "running").order_by(n.node_id)).scalars())
+    return [node_id for (node_id,) in reader.rows(
+        f"SELECT n.node_id {_NODES} WHERE h.label = :home AND r.run_id = :run_id AND n.state = 'running' "
+        "ORDER BY n.node_id", {"home": home, "run_id": run_id})]
 
 
-def _live(engine: Engine, conn, since_us: int | None) -> tuple[list, dict, int]:
+def _live(engine: Engine, reader, since_us: int | None) -> tuple[list, dict, int]:
     """ABANDONED and PAUSED runs now, however old (`since` does not hide them: the daily
     cron use must keep warning about an orphan). Also the killed calls of the abandoned
     runs in the window, which no stored count holds yet (status.unrecorded_attempts)."""
     live = list_runs(engine, statuses=(ABANDONED, PAUSED))
     abandoned = [{"home": r["home"], "run_id": r["run_id"], "graph": r["graph"], "last_event_at": r["last_event_at"],
-                  "has_snapshot": r["has_snapshot"], "interrupted_nodes": _left_running(conn, r["home"], r["run_id"]),
+                  "has_snapshot": r["has_snapshot"], "interrupted_nodes": _left_running(reader, r["home"], r["run_id"]),
                   "hint": r["hint"]}
                  for r in live if r["status"] == ABANDONED]
     in_window = {(r["home"], r["run_id"]) for r in list_runs(engine, since_us=since_us, statuses=(ABANDONED,))} \
@@ -173,12 +251,12 @@ def _live(engine: Engine, conn, since_us: int | None) -> tuple[list, dict, int]:
     return abandoned, paused, killed
 
 
-def _findings(conn, since_us: int | None) -> list:
-    f, r, h = schema.findings.c, schema.runs.c, schema.homes.c
-    query = (select(h.label.label("home"), r.run_id, f.kind, f.node_id, f.leg_ordinal, f.detail)
-             .select_from(schema.findings.join(schema.runs, r.id == f.run_pk).join(schema.homes, h.id == r.home_id))
-             .where(and_(*_run_filter(since_us, billed_only=False))).order_by(r.run_id, h.label, f.seq))
-    return [dict(row._mapping) for row in conn.execute(query)]
+def _findings(reader, since_us: int | None) -> list:
+    params: dict = {}
+    query = ("SELECT h.label AS home, r.run_id, f.kind, f.node_id, f.leg_ordinal, f.detail "
+             "FROM findings f JOIN runs r ON r.id = f.run_pk JOIN homes h ON h.id = r.home_id"
+             f"{_where(_run_filter(since_us, params, billed_only=False))} ORDER BY r.run_id, h.label, f.seq")
+    return list(reader.dicts(query, params))
 
 
 def _problems(engine: Engine, since_us: int | None) -> list:
@@ -188,58 +266,52 @@ def _problems(engine: Engine, since_us: int | None) -> list:
             for m in list_problems(engine, since_text=since_text)]
 
 
-def _build_evidence(conn, since_us: int | None) -> dict:
-    r, h, legs = schema.runs.c, schema.homes.c, schema.legs.c
-    auto = select(legs.run_pk).where(legs.phase == "planning")
-    query = (select(h.label.label("home"), r.run_id, r.graph_name, r.build_evidence_answer,
-                    r.build_evidence_declared_by, r.build_evidence_signals_json)
-             .select_from(schema.runs.join(schema.homes, h.id == r.home_id))
-             .where(and_(or_(r.id.in_(auto), r.build_evidence_answer.is_not(None)), *_run_filter(since_us)))
-             .order_by(r.run_id, h.label))
+def _build_evidence(reader, since_us: int | None) -> dict:
+    params: dict = {}
+    conditions = ["(r.id IN (SELECT l.run_pk FROM legs l WHERE l.phase = 'planning') "
+                  "OR r.build_evidence_answer IS NOT NULL)", *_run_filter(since_us, params)]
+    query = ("SELECT h.label AS home, r.run_id, r.graph_name, r.build_evidence_answer, "
+             "r.build_evidence_declared_by, r.build_evidence_signals_json "
+             f"FROM runs r JOIN homes h ON h.id = r.home_id{_where(conditions)} ORDER BY r.run_id, h.label")
     runs = []
     counts = {name: 0 for name in (*EVIDENCE_ANSWERS, NOT_RECORDED)}
-    for m in conn.execute(query):
-        answer = m.build_evidence_answer or NOT_RECORDED
+    for home, run_id, graph, answer, declared_by, signals in reader.rows(query, params):
+        answer = answer or NOT_RECORDED
         counts[answer] = counts.get(answer, 0) + 1
-        runs.append({"home": m.home, "run_id": m.run_id, "graph": m.graph_name, "answer": answer,
-                     "declared_by": m.build_evidence_declared_by, "signals": orjson.loads(m.build_evidence_signals_json) if m.build_evidence_signals_json else []})
+        runs.append({"home": home, "run_id": run_id, "graph": graph, "answer": answer,
+                     "declared_by": declared_by, "signals": orjson.loads(signals) if signals else []})
     return {"counts": counts, "runs": runs,
             "note": "declared and disclosed are different answers and are never summed"}
 
 
-def _unknown_cost(conn, since_us: int | None) -> dict:
-    c, r = schema.charges.c, schema.runs.c
-    query = (select(r.runtime, r.snapshot_schema.is_(None).label("no_snapshot"), func.count().label("n"))
-             .select_from(schema.charges.join(schema.runs, r.id == c.run_pk))
-             .where(and_(c.cost_unknown, *_run_filter(since_us)))
-             .group_by(r.runtime, r.snapshot_schema.is_(None)))
+def _unknown_cost(reader, since_us: int | None) -> dict:
+    params: dict = {}
+    runs_in_window = _run_filter(since_us, params)
+    query = ("SELECT r.runtime, (r.snapshot_schema IS NULL) AS no_snapshot, COUNT(*) AS n "
+             f"FROM charges c JOIN runs r ON r.id = c.run_pk{_where(['c.cost_unknown', *runs_in_window])} "
+             "GROUP BY r.runtime, (r.snapshot_schema IS NULL)")
     by_runtime: dict[str, int] = {}
-    for m in conn.execute(query):
-        key = m.runtime or ("(no snapshot)" if m.no_snapshot else "(unknown)")
-        by_runtime[key] = by_runtime.get(key, 0) + int(m.n)
-    unrecorded = conn.execute(select(func.coalesce(func.sum(r.unrecorded_attempts), 0))
-                              .where(and_(*_run_filter(since_us)))).scalar()
+    for runtime, no_snapshot, n in reader.rows(query, params):
+        key = runtime or ("(no snapshot)" if no_snapshot else "(unknown)")
+        by_runtime[key] = by_runtime.get(key, 0) + int(n)
+    unrecorded = reader.scalar(f"SELECT COALESCE(SUM(r.unrecorded_attempts), 0) FROM runs r"
+                               f"{_where(runs_in_window)}", params)
     return {"by_runtime": dict(sorted(by_runtime.items())), "total": sum(by_runtime.values()),
             "unrecorded_attempts": int(unrecorded or 0)}
 
 
-def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
-                 zone: tzinfo | None = None) -> dict:
-    """Every section of the audit, plus `needs_attention` and the reasons for it.
-    ``zone``: where a --since date without an offset is read."""
-    since_us = parse_since(since, now, zone)
-    with engine.connect() as conn:
-        report = {
-            "since": None if since_us is None else format_instant(us_to_instant(since_us)),
-            "provenance": _provenance(conn, since_us),
-            "failures": _failures(conn, since_us),
-            "budget": _budget(conn, since_us),
-            "findings": _findings(conn, since_us),
-            "problems": _problems(engine, since_us),
-            "build_evidence": _build_evidence(conn, since_us),
-            "unknown_cost": _unknown_cost(conn, since_us),
-        }
-        report["abandoned"], report["paused"], killed = _live(engine, conn, since_us)
+def _report(engine: Engine, reader, since_us: int | None, lazy: bool) -> dict:
+    report = {
+        "since": None if since_us is None else format_instant(us_to_instant(since_us)),
+        "provenance": _provenance(reader, since_us, lazy),
+        "failures": _failures(reader, since_us, lazy),
+        "budget": _budget(reader, since_us),
+        "findings": _findings(reader, since_us),
+        "problems": _problems(engine, since_us),
+        "build_evidence": _build_evidence(reader, since_us),
+        "unknown_cost": _unknown_cost(reader, since_us),
+    }
+    report["abandoned"], report["paused"], killed = _live(engine, reader, since_us)
     report["unknown_cost"]["unrecorded_attempts"] += killed
     report["orphan_warning"] = ORPHAN_WARNING
     reasons = []
@@ -255,3 +327,23 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
     report["needs_attention"] = bool(reasons)
     report["attention"] = reasons
     return report
+
+
+def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
+                 zone: tzinfo | None = None) -> dict:
+    """Every section of the audit, plus `needs_attention` and the reasons for it.
+    ``zone``: where a --since date without an offset is read."""
+    since_us = parse_since(since, now, zone)
+    with reading(engine) as reader:
+        return _report(engine, reader, since_us, lazy=False)
+
+
+@contextlib.contextmanager
+def audit_streamed(engine: Engine, since: str | None = None, now: datetime | None = None,
+                   zone: tzinfo | None = None) -> Iterator[dict]:
+    """audit_report whose long lists (the FAILs, the runs whose passes are all weak) are
+    Rows, read in the same read transaction while they are rendered: the text of 10,000
+    runs is written as it is read, never held whole (peak memory stays flat)."""
+    since_us = parse_since(since, now, zone)
+    with reading(engine) as reader:
+        yield _report(engine, reader, since_us, lazy=True)

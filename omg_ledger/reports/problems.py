@@ -7,23 +7,25 @@ it is open again. ``audit`` counts open problems only.
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
-from .. import schema
+from ..backend import reading
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 def list_problems(engine: Engine, include_resolved: bool = False, since_text: str | None = None) -> list[dict]:
     """Problems ordered by path and offset; ``since_text``: seen at or after that UTC text."""
-    p, r, h = schema.problems.c, schema.runs.c, schema.homes.c
-    query = (select(h.label.label("home"), r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at,
-                    p.last_seen_at, p.resolved_at)
-             .select_from(schema.problems.outerjoin(schema.runs, r.id == p.run_pk)
-                          .outerjoin(schema.homes, h.id == r.home_id))
-             .order_by(p.path, p.byte_offset, p.reason))
+    conditions, params = [], {}
     if not include_resolved:
-        query = query.where(p.resolved_at.is_(None))
+        conditions.append("p.resolved_at IS NULL")
     if since_text is not None:
-        query = query.where(p.last_seen_at >= since_text)
-    with engine.connect() as conn:
-        return [{**row._mapping, "open": row.resolved_at is None} for row in conn.execute(query)]
+        conditions.append("p.last_seen_at >= :since_text")
+        params["since_text"] = since_text
+    query = ("SELECT h.label AS home, r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at, "
+             "p.resolved_at FROM problems p LEFT JOIN runs r ON r.id = p.run_pk LEFT JOIN homes h ON h.id = r.home_id"
+             + (" WHERE " + " AND ".join(conditions) if conditions else "")
+             + " ORDER BY p.path, p.byte_offset, p.reason")
+    with reading(engine) as reader:
+        return [{**row, "open": row["resolved_at"] is None} for row in reader.dicts(query, params)]

@@ -1,20 +1,26 @@
-"""`runs` and `show`: one row per run with its live status; one run in full."""
+"""`runs` and `show`: one row per run with its live status; one run in full.
+
+The listing reads through the DB-API (backend.reading) in SQL text: it is the hot path of
+`runs` and `audit`, and importing SQLAlchemy alone costs more than its query. `show`
+reads one run through SQLAlchemy.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import orjson
-from sqlalchemy import and_, func, or_, select
-from sqlalchemy.engine import Engine
 
-from .. import schema
+from ..backend import bind_list, reading
 from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
+    NOT_KNOWN_YET,
     PAUSED,
+    PLANNING,
+    RUNNING,
     StatusFacts,
-    could_be,
     hint,
     node_state,
     pause_reason,
@@ -23,15 +29,20 @@ from ..status import (
 )
 from ..units import nanos_to_usd
 
-RUN_COLUMNS = [c for c in schema.runs.c]
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
 # What a listing needs (the status facts and the summary), not every snapshot column:
 # over 10,000 runs, fetching the rest cost more than everything else `runs` does.
-LIST_COLUMNS = [schema.runs.c[name] for name in (
+LIST_COLUMNS = (
     "id", "run_id", "dir_path", "gone", "snapshot_schema", "runtime", "graph_name", "node_count", "nodes_passed",
     "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
     "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
     "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
-    "last_detail", "has_state", "all_nodes_passed")]
+    "last_detail", "has_state", "all_nodes_passed")
+_LIST_SQL = ("SELECT " + ", ".join(f"r.{name}" for name in LIST_COLUMNS) + ", h.label"
+             " FROM runs r JOIN homes h ON h.id = r.home_id")
+_LEFT_RUNNING_SQL = "SELECT COUNT(*) FROM nodes WHERE run_pk = :run_pk AND state = 'running'"
 
 
 def _money(nanos: int | None) -> float | None:
@@ -39,17 +50,24 @@ def _money(nanos: int | None) -> float | None:
     return None if value is None else float(value)
 
 
-def nodes_left_running(conn, run_pk: int) -> int:
-    """How many of a run's nodes the stream leaves running in its open leg."""
-    n = schema.nodes.c
-    return int(conn.execute(select(func.count()).where(n.run_pk == run_pk, n.state == "running")).scalar() or 0)
+def could_be_sql(status: str) -> str:
+    """status.could_be in SQL text (tests/test_reports_dbapi.py holds them equal): a
+    pre-filter keeping every run that could have ``status``; status_of decides."""
+    if status in (ABANDONED, RUNNING, PLANNING):
+        return "r.last_leg_open"
+    if status == PAUSED:
+        return "(NOT r.last_leg_open AND r.last_outcome = 'paused')"
+    if status == NOT_KNOWN_YET:
+        return "(NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state)"
+    return "(NOT r.last_leg_open AND (r.last_outcome IS NULL OR r.last_outcome <> 'paused'))"  # PASS, FAIL
 
 
-def run_summary(row, status: str, home_label: str, left_running: int = 0) -> dict:
+def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None) -> dict:
     """One run's listing row. ``left_running``: nodes the stream leaves running in the
-    open leg (only read when the run is ABANDONED: their killed calls are unrecorded)."""
-    m = row._mapping
-    facts = StatusFacts.from_row(row)
+    open leg (only read when the run is ABANDONED: their killed calls are unrecorded).
+    ``facts``: the row's StatusFacts when the caller has them already."""
+    m = row._mapping if hasattr(row, "_mapping") else row
+    facts = facts or StatusFacts.from_row(row)
     has_snapshot = facts.has_snapshot
     return {
         "run_id": m["run_id"],
@@ -84,23 +102,23 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
               home_labels: tuple[str, ...] = ()) -> Iterator[dict]:
     """Newest first, one summary at a time (10,000 runs are never all in memory).
     Only runs whose last leg is open get a live lock probe."""
-    runs, homes = schema.runs, schema.homes
-    query = select(*LIST_COLUMNS, homes.c.label).select_from(runs.join(homes, homes.c.id == runs.c.home_id))
-    conditions = [runs.c.billed]  # a run seen in several homes is listed once, as its billed copy
+    conditions, params = ["r.billed"], {}  # a run seen in several homes is listed once, as its billed copy
     if since_us is not None:
-        conditions.append(runs.c.last_event_at_us >= since_us)
+        conditions.append("r.last_event_at_us >= :since_us")
+        params["since_us"] = since_us
     if home_labels:
-        conditions.append(homes.c.label.in_(home_labels))
+        conditions.append("h.label IN " + bind_list(params, "home", home_labels))
     if statuses:
-        conditions.append(or_(*(could_be(status) for status in statuses)))
-    query = query.where(and_(*conditions)).order_by(runs.c.run_id.desc(), homes.c.label)
-    with engine.connect() as conn, engine.connect() as side:
-        for row in conn.execution_options(stream_results=True, yield_per=500).execute(query):
-            status = status_of(StatusFacts.from_row(row), row.dir_path)
+        conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
+    query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
+    with reading(engine) as reader:
+        for row in reader.dicts(query, params):
+            facts = StatusFacts.from_row(row)
+            status = status_of(facts, row["dir_path"])
             if statuses and status not in statuses:
                 continue
-            left = nodes_left_running(side, row.id) if status == ABANDONED else 0
-            yield run_summary(row, status, row.label, left)
+            left = int(reader.scalar(_LEFT_RUNNING_SQL, {"run_pk": row["id"]}) or 0) if status == ABANDONED else 0
+            yield run_summary(row, status, row["label"], left, facts)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -114,8 +132,12 @@ AMBIGUOUS_LISTED = 20
 def resolve_run(conn, run_id: str, home_label: str | None = None):
     """The run an id (or a unique prefix) names. Copies of one run in several homes
     are one run: its billed copy, unless ``home_label`` picks a copy."""
+    from sqlalchemy import select
+
+    from .. import schema
+
     runs, homes = schema.runs, schema.homes
-    base = select(*RUN_COLUMNS, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
+    base = select(*schema.runs.c, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
         runs.join(homes, homes.c.id == runs.c.home_id))
     if home_label is not None:
         base = base.where(homes.c.label == home_label)
@@ -145,10 +167,16 @@ def resolve_run(conn, run_id: str, home_label: str | None = None):
 
 
 def _rows(conn, table, run_pk: int, order) -> list[dict]:
+    from sqlalchemy import select
+
     return [dict(r._mapping) for r in conn.execute(select(table).where(table.c.run_pk == run_pk).order_by(*order))]
 
 
 def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict:
+    from sqlalchemy import select
+
+    from .. import schema
+
     with engine.connect() as conn:
         row = resolve_run(conn, run_id, home_label)
         copies = [label for (label,) in conn.execute(

@@ -385,9 +385,11 @@ class _Stop:
 
 def _sqlite_run(engine: Engine, statement: str, params: dict | None,
                 timeout: float | None = None) -> QueryResult:
-    from sqlalchemy.engine import make_url
+    path = getattr(engine, "sqlite_path", None)  # a ledger.ReadLedger: no Engine needed
+    if path is None:
+        from sqlalchemy.engine import make_url
 
-    path = make_url(str(engine.url)).database
+        path = make_url(str(engine.url)).database
     if not path or path == ":memory:":
         raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
     try:
@@ -559,7 +561,7 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
 def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float | None = None) -> QueryResult:
     """Run one read-only statement. `params` binds `:name` placeholders; `timeout`
     seconds (None or 0: no limit) stop it with :class:`QueryTimedOut`."""
-    dialect = engine.dialect.name
+    dialect = getattr(engine, "dialect_name", None) or engine.dialect.name
     if dialect not in ("sqlite", "postgresql"):
         raise BadArgument(f"read-only SQL is not supported on {dialect}")
     limit = _effective_timeout(timeout)
