@@ -431,9 +431,10 @@ def problems(db, as_json, include_resolved) -> None:
       omg-ledger problems
       omg-ledger problems --all --json
     """
+    from .db import RUN_TABLES_SINCE
     from .reports.problems import list_problems
 
-    found = list_problems(open_db(db), include_resolved=include_resolved)
+    found = list_problems(open_db_readonly(db, RUN_TABLES_SINCE), include_resolved=include_resolved)
     if as_json:
         _emit_json(found)
     else:

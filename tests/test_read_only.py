@@ -34,6 +34,10 @@ READS = {
     "query": ["query", "spend_by_day"],
     "invocations": ["invocations"],
     "db current": ["db", "current"],
+    "problems": ["problems", "--all"],
+    "homes": ["homes"],
+    "plans": ["plans"],
+    "metrics": ["metrics"],
 }
 
 
