@@ -17,7 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import select, update
@@ -27,14 +27,13 @@ from sqlalchemy.exc import OperationalError
 from . import derive, schema
 from .backend import backend_of
 from .bounds import bounded_path
+from .change_check import ABSENT, Known, SyncReport, load_known, look_at, plans_to_write, read_plans
 from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, derive_run
 from .discover import (
-    DirListing,
     home_identity,
     list_home_dir,
-    list_run_dir,
     stat_or_none,
     trusted_mtime,
 )
@@ -42,14 +41,11 @@ from .errors import DatabaseUnavailable, RunNotFound
 from .ingest import (
     Problem,
     RunDirRead,
-    file_identity,
     read_invocation_stream,
     read_run_dir,
-    run_stream_needs_reading,
-    stored_identity,
 )
 from .invocation_sync import rederive_stream, store_lines
-from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
+from .snapshot import SNAPSHOT_NAMES
 from .store import (
     PendingRows,
     RunWrite,
@@ -70,7 +66,6 @@ from .units import format_instant
 
 __all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
 
-ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
 DERIVE_BATCH = 100  # runs re-derived per transaction
 # Runs ingested per transaction (each run is still all-or-nothing: a batch commits whole
 # or not at all). One commit per run cost ~0.4 ms plus its fsync; a batch is also bounded
@@ -79,34 +74,6 @@ SYNC_BATCH_RUNS = 250
 SYNC_BATCH_ROWS = 50_000
 INVOCATIONS_SCOPE = "invocations:"
 DERIVE_SCOPE = "derive"
-
-
-@dataclass
-class SyncReport:
-    runs_seen: int = 0
-    runs_changed: int = 0
-    runs_gone: int = 0
-    runs_rederived: int = 0
-    events_ingested: int = 0
-    bytes_read: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    seconds: float = 0.0
-    runs_listed: int = 0  # run directories that went past the stat-only change check
-    # A home's runs/ or plans/ that is a symlink: {"home", "dir", "resolved"} (read there).
-    symlinked_dirs: list[dict] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {
-            "runs_seen": self.runs_seen,
-            "runs_changed": self.runs_changed,
-            "runs_gone": self.runs_gone,
-            "runs_rederived": self.runs_rederived,
-            "events_ingested": self.events_ingested,
-            "bytes_read": self.bytes_read,
-            "problems": [p.as_dict() for p in self.problems],
-            "seconds": round(self.seconds, 3),
-            "symlinked_dirs": self.symlinked_dirs,
-        }
 
 
 @dataclass
@@ -266,17 +233,6 @@ def _identity(conn: Connection, run_pk: int | None) -> str | None:
 # -- ingest one home ------------------------------------------------------------------
 
 
-@dataclass
-class _Known:
-    """What the ledger remembers about one run directory."""
-
-    run_pk: int
-    gone: bool
-    dir_cache: dict | None  # ingest_state columns, None when never scanned
-    checkpoint: Checkpoint | None
-    files: dict[str, dict]  # snapshot file name -> identity + sha256
-
-
 class _HomeSync:
     def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
                  clock_ns: Callable[[], int], relabel: bool = False, batch_runs: int = 1) -> None:
@@ -353,76 +309,28 @@ class _HomeSync:
             finished = format_instant(datetime.fromtimestamp(self.clock_ns() / 1e9, UTC))
             conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=finished))
 
-    def _load_known(self, conn: Connection) -> dict[str, _Known]:
-        """Everything the change check compares, for every run of this home, in two
-        plain queries (tuples, not ORM-ish rows: a no-op sync of 10,000 runs is mostly
-        this and the stat calls)."""
-        mark = backend_of(conn).mark
-        names = Checkpoint.COLUMNS
-        rows = conn.exec_driver_sql(
-            f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
-            f"{', '.join('s.' + n for n in names)} FROM runs "
-            f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
-            f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}",
-            (self.home_id,)).fetchall()
-        known: dict[str, _Known] = {}
-        by_pk: dict[int, _Known] = {}
-        for row in rows:
-            cache = {"dir_mtime_ns": row[4], "failed_dir_mtime_ns": row[5]} if row[3] is not None else None
-            checkpoint = Checkpoint(*row[7:]) if row[6] is not None else None
-            item = _Known(row[0], bool(row[2]), cache, checkpoint, {})
-            known[row[1]] = by_pk[row[0]] = item
-        file_names = ["run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256", "error"]
-        file_rows = conn.exec_driver_sql(
-            f"SELECT {', '.join('f.' + n for n in file_names)} FROM snapshot_files f "
-            f"JOIN runs ON runs.id = f.run_pk WHERE runs.home_id = {mark}", (self.home_id,)).fetchall()
-        for row in file_rows:
-            if row[0] in by_pk:
-                by_pk[row[0]].files[row[1]] = dict(zip(file_names, row, strict=True))
-        return known
+    def _load_known(self, conn: Connection) -> dict[str, Known]:
+        return load_known(lambda sql, params: conn.exec_driver_sql(sql, params).fetchall(), backend_of(conn).mark,
+                          self.home_id)
 
     # -- one run ----------------------------------------------------------------------
 
-    def _sync_run(self, run_id: str, path: str, known: _Known | None) -> None:
+    def _sync_run(self, run_id: str, path: str, known: Known | None) -> None:
         """The change check: stat calls only, unless something may have changed."""
-        dir_info = stat_or_none(path)
-        if dir_info is None:
-            return  # vanished between listing and now; the next sync marks it gone
-        cache = known.dir_cache if known else None
-        dir_changed = cache is None or cache["dir_mtime_ns"] != dir_info.st_mtime_ns
-        if not dir_changed and cache["failed_dir_mtime_ns"] == ABSENT:
-            failed_info = None  # creating failed/ would have changed the directory's mtime
-        else:
-            failed_info = stat_or_none(f"{path}/failed")
-        failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
-        failed_changed = cache is None or cache["failed_dir_mtime_ns"] != failed_now
-        checkpoint = known.checkpoint if known else None
-        stream_info = stat_or_none(f"{path}/events.jsonl")
-        stream_changed = known is None or (
-            (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(stream_info, checkpoint))
-        file_infos = {}
-        files_changed = False
-        for name in SNAPSHOT_NAMES:
-            if not dir_changed and known is not None and name not in known.files:
-                continue  # the directory is unchanged, so no file was created in it
-            info = stat_or_none(f"{path}/{name}")
-            file_infos[name] = info
-            previous = known.files.get(name) if known else None
-            if file_identity(info) != (stored_identity(previous) if previous else None):
-                files_changed = True
-        if known is not None and not known.gone and not (
-                dir_changed or failed_changed or stream_changed or files_changed):
-            return
+        look = look_at(path, known)
+        if look is None or not look.changed:
+            return  # unchanged, or vanished between listing and now (the next sync marks it gone)
         self.report.runs_listed += 1
+        checkpoint = known.checkpoint if known else None
         try:
-            read = read_run_dir(path, checkpoint, known.files if known else {}, file_infos, stream_changed)
+            read = read_run_dir(path, checkpoint, known.files if known else {}, look.file_infos, look.stream_changed)
         except OSError as exc:
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
             return
-        self._store_run(run_id, path, known, read, dir_info, failed_info)
+        self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
 
-    def _store_run(self, run_id: str, path: str, known: _Known | None, read: RunDirRead,
+    def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
                    dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
         stream = read.stream
         if stream is not None:
@@ -476,7 +384,7 @@ class _HomeSync:
         self.report.problems.extend(read.problems)
 
     @staticmethod
-    def _only_identities_changed(conn: Connection, known: _Known, read: RunDirRead, facts: RunWrite) -> bool:
+    def _only_identities_changed(conn: Connection, known: Known, read: RunDirRead, facts: RunWrite) -> bool:
         """True when no fact derivation reads has changed: no new event, every re-read
         file has the bytes already stored, the directory facts and '.out' names are what
         the ledger holds, and the run's rows are of the current derivation."""
@@ -584,33 +492,12 @@ class _HomeSync:
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
         with self.engine.connect() as conn:
-            existing = {
-                row.plan_id: row for row in conn.execute(
-                    select(schema.plans).where(schema.plans.c.home_id == self.home_id))
-            }
-        rows = []
-        for entry in entries:
-            try:
-                listing: DirListing = list_run_dir(entry.path)
-            except OSError as exc:
-                self._problem_now(None, entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}")
-                continue
-            for item in listing.damage:
-                self._problem_now(None, item.path, 0, item.reason)
-            graph_name = None
-            if "graph.json" in listing.names:
-                try:
-                    graph_name = PARSERS["graph.json"](read_small_file(os.path.join(entry.path, "graph.json")).content).get("name")
-                except (UnreadableFile, BadSnapshot) as exc:
-                    self._problem_now(None, os.path.join(entry.path, "graph.json"), 0, str(exc))
-            rows.append({"home_id": self.home_id, "plan_id": entry.run_id,
-                         "has_graph_json": "graph.json" in listing.names,
-                         "has_rejected": "rejected.json" in listing.names,
-                         "graph_name": graph_name if isinstance(graph_name, str) else None, "gone": False})
-        seen = {r["plan_id"] for r in rows}
-        changed = [r for r in rows if r["plan_id"] not in existing or
-                   {k: getattr(existing[r["plan_id"]], k) for k in r} != r]
-        gone = [pid for pid, row in existing.items() if pid not in seen and not row.gone]
+            existing = {row["plan_id"]: dict(row) for row in conn.execute(
+                select(schema.plans).where(schema.plans.c.home_id == self.home_id)).mappings()}
+        rows, problems = read_plans(self.home_id, entries)
+        for problem in problems:
+            self._problem_now(None, problem.path, problem.offset, problem.reason)
+        changed, gone = plans_to_write(rows, existing)
         if not changed and not gone:
             return
         with write_transaction(self.engine) as conn:
