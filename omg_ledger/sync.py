@@ -13,10 +13,12 @@ in batches that each commit (a killed sync resumes where it stopped).
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
+import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -72,6 +74,10 @@ DERIVE_BATCH = 100  # runs re-derived per transaction
 # by the rows it holds back (memory), whichever comes first.
 SYNC_BATCH_RUNS = 250
 SYNC_BATCH_ROWS = 50_000
+# New runs in one home from which reading and deriving them in worker processes (the
+# writer stays this process) pays for starting the workers.
+POOL_MIN_RUNS = 100
+POOL_CHUNK = 8  # new runs sent to a worker at a time
 INVOCATIONS_SCOPE = "invocations:"
 DERIVE_SCOPE = "derive"
 
@@ -92,16 +98,25 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[str] = (),
          wait_seconds: float = 60.0, progress: Progress | None = None, relabel: bool = False,
-         clock_ns: Callable[[], int] = time.time_ns, batch_runs: int = SYNC_BATCH_RUNS) -> SyncReport:
+         clock_ns: Callable[[], int] = time.time_ns, batch_runs: int = SYNC_BATCH_RUNS,
+         workers: int | None = 0) -> SyncReport:
     """Index every home and runner stream, then bring every outdated derivation up to
     date. Safe to run again at any time. ``wait_seconds`` bounds the whole wait for
     other syncs holding the ledger; ``relabel`` lets a label given for a directory it
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
-    transaction (1: a transaction per run). ``progress("sync", done, total)`` is called
-    when runs are committed: ``done`` runs of the home's ``total`` are in the ledger."""
+    transaction (1: a transaction per run); ``workers``: processes that read and derive a
+    home's new runs while this one writes (None: one per CPU when there are at least
+    POOL_MIN_RUNS new runs and more than one CPU; 0, the default: none — measured on 2
+    busy CPUs, 1,000 new runs: 3.5–4.1 s without, 3.9–5.4 s with, as pickling a read
+    run back (~42 KB, ~1.2 ms to pickle and unpickle) costs about what the worker
+    saved the writer). ``progress("sync", done,
+    total)`` is called when runs are committed: ``done`` runs of the home's ``total``
+    are in the ledger."""
     if batch_runs < 1:
         raise ValueError("batch_runs must be at least 1")
+    if workers is not None and workers < 0:
+        raise ValueError("workers must be 0 or more")
     report = SyncReport()
     started = time.monotonic()
     deadline = started + wait_seconds
@@ -109,7 +124,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     try:
         for home in homes:
             with sync_lock(engine, home.label, _left(deadline)):
-                _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs).run()
+                _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
         seen: set[str] = set()
         for given in invocation_files:
             path = os.path.abspath(os.path.expanduser(given))
@@ -235,9 +250,11 @@ def _identity(conn: Connection, run_pk: int | None) -> str | None:
 
 class _HomeSync:
     def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
-                 clock_ns: Callable[[], int], relabel: bool = False, batch_runs: int = 1) -> None:
+                 clock_ns: Callable[[], int], relabel: bool = False, batch_runs: int = 1,
+                 workers: int | None = 0) -> None:
         self.relabel = relabel
         self.batch_runs = batch_runs
+        self.workers = workers
         self._batch: contextlib.AbstractContextManager | None = None  # the open write transaction
         self._conn: Connection | None = None
         self._pending = PendingRows()
@@ -281,9 +298,16 @@ class _HomeSync:
         self._total = len(entries)
         if self.progress is not None:
             self.progress("sync", 0, self._total)  # a batch may take a while: say how many there are
+        new = [entry for entry in entries if entry.run_id not in known]
+        pool = self._pool(len(new))
         try:
+            # New runs are read and derived by the pool, in order, ahead of the writer.
+            prepared = _prefetched(pool, [(e.run_id, e.path) for e in new]) if pool is not None else iter(())
             for entry in entries:
-                self._sync_run(entry.run_id, entry.path, known.get(entry.run_id))
+                if pool is not None and entry.run_id not in known:
+                    self._store_prepared(entry.run_id, entry.path, next(prepared))
+                else:
+                    self._sync_run(entry.run_id, entry.path, known.get(entry.run_id))
                 self.report.runs_seen += 1
                 self._looked_at += 1
                 self._in_batch += 1
@@ -295,6 +319,10 @@ class _HomeSync:
         except BaseException as exc:
             self._abandon(exc)
             raise
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
         seen = {entry.run_id for entry in entries}
         vanished = [k.run_pk for run_id, k in known.items() if run_id not in seen and not k.gone]
         if vanished:
@@ -330,8 +358,36 @@ class _HomeSync:
             return
         self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
 
+    def _pool(self, new_runs: int):
+        """Worker processes for ``new_runs`` new runs, or None when they would not pay."""
+        workers = self.workers
+        if workers is None:
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            workers = cpus if cpus > 1 and new_runs >= POOL_MIN_RUNS else 0
+        if workers == 0 or new_runs == 0:
+            return None
+        import multiprocessing
+
+        # Forked: the workers start at once with every module loaded; they never touch the
+        # database (this process's connections are not theirs to use).
+        return multiprocessing.get_context("fork").Pool(min(workers, new_runs), initializer=_worker_started)
+
+    def _store_prepared(self, run_id: str, path: str, prepared) -> None:
+        """A new run as a worker read and derived it (see _prepare_new_run)."""
+        if prepared is None:
+            return  # vanished between listing and now; the next sync marks it gone
+        self.report.runs_listed += 1
+        if isinstance(prepared, OSError):
+            self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
+            return
+        look, read, derived = prepared
+        self._store_run(run_id, path, None, read, look.dir_info, look.failed_info, derived)
+
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
-                   dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
+                   dir_info: os.stat_result, failed_info: os.stat_result | None,
+                   derived: tuple | None = None) -> None:
+        """Write one changed run (``derived``: its rows and scrub flag, when a worker
+        derived them already; only for a new run)."""
         stream = read.stream
         if stream is not None:
             checkpoint = stream.checkpoint
@@ -359,17 +415,12 @@ class _HomeSync:
             self.report.bytes_read += bytes_read
             return
         run_pk = known.run_pk if known else None
-        previous = [] if facts.replace_events or run_pk is None else load_events(conn, run_pk)
-        contents = load_file_contents(conn, run_pk) if run_pk is not None else {}
-        parsed = {}
-        for name, r in read.files.items():
-            contents.pop(name, None)
-            if r is not None and r.row["error"] is None and r.row["content"] is not None:
-                contents[name] = r.row["content"]
-                parsed[name] = r.parsed
-        rows, scrub = derive_run(RunFacts(
-            run_id=run_id, events=previous + list(facts.new_events), files=contents,
-            artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
+        if derived is not None:
+            rows, scrub = derived
+        else:
+            previous = [] if facts.replace_events or run_pk is None else load_events(conn, run_pk)
+            contents = load_file_contents(conn, run_pk) if run_pk is not None else {}
+            rows, scrub = _derive_read(run_id, read, previous, contents)
         self._to_settle.add(_identity(conn, run_pk))
         run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
                            pending=self._pending)
@@ -507,6 +558,75 @@ class _HomeSync:
             if gone:
                 conn.execute(update(schema.plans).where(
                     schema.plans.c.home_id == self.home_id, schema.plans.c.plan_id.in_(gone)).values(gone=True))
+
+
+# -- reading and deriving runs -------------------------------------------------------
+
+
+def _derive_read(run_id: str, read: RunDirRead, previous: list, contents: dict[str, str]):
+    """A run's rows from its stored facts (``previous`` events, stored file ``contents``)
+    and what was read now. Returns (RunRows, scrub)."""
+    parsed = {}
+    for name, r in read.files.items():
+        contents.pop(name, None)
+        if r is not None and r.row["error"] is None and r.row["content"] is not None:
+            contents[name] = r.row["content"]
+            parsed[name] = r.parsed
+    new_events = read.stream.items if read.stream is not None else []
+    return derive_run(RunFacts(
+        run_id=run_id, events=previous + list(new_events), files=contents,
+        artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
+
+
+def _prefetched(pool, jobs: list[tuple[str, str]]) -> Iterator:
+    """_prepare_new_run of every job, in order, from the pool; at most two chunks per
+    worker are in flight or waiting, so memory stays bounded when the writer is slower."""
+    chunks = (jobs[i:i + POOL_CHUNK] for i in range(0, len(jobs), POOL_CHUNK))
+    pending = collections.deque(pool.apply_async(_prepare_new_runs, (chunk,))
+                                for chunk in itertools.islice(chunks, 2 * pool._processes))
+    while pending:
+        results = pending.popleft().get()
+        following = next(chunks, None)
+        if following is not None:
+            pending.append(pool.apply_async(_prepare_new_runs, (following,)))
+        yield from results
+
+
+def _prepare_new_runs(jobs: list[tuple[str, str]]) -> list:
+    return [_prepare_new_run(job) for job in jobs]
+
+
+def _worker_started() -> None:
+    """In a pool worker: Ctrl-C is the writer's to handle (it ends the pool), and a
+    worker dies with the writer (kill -9 included) instead of waiting for work forever."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(Exception):  # Linux only; elsewhere the pool's own shutdown stands
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _prepare_new_run(job: tuple[str, str]):
+    """In a pool worker: a new run's change check, read and derivation (a new run's rows
+    come from what is read alone). Returns None (vanished), the OSError that kept its
+    directory from being listed, or (Look, RunDirRead, (RunRows, scrub)). What goes back
+    is pickled: the parsed JSON documents, read only by derivation, are dropped."""
+    run_id, path = job
+    look = look_at(path, None)
+    if look is None:
+        return None
+    try:
+        read = read_run_dir(path, None, {}, look.file_infos, look.stream_changed)
+    except OSError as exc:
+        return exc
+    derived = _derive_read(run_id, read, [], {})
+    for r in read.files.values():
+        if r is not None:
+            r.parsed = None
+    return look, read, derived
 
 
 # -- runner invocation streams ----------------------------------------------------------

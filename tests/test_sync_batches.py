@@ -96,6 +96,18 @@ def test_batches_equal_one_transaction_per_run_with_copies_and_progress(tmp_path
     assert sum(1 for row in batched["runs"] if dict(row)["billed"]) == runs  # each run billed once
 
 
+def test_new_runs_read_and_derived_by_worker_processes_equal_the_inline_path(fast_and_slow, scale_home, tmp_path):
+    (fast, fast_report), _ = fast_and_slow
+    pooled, report = _synced(str(tmp_path / "pooled.sqlite"), scale_home, workers=2)
+    try:
+        pooled_dump, fast_dump = dump(pooled), dump(fast)
+        assert pooled_dump == fast_dump, diff(pooled_dump, fast_dump)
+        assert (report.runs_changed, report.events_ingested, report.bytes_read, report.problems) == (
+            SCALE_RUNS, fast_report.events_ingested, fast_report.bytes_read, [])
+    finally:
+        pooled.dispose()
+
+
 def test_batch_size_below_one_is_refused(tmp_path):
     engine = open_ledger(str(tmp_path / "ledger.sqlite"))
     with pytest.raises(ValueError, match="batch_runs"):
