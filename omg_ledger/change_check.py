@@ -32,7 +32,9 @@ from .tail import Checkpoint
 from .units import format_instant
 
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
-FILE_COLUMNS = ("run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256", "error")
+# (error and content are not read: content comes before error in the row, and reading
+# past a file's content would walk its overflow pages.)
+FILE_COLUMNS = ("run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256")
 
 
 @dataclass
@@ -94,28 +96,56 @@ class Known:
 Fetch = Callable[[str, tuple], list[tuple]]  # DB-API: (SQL with `mark` placeholders, parameters) -> rows
 
 
+def _runs_sql(mark: str) -> str:
+    return (f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
+            f"{', '.join('s.' + n for n in Checkpoint.COLUMNS)} FROM runs "
+            f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
+            f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}")
+
+
+def _files_sql(mark: str) -> str:
+    return (f"SELECT {', '.join('f.' + n for n in FILE_COLUMNS)} FROM snapshot_files f "
+            f"JOIN runs ON runs.id = f.run_pk WHERE runs.home_id = {mark}")
+
+
+def _known(row: tuple) -> Known:
+    return Known(row[0], bool(row[2]), (row[4], row[5]) if row[3] is not None else None,
+                 tuple(row[7:]) if row[6] is not None else None)
+
+
 def load_known(fetch: Fetch, mark: str, home_id: int) -> dict[str, Known]:
     """Everything the change check compares, for every run of a home, in two queries."""
-    names = Checkpoint.COLUMNS
-    rows = fetch(
-        f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
-        f"{', '.join('s.' + n for n in names)} FROM runs "
-        f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
-        f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}", (home_id,))
     known: dict[str, Known] = {}
     by_pk: dict[int, Known] = {}
-    for row in rows:
-        item = Known(row[0], bool(row[2]), (row[4], row[5]) if row[3] is not None else None,
-                     tuple(row[7:]) if row[6] is not None else None)
-        known[row[1]] = by_pk[row[0]] = item
+    for row in fetch(_runs_sql(mark), (home_id,)):
+        known[row[1]] = by_pk[row[0]] = _known(row)
     files: dict[int, list[tuple]] = {}
-    for row in fetch(f"SELECT {', '.join('f.' + n for n in FILE_COLUMNS)} FROM snapshot_files f "
-                     f"JOIN runs ON runs.id = f.run_pk WHERE runs.home_id = {mark}", (home_id,)):
+    for row in fetch(_files_sql(mark), (home_id,)):
         files.setdefault(row[0], []).append(tuple(row))
     for run_pk, file_rows in files.items():
         if run_pk in by_pk:
             by_pk[run_pk].file_rows = tuple(file_rows)
     return known
+
+
+def known_in_order(conn: sqlite3.Connection, home_id: int) -> Iterator[tuple[str, Known]]:
+    """(run id, Known) of every run of a home in run id order, streamed from two ordered
+    cursors merged: memory does not grow with the number of runs."""
+    runs = conn.execute(_runs_sql("?") + " ORDER BY runs.run_id", (home_id,))
+    files = conn.execute(_files_sql("?").replace("SELECT f.run_pk,", "SELECT runs.run_id,")
+                         + " ORDER BY runs.run_id, f.name", (home_id,))
+    file_row = next(files, None)
+    for row in runs:
+        item = _known(row)
+        run_id = row[1]
+        while file_row is not None and file_row[0] < run_id:
+            file_row = next(files, None)  # a file row of no run here (not expected: foreign key)
+        mine = []
+        while file_row is not None and file_row[0] == run_id:
+            mine.append(file_row)
+            file_row = next(files, None)
+        item.file_rows = tuple(mine)
+        yield run_id, item
 
 
 @dataclass(slots=True)
@@ -234,7 +264,7 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
                     "SELECT 1 FROM streams WHERE kind = 'invocations' AND derivation_version < ? LIMIT 1",
                     (derivation_version,)):
                 return None
-            synced = [(_unchanged_home(fetch, home, report), home) for home in homes]
+            synced = [(_unchanged_home(conn, fetch, home, report), home) for home in homes]
             conn.execute("BEGIN IMMEDIATE")
             for home_id, _home in synced:
                 finished = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
@@ -278,7 +308,7 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _unchanged_home(fetch: Fetch, home: Home, report: SyncReport) -> int:
+def _unchanged_home(conn: sqlite3.Connection, fetch: Fetch, home: Home, report: SyncReport) -> int:
     """The home's key when nothing under it needs a write but its sync time; else _NotSure."""
     if not os.path.isdir(home.path):
         raise _NotSure
@@ -307,15 +337,31 @@ def _unchanged_home(fetch: Fetch, home: Home, report: SyncReport) -> int:
                          (home.path, runs_dir, len(prefix), prefix)):
         if not path.startswith(prefix) or "/" not in path[len(prefix):]:
             raise _NotSure
-    known = load_known(fetch, "?", home_id)
-    seen = set()
+    # The listing (sorted by name) and the ledger's runs (ordered by run id) side by side.
+    known = known_in_order(conn, home_id)
+    current = next(known, None)
+    previous = None
     for entry in runs.entries:
-        seen.add(entry.run_id)
-        look = look_at(entry.path, known.get(entry.run_id))
-        if look is not None and look.changed:
+        if previous is not None and entry.run_id <= previous:
+            raise _NotSure  # not in the order the merge needs
+        previous = entry.run_id
+        while current is not None and current[0] < entry.run_id:
+            if not current[1].gone:
+                raise _NotSure  # a vanished run to mark gone
+            current = next(known, None)
+        mine = None
+        if current is not None and current[0] == entry.run_id:
+            mine = current[1]
+            current = next(known, None)
+        look = look_at(entry.path, mine)
+        if look is None:
+            raise _NotSure  # vanished between listing and now
+        if look.changed:
             raise _NotSure
-    if any(not k.gone and run_id not in seen for run_id, k in known.items()):
-        raise _NotSure  # vanished runs to mark gone
+    while current is not None:
+        if not current[1].gone:
+            raise _NotSure  # a vanished run to mark gone
+        current = next(known, None)
     rows, problems = read_plans(home_id, plans.entries)
     existing = {r[0]: dict(zip(("plan_id", "home_id", "has_graph_json", "has_rejected", "graph_name", "gone"), r,
                                strict=True))

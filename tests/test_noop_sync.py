@@ -117,13 +117,21 @@ def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, tmp_path, cha
     assert ours == reference, diff(ours, reference)
 
 
-def test_a_vanished_run_is_marked_gone(home, tmp_path):
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+def test_a_vanished_run_is_marked_gone(home, tmp_path, which):
+    """Wherever it sorts: the check walks the listing and the ledger's runs side by side."""
     db = tmp_path / "ledger.sqlite"
     _sync(db, home)
-    shutil.rmtree(home / "runs" / "r-extra")
+    names = sorted(p.name for p in (home / "runs").iterdir())
+    assert names[-1] == "r-extra"
+    gone = {"first": names[0], "middle": names[len(names) // 2], "last": names[-1]}[which]
+    shutil.rmtree(home / "runs" / gone)
     assert json.loads(_sync(db, home).stdout)["runs_gone"] == 1
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT gone FROM runs WHERE run_id = 'r-extra'").fetchone() == (1,)
+        assert conn.execute("SELECT run_id FROM runs WHERE gone").fetchall() == [(gone,)]
+    # And with it gone and marked so, the next sync is a no-op again (the quick path).
+    again = _sync(db, home, importtime=True)
+    assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_gone"] == 0
 
 
 def test_a_problem_in_runs_that_went_away_is_resolved(home, tmp_path):
