@@ -112,10 +112,9 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     runs, homes = schema.runs, schema.homes
     backend = backend_of(conn)
     wanted = sorted({i for i in identities if i is not None})
+    backend.lock_identities(conn, wanted)  # all at once, in one order: no two writers deadlock
     for start in range(0, len(wanted), SETTLE_CHUNK):
         chunk = wanted[start:start + SETTLE_CHUNK]
-        for identity in chunk:
-            backend.lock_identity(conn, identity)
         by_identity: dict[str, list] = {}
         for member in conn.execute(
                 select(runs.c.id, runs.c.event_count, runs.c.gone, runs.c.billed, homes.c.label,
