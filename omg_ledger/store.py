@@ -219,7 +219,10 @@ class _Statements:
         return self._cache[key]
 
     def row(self, table: str, values: dict) -> tuple:
-        return self._getters[table]({**self._base[table], **values})
+        try:
+            return self._getters[table](values)  # every column given (derived rows): no merge
+        except KeyError:
+            return self._getters[table]({**self._base[table], **values})
 
     def insert_run(self) -> str:
         key = ("insert_run",)

@@ -1,9 +1,10 @@
 """`omg-ledger sync` and `omg-ledger rebuild`: ingest → derive → store.
 
 ``sync`` indexes homes and runner streams: for every run directory whose facts may
-have changed (the change check costs a few stat calls), ingest reads the new facts,
-derive rebuilds the run's rows from all of its facts, and the store commits both in
-one transaction. Then every run and stream whose rows were derived by older rules
+have changed (the change check, change_check.py, costs a few stat calls), ingest
+reads the new facts, derive rebuilds the run's rows from all of its facts, and the
+store writes both in one transaction — shared by a batch of runs, so a run is in the
+ledger whole or not at all, and a batch commits whole or not at all. Then every run and stream whose rows were derived by older rules
 (``DERIVATION_VERSION``) is re-derived from stored facts alone, gone runs included,
 in batches that each commit (a killed sync resumes where it stopped).
 
