@@ -31,6 +31,7 @@ from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read
 from .tail import Checkpoint
 from .units import format_instant
 
+SQLITE_HEADER = b"SQLite format 3\x00"
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
 # (error and content are not read: content comes before error in the row, and reading
 # past a file's content would walk its overflow pages.)
@@ -236,7 +237,13 @@ def sqlite_file(db: str) -> str | None:
     elif "://" in db:
         return None
     path = os.path.abspath(os.path.expanduser(db))
-    return path if os.path.isfile(path) else None
+    # Anything else (no file, not SQLite) is the full sync's to refuse, before any lock file exists.
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError:
+        return None
+    return path if header == SQLITE_HEADER else None
 
 
 def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, derivation_version: int,
