@@ -119,7 +119,7 @@ class Backend:
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         """Inside a write transaction: no other writer re-derives this run meanwhile."""
 
-    def lock_identity(self, conn: Connection, identity: str) -> None:
+    def lock_identities(self, conn: Connection, identities: Sequence[str]) -> None:
         """Inside a write transaction: one writer at a time settles the copies of a run."""
 
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
@@ -255,9 +255,14 @@ class PostgresBackend(Backend):
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         conn.exec_driver_sql("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_pk,))
 
-    def lock_identity(self, conn: Connection, identity: str) -> None:
+    def lock_identities(self, conn: Connection, identities: Sequence[str]) -> None:
         # Two machines syncing two copies of one run must not both see "no other copy".
-        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, %s)", (zlib.crc32(identity.encode()) & 0x7FFFFFFF,))
+        # One round trip for a whole batch; taken in key order, so two writers locking
+        # overlapping batches queue instead of deadlocking.
+        keys = sorted({zlib.crc32(identity.encode()) & 0x7FFFFFFF for identity in identities})
+        if keys:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, k) FROM unnest(%s::integer[]) AS k ORDER BY k",
+                                 (keys,))
 
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         from sqlalchemy import text

@@ -262,12 +262,23 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
     Exit codes: 0 done; 1 done with problems (--strict only); 3 database trouble;
     75 another sync holds the ledger for longer than --wait.
     """
-    from .sync import sync as run_sync
+    from .change_check import unchanged_sync
+    from .db import HEAD_REVISION
+    from .derive import DERIVATION_VERSION
 
-    engine = open_db(db)
     progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
-    report = run_sync(engine, config.resolve_homes(homes), invocation_files=list(invocation_files),
-                      wait_seconds=wait_seconds, progress=progress, relabel=relabel)
+    resolved_homes = config.resolve_homes(homes)
+    report = None
+    if not invocation_files:
+        # The cron case, without SQLAlchemy: a SQLite ledger at the head where nothing changed.
+        report = unchanged_sync(config.resolve_db(db), resolved_homes, head_revision=HEAD_REVISION,
+                                derivation_version=DERIVATION_VERSION, wait_seconds=wait_seconds)
+    if report is None:
+        from .sync import sync as run_sync
+
+        engine = open_db(db)
+        report = run_sync(engine, resolved_homes, invocation_files=list(invocation_files),
+                          wait_seconds=wait_seconds, progress=progress, relabel=relabel)
     if progress is not None:
         progress.close()
     for problem in report.problems:

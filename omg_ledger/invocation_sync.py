@@ -14,10 +14,8 @@ its line number still counts, so numbers match the file.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING
 
-from . import schema
 from .derive import derive_invocations
 from .invocations import (
     InvocationLine,
@@ -28,6 +26,9 @@ from .invocations import (
 )
 from .tail import Rejected
 from .units import format_instant, instant_to_us
+
+if TYPE_CHECKING:  # the writers import SQLAlchemy; parsing a line (ingest, the no-op sync check) does not
+    from sqlalchemy.engine import Connection
 
 __all__ = ["MAX_DURATION_MS", "parse_tail_line", "rederive_stream", "storable", "store_lines"]
 
@@ -70,6 +71,10 @@ def storable(line: InvocationLine) -> str | None:
 
 def store_lines(conn: Connection, stream_pk: int, items: list[tuple[InvocationLine, bytes]], replace: bool) -> None:
     """Append a stream's new valid lines (after deleting the old ones when the file was replaced)."""
+    from sqlalchemy import delete
+
+    from . import schema
+
     if replace:
         conn.execute(delete(schema.invocation_lines).where(schema.invocation_lines.c.file_pk == stream_pk))
     if items:
@@ -78,6 +83,10 @@ def store_lines(conn: Connection, stream_pk: int, items: list[tuple[InvocationLi
 
 def rederive_stream(conn: Connection, stream_pk: int, version: int) -> None:
     """Re-derive a stream's paired rows from all of its stored lines (caller's transaction)."""
+    from sqlalchemy import delete, select
+
+    from . import schema
+
     lines_table = schema.invocation_lines
     stored = conn.execute(
         select(lines_table.c.line_no, lines_table.c.byte_offset, lines_table.c.raw)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from . import schema
@@ -109,40 +109,59 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     (then the one still on disk, then the first seen); a copy whose stream is not a
     prefix of the billed one's diverged after their common head: a finding on it.
     """
-    runs, homes, findings = schema.runs, schema.homes, schema.findings
+    runs, homes = schema.runs, schema.homes
     backend = backend_of(conn)
-    for identity in sorted({i for i in identities if i is not None}):
-        backend.lock_identity(conn, identity)
-        members = conn.execute(
-            select(runs.c.id, runs.c.event_count, runs.c.gone, runs.c.billed, homes.c.label)
-            .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
-            .where(runs.c.stream_identity == identity)).all()
-        if not members:
-            continue
-        billed = max(members, key=lambda m: (m.event_count, not m.gone, -m.id))
-        for member in members:
-            if bool(member.billed) != (member.id == billed.id):
-                conn.execute(runs.update().where(runs.c.id == member.id).values(billed=member.id == billed.id))
-        if len(members) == 1:
-            continue
-        pks = [m.id for m in members]
-        conn.execute(findings.delete().where(findings.c.run_pk.in_(pks), findings.c.kind == "diverged_copy"))
-        reference = _raw_lines(conn, billed.id)
-        for member in members:
-            if member.id == billed.id:
+    wanted = sorted({i for i in identities if i is not None})
+    backend.lock_identities(conn, wanted)  # all at once, in one order: no two writers deadlock
+    for start in range(0, len(wanted), SETTLE_CHUNK):
+        chunk = wanted[start:start + SETTLE_CHUNK]
+        by_identity: dict[str, list] = {}
+        for member in conn.execute(
+                select(runs.c.id, runs.c.event_count, runs.c.gone, runs.c.billed, homes.c.label,
+                       runs.c.stream_identity)
+                .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
+                .where(runs.c.stream_identity.in_(chunk))):
+            by_identity.setdefault(member.stream_identity, []).append(member)
+        billed_now: list[tuple] = []
+        copies = []
+        for identity in chunk:
+            members = by_identity.get(identity)
+            if not members:
                 continue
-            lines = _raw_lines(conn, member.id)
-            if lines == reference[: len(lines)]:
-                continue
-            at = next((i for i, (mine, theirs) in enumerate(zip(lines, reference, strict=False)) if mine != theirs),
-                      len(reference))
-            seq = (conn.execute(select(func.max(findings.c.seq)).where(findings.c.run_pk == member.id)).scalar()
-                   or 0) + 1
-            conn.execute(findings.insert().values(
-                run_pk=member.id, seq=seq, kind="diverged_copy", node_id=None, leg_ordinal=None,
-                detail=_no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
-                               f"their first line but differ from stream line {at + 1}: not counted twice; "
-                               f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
+            billed = max(members, key=lambda m: (m.event_count, not m.gone, -m.id))
+            billed_now += [(m.id == billed.id, m.id) for m in members if bool(m.billed) != (m.id == billed.id)]
+            if len(members) > 1:
+                copies.append((members, billed))
+        if billed_now:
+            conn.exec_driver_sql(f"UPDATE runs SET billed = {backend.mark} WHERE id = {backend.mark}", billed_now)
+        for members, billed in copies:
+            _diverged_copies(conn, members, billed)
+
+
+SETTLE_CHUNK = 500  # identities settled per query (a batch of a cold sync: one or two queries)
+
+
+def _diverged_copies(conn: Connection, members: list, billed) -> None:
+    """Findings on the copies of one run whose stream is not a prefix of the billed one's."""
+    findings = schema.findings
+    pks = [m.id for m in members]
+    conn.execute(findings.delete().where(findings.c.run_pk.in_(pks), findings.c.kind == "diverged_copy"))
+    reference = _raw_lines(conn, billed.id)
+    for member in members:
+        if member.id == billed.id:
+            continue
+        lines = _raw_lines(conn, member.id)
+        if lines == reference[: len(lines)]:
+            continue
+        at = next((i for i, (mine, theirs) in enumerate(zip(lines, reference, strict=False)) if mine != theirs),
+                  len(reference))
+        seq = (conn.execute(select(func.max(findings.c.seq)).where(findings.c.run_pk == member.id)).scalar()
+               or 0) + 1
+        conn.execute(findings.insert().values(
+            run_pk=member.id, seq=seq, kind="diverged_copy", node_id=None, leg_ordinal=None,
+            detail=_no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
+                           f"their first line but differ from stream line {at + 1}: not counted twice; "
+                           f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
 
 def _raw_lines(conn: Connection, run_pk: int) -> list[str]:
@@ -187,6 +206,9 @@ class _Statements:
         self._base = {t: {c: self.defaults[t].get(c) for c in cols} for t, cols in self.columns.items()}
         self._getters = {t: operator.itemgetter(*cols) for t, cols in self.columns.items()}
         self._cache: dict[tuple, str] = {}
+        # Rows built as tuples without a dict rely on the schema's column order.
+        assert tuple(self.columns["events"]) == EVENT_COLUMNS, self.columns["events"]
+        assert tuple(self.columns["run_files"]) == RUN_FILE_COLUMNS, self.columns["run_files"]
 
     def insert(self, table: str) -> str:
         key = ("insert", table)
@@ -197,7 +219,10 @@ class _Statements:
         return self._cache[key]
 
     def row(self, table: str, values: dict) -> tuple:
-        return self._getters[table]({**self._base[table], **values})
+        try:
+            return self._getters[table](values)  # every column given (derived rows): no merge
+        except KeyError:
+            return self._getters[table]({**self._base[table], **values})
 
     def insert_run(self) -> str:
         key = ("insert_run",)
@@ -232,6 +257,31 @@ def _scrub(row: tuple) -> tuple:
     return tuple(_no_nul(v) for v in row)
 
 
+class PendingRows:
+    """Inserts held back until the end of a sync batch, then one ``executemany`` per
+    table (in the order tables first appear, which is foreign-key order: a run's row is
+    inserted at once, its children here). Statement overhead is then per batch, not per
+    run. The caller flushes before anything reads the tables back (settle_copies reads
+    events) and before its commit."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[tuple]] = {}
+        self.count = 0
+
+    def add(self, table: str, rows: list[tuple]) -> None:
+        if rows:
+            self.rows.setdefault(table, []).extend(rows)
+            self.count += len(rows)
+
+    def flush(self, conn: Connection) -> None:
+        sql = _statements(conn)
+        for table, rows in self.rows.items():
+            if rows:
+                conn.exec_driver_sql(sql.insert(table), rows)
+        self.rows.clear()
+        self.count = 0
+
+
 @dataclass
 class RunWrite:
     """The new facts of one run directory, as ingest read them."""
@@ -246,15 +296,20 @@ class RunWrite:
 
 
 def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
-              rows: RunRows, version: int, scrub: bool = False) -> int:
+              rows: RunRows, version: int, scrub: bool = False, pending: PendingRows | None = None) -> int:
     """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
-    the two agree; events.raw keeps the exact escape. Returns the run's key.
+    the two agree; events.raw keeps the exact escape. ``pending``: the child rows are
+    added to it (the caller flushes it inside this transaction) instead of inserted at
+    once. Returns the run's key.
     """
     sql = _statements(conn)
+    own = pending is None
+    if own:
+        pending = PendingRows()
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
     fresh = False
@@ -272,44 +327,56 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         if facts.replace_events:
             conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
         _delete_derived(conn, sql, run_pk)
-    _insert_rows(conn, sql, "events", [_event_row(run_pk, e) for e in facts.new_events], _same)
-    _insert_derived(conn, sql, run_pk, rows, fix)
-    write_identities(conn, run_pk, facts, fresh)
+    pending.add("events", [_event_tuple(run_pk, e) for e in facts.new_events])
+    _insert_derived(pending, sql, run_pk, rows, fix)
+    write_identities(conn, run_pk, facts, fresh, pending)
     if facts.run_files is not None:
         if not fresh:
             conn.exec_driver_sql(sql.delete_run_rows("run_files"), (run_pk,))
-        _insert_rows(conn, sql, "run_files", [{"run_pk": run_pk, "place": place, "name": name}
-                                               for place, name in sorted(facts.run_files)], _same)
+        pending.add("run_files", [(run_pk, place, name) for place, name in sorted(facts.run_files)])
+    if own:
+        pending.flush(conn)
     return run_pk
 
 
-def write_identities(conn: Connection, run_pk: int, facts: RunWrite, fresh: bool = False) -> None:
+def write_identities(conn: Connection, run_pk: int, facts: RunWrite, fresh: bool = False,
+                     pending: PendingRows | None = None) -> None:
     """What the next change check compares: the stream's checkpoint, the directory's
     mtime cache and the JSON files' rows (alone when only identities changed, e.g. a
     state.json renamed over with the same bytes; with the run's rows otherwise)."""
     sql = _statements(conn)
+    own = pending is None
+    if own:
+        pending = PendingRows()
     if facts.stream is not None:
         source, path, checkpoint = facts.stream
         row = {"kind": "run", "source": source, "path": path, "run_pk": run_pk, **checkpoint.as_row()}
         if fresh:
-            _insert_rows(conn, sql, "streams", [row], _scrub)
+            pending.add("streams", [_scrub(sql.row("streams", row))])
         else:
             upsert(conn, schema.streams, _text_safe(row), ["run_pk"], [k for k in row if k != "run_pk"])
     if fresh:
-        _insert_rows(conn, sql, "ingest_state", [{"run_pk": run_pk, **facts.dir_cache}], _same)
+        pending.add("ingest_state", [sql.row("ingest_state", {"run_pk": run_pk, **facts.dir_cache})])
     else:
         upsert(conn, schema.ingest_state, {"run_pk": run_pk, **facts.dir_cache}, ["run_pk"], list(facts.dir_cache))
-    write_snapshot_files(conn, run_pk, facts.snapshot_files, fresh)
+    write_snapshot_files(conn, run_pk, facts.snapshot_files, fresh, pending)
+    if own:
+        pending.flush(conn)
 
 
-def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | None], fresh: bool = False) -> None:
+def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | None], fresh: bool = False,
+                         pending: PendingRows | None = None) -> None:
     sql = _statements(conn)
     for name, values in files.items():
         if values is None:
-            conn.execute(delete(schema.snapshot_files).where(
-                schema.snapshot_files.c.run_pk == run_pk, schema.snapshot_files.c.name == name))
+            conn.exec_driver_sql(f"DELETE FROM snapshot_files WHERE run_pk = {sql.mark} AND name = {sql.mark}",
+                                 (run_pk, name))
         elif fresh:
-            _insert_rows(conn, sql, "snapshot_files", [{"run_pk": run_pk, "name": name, **values}], _scrub)
+            row = _scrub(sql.row("snapshot_files", {"run_pk": run_pk, "name": name, **values}))
+            if pending is not None:
+                pending.add("snapshot_files", [row])
+            else:
+                conn.exec_driver_sql(sql.insert("snapshot_files"), [row])
         else:
             upsert(conn, schema.snapshot_files, _text_safe({"run_pk": run_pk, "name": name, **values}),
                    ["run_pk", "name"], list(values))
@@ -322,7 +389,9 @@ def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, 
     backend_of(conn).lock_run(conn, run_pk)
     _update_run(conn, sql, run_pk, {**rows.run, "derivation_version": version}, fix)
     _delete_derived(conn, sql, run_pk)
-    _insert_derived(conn, sql, run_pk, rows, fix)
+    pending = PendingRows()
+    _insert_derived(pending, sql, run_pk, rows, fix)
+    pending.flush(conn)
 
 
 def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
@@ -362,21 +431,21 @@ def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
         conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
 
 
-def _insert_rows(conn: Connection, sql: _Statements, table: str, dicts: list[dict], fix) -> None:
+def _insert_rows(pending: PendingRows, sql: _Statements, table: str, dicts: list[dict], fix) -> None:
     if dicts:
-        conn.exec_driver_sql(sql.insert(table), [fix(sql.row(table, d)) for d in dicts])
+        pending.add(table, [fix(sql.row(table, d)) for d in dicts])
 
 
-def _insert_derived(conn: Connection, sql: _Statements, run_pk: int, rows: RunRows, fix) -> None:
-    _insert_rows(conn, sql, "legs", [_leg_row(run_pk, leg) for leg in rows.legs], fix)
-    _insert_rows(conn, sql, "nodes", [{"run_pk": run_pk, **n} for n in rows.nodes], fix)
-    _insert_rows(conn, sql, "rounds", [_round_row(run_pk, e) for e in rows.rounds], fix)
-    _insert_rows(conn, sql, "charges", [_charge_row(run_pk, c) for c in rows.charges], fix)
-    _insert_rows(conn, sql, "findings", [
+def _insert_derived(pending: PendingRows, sql: _Statements, run_pk: int, rows: RunRows, fix) -> None:
+    _insert_rows(pending, sql, "legs", [_leg_row(run_pk, leg) for leg in rows.legs], fix)
+    _insert_rows(pending, sql, "nodes", [{"run_pk": run_pk, **n} for n in rows.nodes], fix)
+    _insert_rows(pending, sql, "rounds", [_round_row(run_pk, e) for e in rows.rounds], fix)
+    _insert_rows(pending, sql, "charges", [_charge_row(run_pk, c) for c in rows.charges], fix)
+    _insert_rows(pending, sql, "findings", [
         {"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
          "detail": f.detail} for i, f in enumerate(rows.findings, 1)], fix)
     if rows.goal_cycle is not None:
-        _insert_rows(conn, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
+        _insert_rows(pending, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
@@ -427,18 +496,16 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     return len(stale)
 
 
-def _event_row(run_pk: int, event: Event) -> dict:
+EVENT_COLUMNS = ("run_pk", "line_no", "byte_offset", "schema", "ts", "event", "node_id", "raw")
+RUN_FILE_COLUMNS = ("run_pk", "place", "name")
+
+
+def _event_tuple(run_pk: int, event: Event) -> tuple:
+    """An events row in EVENT_COLUMNS order (the hot path: ~33 per run, no dict)."""
     data = event.data
-    return {
-        "run_pk": run_pk,
-        "line_no": event.line_no,
-        "byte_offset": event.byte_offset,
-        "schema": data.get("schema"),
-        "ts": data.get("ts"),
-        "event": data.get("event"),
-        "node_id": data.get("node_id"),
-        "raw": event.raw,
-    }
+    get = data.get
+    return (run_pk, event.line_no, event.byte_offset, get("schema"), get("ts"), get("event"), get("node_id"),
+            event.raw)
 
 
 def _leg_row(run_pk: int, leg) -> dict:

@@ -147,13 +147,14 @@ def big_home(tmp_path_factory) -> Path:
 # -- kill -9 at random instants ----------------------------------------------------------
 
 
-# Kills are aimed by progress, not by time, so every kill lands mid-run whatever the
+# Kills are aimed by progress, not by time, so every kill lands mid-batch whatever the
 # machine's speed. The victim is a real sync (the library's `sync` with a progress
-# callback) in its own process. After each run it commits, it writes the number of runs
-# done to a FIFO; the test SIGKILLs it as soon as it reads the trial's target k. The
-# victim goes on working meanwhile (the kill usually lands inside run k+1's
-# transaction), but it never gets past run k+2: there it waits to be killed. So a killed
-# ledger holds between k and k+2 runs, by construction.
+# callback, VICTIM_BATCH runs per transaction) in its own process. After each batch it
+# commits, it writes the number of runs done to a FIFO; the test SIGKILLs it as soon as
+# it reads the trial's target k. The victim goes on working meanwhile (the kill usually
+# lands inside the next batch's transaction), but it never gets past run k+2 batches:
+# there it waits to be killed. So a killed ledger holds between k and k + 2 batches of
+# runs, by construction.
 #
 # "Warm" victims are forked from a zygote that has already imported omg_ledger, so the
 # interpreter's ~0.6 s of imports is not paid 60 times on a 2-core machine; every fifth
@@ -169,7 +170,7 @@ def drive(db, home, fifo, stop_at):
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # held pending until sigwait takes it
 
     def progress(stage, done, total):
-        if stage != "sync":
+        if stage != "sync" or done == 0:
             return
         os.write(out, b"%d\n" % done)
         if done == stop_at:
@@ -178,10 +179,14 @@ def drive(db, home, fifo, stop_at):
             signal.sigwait({signal.SIGUSR1})
 
     engine = open_ledger(db)
-    report = sync(engine, [Home.from_path(home)], progress=progress)
+    report = sync(engine, [Home.from_path(home)], progress=progress, batch_runs=@BATCH@)
     engine.dispose()
     print(json.dumps(report.as_dict()), flush=True)
 """
+# Small enough that a 150-run sync commits 30 batches (kills land in all of them); a
+# divisor of the 50 runs test_second_sync_… pauses at.
+VICTIM_BATCH = 5
+VICTIM = VICTIM.replace("@BATCH@", str(VICTIM_BATCH))
 ZYGOTE = VICTIM + r"""
 while request := sys.stdin.readline():
     args, errors = json.loads(request)
@@ -252,15 +257,15 @@ def read_progress(reader: int, pid: int, until: int | None) -> list[int]:
 def run_victim(zygote: Zygote, db: Path, home: Path, cold: bool, kill_at: int | None,
                pause: float = 0.0) -> tuple[int, list[int]]:
     """Sync ``home`` into ``db`` in a victim process. With ``kill_at``, SIGKILL it
-    ``pause`` seconds after it reports run ``kill_at`` done (it waits for the kill at run
-    ``kill_at + 2``). Returns its exit code and the progress counts it reported."""
+    ``pause`` seconds after it reports run ``kill_at`` committed (it waits for the kill
+    two batches later). Returns its exit code and the progress counts it reported."""
     fifo = Path(f"{db}.progress")
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo, 0o600)
     # Opened before the victim starts, non-blocking: poll then waits for its first write,
     # and sees end-of-file once it has exited, however it died.
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    args = [str(db), str(home), str(fifo), str(0 if kill_at is None else kill_at + 2)]
+    args = [str(db), str(home), str(fifo), str(0 if kill_at is None else kill_at + 2 * VICTIM_BATCH)]
     errors = Path(f"{db}.stderr")
     errors.write_bytes(b"")
     proc = None
@@ -308,20 +313,22 @@ def test_kill_9_during_sync_then_one_more_sync_equals_a_clean_sync(big_home, tmp
     started = time.monotonic()
     code, reported = run_victim(zygote, db, big_home, False, None)
     per_run = (time.monotonic() - started) / total_runs
-    assert code == 0 and reported == list(range(1, total_runs + 1)), (code, reported)
+    per_batch = per_run * VICTIM_BATCH
+    assert code == 0 and reported == [*range(VICTIM_BATCH, total_runs, VICTIM_BATCH), total_runs], (code, reported)
     assert_same(dump(str(db), cache_hints=True), clean, "the victim's sync, not killed")  # same sync as the CLI's
     _remove_ledger(db)
 
     rng = random.Random(SEED)
-    last_target = total_runs - 3  # the victim stops at target + 2 < total_runs
+    # Targets are batch ends; the victim stops two batches later, before the last run.
+    targets = (total_runs - 1) // VICTIM_BATCH - 2
     plan = []
     for i in range(KILL_TRIALS):
         # Targets stratified over the runs (each trial its own slice), so kills cover
         # the start, the middle and the end of the sync in every CI run.
-        target = 1 + int((i + rng.random()) * last_target / KILL_TRIALS)
-        # A pause of up to one run's time after the report: the kill lands anywhere in
-        # run target+1's reading and transaction, or later (at the stop, on a slow host).
-        plan.append((i % 5 == 4, target, rng.random() * per_run))
+        target = VICTIM_BATCH * (1 + int((i + rng.random()) * targets / KILL_TRIALS))
+        # A pause of up to one batch's time after the report: the kill lands anywhere in
+        # the next batch's reading and transaction, or later (at the stop, on a slow host).
+        plan.append((i % 5 == 4, target, rng.random() * per_batch))
     rng.shuffle(plan)
 
     def killed_sync(i: int):
@@ -345,14 +352,16 @@ def test_kill_9_during_sync_then_one_more_sync_equals_a_clean_sync(big_home, tmp
             with contextlib.closing(sqlite3.connect(db)) as raw:
                 assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",), what
             held = assert_runs_atomic(dump(str(db), cache_hints=True), clean_runs, what)
-            assert target <= held <= target + 2 < total_runs, f"{what}: the killed ledger holds {held} runs"
+            assert target <= held <= target + 2 * VICTIM_BATCH < total_runs, \
+                f"{what}: the killed ledger holds {held} runs"
+            assert held % VICTIM_BATCH == 0, f"{what}: the killed ledger holds {held} runs, not whole batches"
             within_next_run += held == target
             lib_sync(db, big_home)  # the next sync finishes the job
             assert_same(dump(str(db), cache_hints=True), clean, what)
             _remove_ledger(db)
     zygote.close()
     elapsed = time.monotonic() - test_started
-    print(f"kill -9: {KILL_TRIALS} trials in {elapsed:.1f}s, all mid-run ({within_next_run} before the next run "
+    print(f"kill -9: {KILL_TRIALS} trials in {elapsed:.1f}s, all mid-sync ({within_next_run} before the next batch "
           f"committed), {per_run * 1000:.1f} ms per run, seed {SEED}")
 
 

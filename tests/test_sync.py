@@ -100,11 +100,13 @@ def test_unchanged_state_json_is_not_reparsed(tmp_path, monkeypatch):
     engine = open_ledger(str(tmp_path / "l.sqlite"))
     homes = [Home.from_path(str(home), "h")]
     sync(engine, homes)
-    import omg_ledger.sync as sync_module
+    import omg_ledger.change_check as change_check_module
+    import omg_ledger.ingest as ingest_module
 
     reads = []
-    real = sync_module.read_small_file
-    monkeypatch.setattr(sync_module, "read_small_file", lambda p: reads.append(p) or real(p))
+    real = ingest_module.read_small_file
+    for module in (ingest_module, change_check_module):  # run directories' JSON files; plans' graph.json
+        monkeypatch.setattr(module, "read_small_file", lambda p: reads.append(p) or real(p))
     with open(run_dir / "events.jsonl", "a") as f:
         f.write(json.dumps({**ev("node_started", node_id="a"), "run_id": "r1"}) + "\n")
     assert sync(engine, homes).events_ingested == 1

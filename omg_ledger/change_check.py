@@ -1,0 +1,383 @@
+"""The change check of `omg-ledger sync`: stat calls against what the ledger remembers.
+
+What the ledger remembers about a home's runs (their ingest cache, stream checkpoint
+and JSON file identities) is read through the DB-API in two plain queries and kept as
+row tuples (a Checkpoint or a file row dict is built only for a run that changed), so
+its memory grows little with the number of runs.
+
+:func:`unchanged_sync` is the cron case: a SQLite ledger at the migration head where
+nothing changed. It checks that with ``sqlite3`` alone — no SQLAlchemy, no schema
+module — and records only the homes' last sync time. Anything it is not sure is a
+no-op (a changed, new or vanished run, a problem to record or resolve, a plan, an
+outdated derivation, a home whose identity moved, a runner stream) makes it step aside
+for the full sync, which does the same check again and the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from .config import Home
+from .discover import DirListing, home_identity, list_home_dir, list_run_dir, stat_or_none
+from .ingest import Problem, file_identity, run_stream_needs_reading
+from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
+from .tail import Checkpoint
+from .units import format_instant
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
+# (error and content are not read: content comes before error in the row, and reading
+# past a file's content would walk its overflow pages.)
+FILE_COLUMNS = ("run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256")
+
+
+@dataclass
+class SyncReport:
+    runs_seen: int = 0
+    runs_changed: int = 0
+    runs_gone: int = 0
+    runs_rederived: int = 0
+    events_ingested: int = 0
+    bytes_read: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    seconds: float = 0.0
+    runs_listed: int = 0  # run directories that went past the stat-only change check
+    # A home's runs/ or plans/ that is a symlink: {"home", "dir", "resolved"} (read there).
+    symlinked_dirs: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "runs_seen": self.runs_seen,
+            "runs_changed": self.runs_changed,
+            "runs_gone": self.runs_gone,
+            "runs_rederived": self.runs_rederived,
+            "events_ingested": self.events_ingested,
+            "bytes_read": self.bytes_read,
+            "problems": [p.as_dict() for p in self.problems],
+            "seconds": round(self.seconds, 3),
+            "symlinked_dirs": self.symlinked_dirs,
+        }
+
+
+class Known:
+    """What the ledger remembers about one run directory, as the rows it was read as."""
+
+    __slots__ = ("run_pk", "gone", "cache", "checkpoint_row", "file_rows")
+
+    def __init__(self, run_pk: int, gone: bool, cache: tuple | None, checkpoint_row: tuple | None) -> None:
+        self.run_pk = run_pk
+        self.gone = gone
+        self.cache = cache  # (dir_mtime_ns, failed_dir_mtime_ns); None when never scanned
+        self.checkpoint_row = checkpoint_row  # Checkpoint.COLUMNS values; None: no stream
+        self.file_rows: tuple[tuple, ...] = ()  # FILE_COLUMNS rows of its JSON files
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        return Checkpoint(*self.checkpoint_row) if self.checkpoint_row is not None else None
+
+    @property
+    def files(self) -> dict[str, dict]:
+        """Snapshot file name -> its stored row (identity, sha256, error)."""
+        return {row[1]: dict(zip(FILE_COLUMNS, row, strict=True)) for row in self.file_rows}
+
+    def file_identity(self, name: str) -> tuple | None:
+        for row in self.file_rows:
+            if row[1] == name:
+                return row[2:6]
+        return None
+
+
+Fetch = Callable[[str, tuple], list[tuple]]  # DB-API: (SQL with `mark` placeholders, parameters) -> rows
+
+
+def _runs_sql(mark: str) -> str:
+    return (f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
+            f"{', '.join('s.' + n for n in Checkpoint.COLUMNS)} FROM runs "
+            f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
+            f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}")
+
+
+def _files_sql(mark: str) -> str:
+    return (f"SELECT {', '.join('f.' + n for n in FILE_COLUMNS)} FROM snapshot_files f "
+            f"JOIN runs ON runs.id = f.run_pk WHERE runs.home_id = {mark}")
+
+
+def _known(row: tuple) -> Known:
+    return Known(row[0], bool(row[2]), (row[4], row[5]) if row[3] is not None else None,
+                 tuple(row[7:]) if row[6] is not None else None)
+
+
+def load_known(fetch: Fetch, mark: str, home_id: int) -> dict[str, Known]:
+    """Everything the change check compares, for every run of a home, in two queries."""
+    known: dict[str, Known] = {}
+    by_pk: dict[int, Known] = {}
+    for row in fetch(_runs_sql(mark), (home_id,)):
+        known[row[1]] = by_pk[row[0]] = _known(row)
+    files: dict[int, list[tuple]] = {}
+    for row in fetch(_files_sql(mark), (home_id,)):
+        files.setdefault(row[0], []).append(tuple(row))
+    for run_pk, file_rows in files.items():
+        if run_pk in by_pk:
+            by_pk[run_pk].file_rows = tuple(file_rows)
+    return known
+
+
+def known_in_order(conn: sqlite3.Connection, home_id: int) -> Iterator[tuple[str, Known]]:
+    """(run id, Known) of every run of a home in run id order, streamed from two ordered
+    cursors merged: memory does not grow with the number of runs."""
+    runs = conn.execute(_runs_sql("?") + " ORDER BY runs.run_id", (home_id,))
+    files = conn.execute(_files_sql("?").replace("SELECT f.run_pk,", "SELECT runs.run_id,")
+                         + " ORDER BY runs.run_id, f.name", (home_id,))
+    file_row = next(files, None)
+    for row in runs:
+        item = _known(row)
+        run_id = row[1]
+        while file_row is not None and file_row[0] < run_id:
+            file_row = next(files, None)  # a file row of no run here (not expected: foreign key)
+        mine = []
+        while file_row is not None and file_row[0] == run_id:
+            mine.append(file_row)
+            file_row = next(files, None)
+        item.file_rows = tuple(mine)
+        yield run_id, item
+
+
+@dataclass(slots=True)
+class Look:
+    """One run directory's stat calls, and whether they show something may have changed."""
+
+    changed: bool
+    dir_info: os.stat_result
+    failed_info: os.stat_result | None
+    stream_changed: bool
+    file_infos: dict[str, os.stat_result | None]
+
+
+def look_at(path: str, known: Known | None) -> Look | None:
+    """The change check of one run directory: stat calls only. None: it vanished
+    between listing and now (the next sync marks it gone)."""
+    dir_info = stat_or_none(path)
+    if dir_info is None:
+        return None
+    cache = known.cache if known else None
+    dir_changed = cache is None or cache[0] != dir_info.st_mtime_ns
+    # An unchanged directory without failed/ has none now: creating it would have changed its mtime.
+    failed_info = None if not dir_changed and cache[1] == ABSENT else stat_or_none(f"{path}/failed")
+    failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
+    failed_changed = cache is None or cache[1] != failed_now
+    checkpoint = known.checkpoint if known else None
+    stream_info = stat_or_none(f"{path}/events.jsonl")
+    stream_changed = known is None or (
+        (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(stream_info, checkpoint))
+    file_infos = {}
+    files_changed = False
+    for name in SNAPSHOT_NAMES:
+        remembered = known.file_identity(name) if known is not None else None
+        if not dir_changed and remembered is None:
+            continue  # the directory is unchanged, so no file was created in it
+        info = stat_or_none(f"{path}/{name}")
+        file_infos[name] = info
+        if file_identity(info) != remembered:
+            files_changed = True
+    changed = known is None or known.gone or dir_changed or failed_changed or stream_changed or files_changed
+    return Look(changed, dir_info, failed_info, stream_changed, file_infos)
+
+
+def read_plans(home_id: int, entries: Sequence) -> tuple[list[dict], list[Problem]]:
+    """The plans rows of a home's plans/ entries, and the problems reading them found."""
+    rows, problems = [], []
+    for entry in entries:
+        try:
+            listing: DirListing = list_run_dir(entry.path)
+        except OSError as exc:
+            problems.append(Problem(entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}"))
+            continue
+        problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
+        graph_name = None
+        if "graph.json" in listing.names:
+            path = os.path.join(entry.path, "graph.json")
+            try:
+                graph_name = PARSERS["graph.json"](read_small_file(path).content).get("name")
+            except (UnreadableFile, BadSnapshot) as exc:
+                problems.append(Problem(path, 0, str(exc)))
+        rows.append({"home_id": home_id, "plan_id": entry.run_id,
+                     "has_graph_json": "graph.json" in listing.names,
+                     "has_rejected": "rejected.json" in listing.names,
+                     "graph_name": graph_name if isinstance(graph_name, str) else None, "gone": False})
+    return rows, problems
+
+
+def plans_to_write(rows: list[dict], existing: dict[str, dict]) -> tuple[list[dict], list[str]]:
+    """(plans new or changed, plan ids gone) against the stored ``existing`` rows."""
+    seen = {r["plan_id"] for r in rows}
+    changed = [r for r in rows if r["plan_id"] not in existing or
+               {k: existing[r["plan_id"]][k] for k in r} != r]
+    gone = [pid for pid, row in existing.items() if pid not in seen and not row["gone"]]
+    return changed, gone
+
+
+# -- the no-op sync, through sqlite3 ---------------------------------------------------
+
+
+class _NotSure(Exception):
+    """Something the full sync must look at: step aside for it."""
+
+
+def sqlite_file(db: str) -> str | None:
+    """The file of a ledger given as a plain path or sqlite:/// URL, when it exists."""
+    if db.startswith("sqlite:///"):
+        db = db[len("sqlite:///"):]
+    elif "://" in db:
+        return None
+    path = os.path.abspath(os.path.expanduser(db))
+    # Anything else (no file, not SQLite) is the full sync's to refuse, before any lock file exists.
+    try:
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_HEADER))
+    except OSError:
+        return None
+    return path if header == SQLITE_HEADER else None
+
+
+def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, derivation_version: int,
+                   wait_seconds: float = 60.0, clock_ns: Callable[[], int] = time.time_ns) -> SyncReport | None:
+    """The report of a sync that finds nothing to do, having recorded the homes' sync
+    time — or None when the full sync is needed (or this is not a SQLite ledger file at
+    ``head_revision``). Waits for another sync's lock like the full sync does. It draws no
+    progress: it takes a fraction of a second, and when it steps aside the full sync's
+    progress starts from the beginning."""
+    from .backend import _retry_until
+
+    path = sqlite_file(db)
+    if path is None:
+        return None
+    report = SyncReport()
+    started = time.monotonic()
+    try:
+        with _sync_lock(path, wait_seconds, _retry_until), contextlib.closing(_connect(path)) as conn:
+            def fetch(sql: str, params: tuple = ()) -> list[tuple]:
+                return conn.execute(sql, params).fetchall()
+
+            if fetch("SELECT version_num FROM alembic_version") != [(head_revision,)]:
+                return None
+            if fetch("SELECT 1 FROM runs WHERE derivation_version < ? LIMIT 1", (derivation_version,)) or fetch(
+                    "SELECT 1 FROM streams WHERE kind = 'invocations' AND derivation_version < ? LIMIT 1",
+                    (derivation_version,)):
+                return None
+            synced = [(_unchanged_home(conn, fetch, home, report), home) for home in homes]
+            conn.execute("BEGIN IMMEDIATE")
+            for home_id, _home in synced:
+                finished = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
+                conn.execute("UPDATE homes SET last_synced_at = ? WHERE id = ?", (finished, home_id))
+            conn.execute("COMMIT")
+    except (_NotSure, sqlite3.Error):
+        return None  # the full sync looks again, and words any database trouble
+    report.seconds = time.monotonic() - started
+    return report
+
+
+@contextlib.contextmanager
+def _sync_lock(path: str, wait_seconds: float, retry_until) -> Iterator[None]:
+    """The full sync's lock on a SQLite ledger (backend.SQLiteBackend.sync_lock): an flock
+    on the file beside it."""
+    lock_path = path + ".sync-lock"
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise _NotSure from exc  # the full sync words it
+    try:
+        def take() -> bool:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
+        yield
+    finally:
+        os.close(fd)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    from .db import SQLITE_BUSY_TIMEOUT_MS
+
+    conn = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def _unchanged_home(conn: sqlite3.Connection, fetch: Fetch, home: Home, report: SyncReport) -> int:
+    """The home's key when nothing under it needs a write but its sync time; else _NotSure."""
+    if not os.path.isdir(home.path):
+        raise _NotSure
+    identity = home_identity(home.path)
+    if identity["dev"] is None:
+        raise _NotSure
+    same = fetch("SELECT id, label, path, real_path FROM homes WHERE machine = ? AND dev = ? AND inode = ?",
+                 (identity["machine"], identity["dev"], identity["inode"]))
+    # Exactly the home store.resolve_home finds by identity, with nothing to update and no
+    # label to refuse (a default label only names a new home).
+    if len(same) != 1:
+        raise _NotSure
+    home_id, label, path, real_path = same[0]
+    if (path, real_path) != (home.path, identity["real_path"]) or (home.explicit and label != home.label):
+        raise _NotSure
+    runs_dir = os.path.join(home.path, "runs")
+    runs = list_home_dir(runs_dir)
+    plans_dir = os.path.join(home.path, "plans")
+    plans = list_home_dir(plans_dir)
+    if runs.skipped or plans.skipped:
+        raise _NotSure  # problems to record
+    # Open problems the full sync would resolve now: on the home, runs/ or an entry of runs/.
+    prefix = runs_dir + "/"
+    for (path,) in fetch("SELECT path FROM problems WHERE resolved_at IS NULL AND "
+                         "(path = ? OR path = ? OR substr(path, 1, ?) = ?)",
+                         (home.path, runs_dir, len(prefix), prefix)):
+        if not path.startswith(prefix) or "/" not in path[len(prefix):]:
+            raise _NotSure
+    # The listing (sorted by name) and the ledger's runs (ordered by run id) side by side.
+    known = known_in_order(conn, home_id)
+    current = next(known, None)
+    previous = None
+    for entry in runs.entries:
+        if previous is not None and entry.run_id <= previous:
+            raise _NotSure  # not in the order the merge needs
+        previous = entry.run_id
+        while current is not None and current[0] < entry.run_id:
+            if not current[1].gone:
+                raise _NotSure  # a vanished run to mark gone
+            current = next(known, None)
+        mine = None
+        if current is not None and current[0] == entry.run_id:
+            mine = current[1]
+            current = next(known, None)
+        look = look_at(entry.path, mine)
+        if look is None:
+            raise _NotSure  # vanished between listing and now
+        if look.changed:
+            raise _NotSure
+    while current is not None:
+        if not current[1].gone:
+            raise _NotSure  # a vanished run to mark gone
+        current = next(known, None)
+    rows, problems = read_plans(home_id, plans.entries)
+    existing = {r[0]: dict(zip(("plan_id", "home_id", "has_graph_json", "has_rejected", "graph_name", "gone"), r,
+                               strict=True))
+                for r in fetch("SELECT plan_id, home_id, has_graph_json, has_rejected, graph_name, gone FROM plans "
+                               "WHERE home_id = ?", (home_id,))}
+    if problems or plans_to_write(rows, existing) != ([], []):
+        raise _NotSure
+    report.runs_seen += len(runs.entries)
+    for listing, parent in ((runs, runs_dir), (plans, plans_dir)):
+        if listing.resolved is not None:
+            report.symlinked_dirs.append({"home": home.label, "dir": parent, "resolved": listing.resolved})
+    return home_id

@@ -1,0 +1,173 @@
+"""`omg-ledger sync` with nothing to do reads through sqlite3 alone (no SQLAlchemy) and
+writes only the homes' last sync time; anything that is not a no-op still gets the
+full sync, with the same result as before this shortcut existed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omg_ledger.db import open_ledger
+from omg_ledger.sync import Home, sync
+
+from .builders import ev, graph, write_run
+from .conftest import CORPUS_HOME
+from .ledger_dump import diff, dump
+
+LABEL = "corpus"
+
+
+def cli(*args: object, importtime: bool = False) -> subprocess.CompletedProcess:
+    flags = ["-X", "importtime"] if importtime else []
+    return subprocess.run([sys.executable, *flags, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _age(tree: Path, seconds_ago: int = 3600) -> None:
+    """Old mtimes everywhere, as in a real home (a fresh mtime is 'racy' and never trusted)."""
+    import time
+
+    then = time.time() - seconds_ago
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (then, then), follow_symlinks=False)
+    os.utime(tree, (then, then))
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = tmp_path / "home"
+    shutil.copytree(CORPUS_HOME, home, symlinks=True)
+    write_run(home, "r-extra", [ev("run_started")])
+    _age(home)
+    return home
+
+
+def _sync(db: Path, home: Path, **kwargs) -> dict:
+    result = cli("sync", "--db", db, "--home", f"{LABEL}={home}", "--json", **kwargs)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result
+
+
+def _last_synced(db: Path) -> str:
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT last_synced_at FROM homes WHERE label = ?", (LABEL,)).fetchone()[0]
+
+
+def test_a_no_op_sync_imports_no_sqlalchemy_and_writes_only_the_sync_time(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    _sync(db, home)
+    before, synced_before = dump(str(db), cache_hints=True), _last_synced(db)
+    result = _sync(db, home, importtime=True)
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "omg_ledger.change_check" in imported  # the measurement sees our modules
+    assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "alembic")}, "SQLAlchemy was imported"
+    assert "omg_ledger.schema" not in imported
+    report = json.loads(result.stdout)
+    runs = len(list((home / "runs").iterdir()))
+    assert (report["runs_seen"], report["runs_changed"], report["runs_gone"], report["runs_rederived"],
+            report["events_ingested"], report["problems"]) == (runs, 0, 0, 0, 0, [])
+    after = dump(str(db), cache_hints=True)
+    assert after == before, diff(after, before)
+    assert _last_synced(db) > synced_before  # metrics' last-sync gauge reads it
+
+
+def _append(home: Path, db: Path) -> dict:
+    with open(home / "runs" / "r-extra" / "events.jsonl", "a") as f:
+        f.write(json.dumps({**ev("node_started", 1, node_id="a"), "run_id": "r-extra"}, separators=(",", ":")) + "\n")
+    return {"runs_changed": 1, "events_ingested": 1}
+
+
+def _new_run(home: Path, db: Path) -> dict:
+    write_run(home, "r-new", [ev("run_started")])
+    return {"runs_changed": 1, "events_ingested": 1}
+
+
+def _new_plan(home: Path, db: Path) -> dict:
+    (home / "plans" / "p-new").mkdir(parents=True)
+    (home / "plans" / "p-new" / "graph.json").write_text(json.dumps(graph("a")))
+    return {"runs_changed": 0}
+
+
+def _outdated(home: Path, db: Path) -> dict:
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET derivation_version = derivation_version - 1 WHERE run_id = 'r-extra'")
+    return {"runs_rederived": 1}
+
+
+@pytest.mark.parametrize("change", [_append, _new_run, _new_plan, _outdated])
+def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, tmp_path, change):
+    db = tmp_path / "ledger.sqlite"
+    _sync(db, home)
+    expected = change(home, db)
+    report = json.loads(_sync(db, home).stdout)
+    assert {k: report[k] for k in expected} == expected, report
+    clean = tmp_path / "clean.sqlite"
+    engine = open_ledger(str(clean))
+    sync(engine, [Home.from_path(str(home), LABEL)])
+    engine.dispose()
+    ours, reference = dump(str(db)), dump(str(clean))
+    assert ours == reference, diff(ours, reference)
+
+
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+def test_a_vanished_run_is_marked_gone(home, tmp_path, which):
+    """Wherever it sorts: the check walks the listing and the ledger's runs side by side."""
+    db = tmp_path / "ledger.sqlite"
+    _sync(db, home)
+    names = sorted(p.name for p in (home / "runs").iterdir())
+    assert names[-1] == "r-extra"
+    gone = {"first": names[0], "middle": names[len(names) // 2], "last": names[-1]}[which]
+    shutil.rmtree(home / "runs" / gone)
+    assert json.loads(_sync(db, home).stdout)["runs_gone"] == 1
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT run_id FROM runs WHERE gone").fetchall() == [(gone,)]
+    # And with it gone and marked so, the next sync is a no-op again (the quick path).
+    again = _sync(db, home, importtime=True)
+    assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_gone"] == 0
+
+
+def test_a_problem_in_runs_that_went_away_is_resolved(home, tmp_path):
+    """The only write a sync would make is resolving a problem (a symlink in runs/, now
+    removed): that is not a no-op."""
+    db = tmp_path / "ledger.sqlite"
+    link = home / "runs" / "elsewhere"
+    link.symlink_to(tmp_path)
+    _age(home)
+    first = json.loads(_sync(db, home).stdout)
+    assert [p["path"] for p in first["problems"]] == [str(link)]
+    link.unlink()  # (no _age here: touching the files' ctimes would make every stream worth a look)
+    _sync(db, home)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT path FROM problems WHERE resolved_at IS NULL").fetchall() == []
+        assert conn.execute("SELECT path FROM problems WHERE resolved_at IS NOT NULL").fetchall() == [(str(link),)]
+
+
+def test_another_label_for_an_indexed_home_is_still_refused(home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    _sync(db, home)
+    result = cli("sync", "--db", db, "--home", f"other={home}", "--json")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"already indexed as home {LABEL!r}" in result.stderr, result.stderr
+
+
+def test_a_no_op_sync_waits_for_the_lock_like_the_full_sync(home, tmp_path):
+    import fcntl
+
+    db = tmp_path / "ledger.sqlite"
+    _sync(db, home)
+    fd = os.open(f"{db}.sync-lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        result = cli("sync", "--db", db, "--home", f"{LABEL}={home}", "--wait", "0")
+    finally:
+        os.close(fd)
+    assert result.returncode == 75, (result.returncode, result.stderr)
+    assert "another sync holds this ledger" in result.stderr and "Traceback" not in result.stderr
