@@ -12,6 +12,7 @@ import signal
 import sys
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+AUDIT_NEWEST_FAILS = 20  # FAILs of each kind `audit` lists without --verbose: a summary a person reads
 
 
 def _interrupted_while_starting(_signum: int, _frame: object) -> None:
@@ -752,7 +753,8 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
                                           "yesterday, 2026-11-01, RFC 3339).")
 @limit_options
 @estimate_options
-@click.option("--verbose", is_flag=True, help="Also list every run whose passes are all self-reported or exit-only.")
+@click.option("--verbose", is_flag=True, help=f"List every FAIL (without it: the {AUDIT_NEWEST_FAILS} newest of each "
+              "kind, and how many) and every run whose passes are all self-reported or exit-only.")
 @ledger_errors
 def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
@@ -784,7 +786,8 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
         if as_json:
             report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
         else:  # the text of 10,000 runs is written while it is read (audit_streamed)
-            report = stack.enter_context(audit_streamed(engine, since=since, now=now, zone=zone_named(tz)))
+            report = stack.enter_context(audit_streamed(engine, since=since, now=now, zone=zone_named(tz),
+                                                        newest_fails=None if verbose else AUDIT_NEWEST_FAILS))
         if prices is not None:
             from .reports.cost import cost_report
 

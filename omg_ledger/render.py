@@ -455,6 +455,15 @@ def _section(title: str, lines: Iterable[str], empty: str) -> Iterator[str]:
         yield f"  {empty}"
 
 
+def _newest_note(rows, lines: Iterable[str]) -> Iterator[str]:
+    """A list that holds only its newest rows (reports.audit.Rows.listed) says so first."""
+    listed = getattr(rows, "listed", None)
+    if listed is not None and len(rows) > listed:
+        yield (f"  the {listed} newest of {len(rows):,} (--verbose lists every one; "
+               f"--json has all)")
+    yield from lines
+
+
 def audit_text(report: dict, verbose: bool = False) -> str:
     return "\n".join(audit_lines(report, verbose))
 
@@ -480,13 +489,13 @@ def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
     yield from _section(f"PASS PROVENANCE ({prov['passes']} passes): {mix}", weak_lines,
                         "no run has only self-reported/exit-only passes")
     fails = report["failures"]
-    yield from _section("FAILS JUDGED (engine's judged field)",
-                        (f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                         + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
-                         for f in fails["judged"]), "none")
-    yield from _section("FAILS BY MACHINERY (judged absent)",
-                        (f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
-                         for f in fails["machinery"]), "none")
+    yield from _section("FAILS JUDGED (engine's judged field)", _newest_note(fails["judged"], (
+        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+        + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
+        for f in fails["judged"])), "none")
+    yield from _section("FAILS BY MACHINERY (judged absent)", _newest_note(fails["machinery"], (
+        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+        for f in fails["machinery"])), "none")
     budget = report["budget"]
     yield from _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
         ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])

@@ -4,6 +4,7 @@ contract; hand-made runs for the sections the corpus leaves empty."""
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 
 import pytest
@@ -188,3 +189,32 @@ def test_our_machinery_reading_is_labelled(db_url, tmp_path):
     [judged] = report["failures"]["judged"]
     assert judged["ours_likely_machinery"] is True  # the engine said judged; we say "reads like machinery"
     assert report["unknown_cost"]["by_runtime"] == {"claude": 1}  # not Codex-only (corpus README #4)
+
+
+def test_text_lists_the_newest_fails_of_each_kind_and_says_how_many(db_url, tmp_path, corpus_home):
+    """A person reads the text: each FAIL list shows its 20 newest (by run id, which is
+    the run's start time) and how many there are; --verbose and --json list every one."""
+    from .builders import copy_run
+
+    home = tmp_path / "home"
+    shutil.copytree(corpus_home, home, symlinks=True)
+    copies = [f"20261130-0000{i:02d}.000000000-1" for i in range(1, 23)]  # 22 copies of s03, newer than the corpus
+    for run_id in copies:
+        copy_run(corpus_home / "runs" / S03, home / "runs" / run_id)
+    ledger(db_url, home, "corpus")
+    db = db_url.removeprefix("sqlite:///")
+    runner = CliRunner()
+
+    text = runner.invoke(main, ["audit", "--db", db]).output
+    judged = text.split("FAILS JUDGED (engine's judged field)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    # 25 judged FAILs: s03, s07, s38 and s03's lane-a in each of the 22 copies.
+    assert judged[0] == "  the 20 newest of 25 (--verbose lists every one; --json has all)"
+    assert [line.split()[0:2] for line in judged[1:]] == [[run_id, "lane-a:"] for run_id in copies[2:]]
+    machinery = text.split("FAILS BY MACHINERY (judged absent)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0:2] for line in machinery] == [[S09, "runaway:"]]  # one: nothing left out
+
+    verbose = runner.invoke(main, ["audit", "--db", db, "--verbose"]).output
+    judged = verbose.split("FAILS JUDGED (engine's judged field)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[0] for line in judged] == sorted([S03, S07, S38, *copies])
+    as_json = json.loads(runner.invoke(main, ["audit", "--db", db, "--json"]).output)
+    assert len(as_json["failures"]["judged"]) == 25

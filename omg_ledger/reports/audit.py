@@ -68,11 +68,14 @@ _NODES = "FROM nodes n JOIN runs r ON r.id = n.run_pk JOIN homes h ON h.id = r.h
 
 class Rows:
     """A long section read while it is rendered (audit_streamed): iterating runs its
-    query again in the report's read transaction; ``len`` is known when counted first."""
+    query again in the report's read transaction; ``len`` is known when counted first.
+    ``listed``: iterating gives only the newest that many of the ``len`` rows."""
 
-    def __init__(self, produce: Callable[[], Iterator[dict]], count: int | None = None) -> None:
+    def __init__(self, produce: Callable[[], Iterator[dict]], count: int | None = None,
+                 listed: int | None = None) -> None:
         self._produce = produce
         self._count = count
+        self.listed = listed
 
     def __iter__(self) -> Iterator[dict]:
         return self._produce()
@@ -96,12 +99,23 @@ def _where(conditions: list[str]) -> str:
     return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
-def _node_rows(reader, since_us: int | None, condition: str) -> Iterator[dict]:
+def _node_rows(reader, since_us: int | None, condition: str, newest: int | None = None) -> Iterator[dict]:
+    """Nodes matching ``condition`` in run order; ``newest``: only the last that many."""
     params: dict = {}
     query = ("SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged, "
              "n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun "
-             f"{_NODES}{_where([condition, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label, n.node_id")
-    return reader.dicts(query, params)
+             f"{_NODES}{_where([condition, *_run_filter(since_us, params)])}")
+    if newest is None:
+        return reader.dicts(query + " ORDER BY r.run_id, h.label, n.node_id", params)
+    params["newest"] = newest
+    tail = reader.dicts(query + " ORDER BY r.run_id DESC, h.label DESC, n.node_id DESC LIMIT :newest", params)
+    return reversed(list(tail))  # at most `newest` rows
+
+
+def _count_nodes(reader, since_us: int | None, condition: str) -> int:
+    params: dict = {}
+    return int(reader.scalar(f"SELECT COUNT(*) {_NODES}{_where([condition, *_run_filter(since_us, params)])}",
+                             params) or 0)
 
 
 def _node_ref(m) -> dict:
@@ -181,8 +195,8 @@ def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
     return {"passes": passes, "mix": mix, "runs_all_unverified": runs}
 
 
-def _fails(reader, since_us: int | None, condition: str) -> Iterator[tuple[bool, dict]]:
-    for m in _node_rows(reader, since_us, condition):
+def _fails(reader, since_us: int | None, condition: str, newest: int | None = None) -> Iterator[tuple[bool, dict]]:
+    for m in _node_rows(reader, since_us, condition, newest):
         item = _node_ref(m)
         if m["judged"]:
             item["ours_likely_machinery"] = bool(_MACHINERY_DETAIL.search(m["detail"] or ""))
@@ -194,15 +208,21 @@ FAIL_NOTE = ("judged/machinery is the engine's `judged` field as written; ours_l
              "halts and rejected gates judged)")
 
 
-def _failures(reader, since_us: int | None, lazy: bool = False) -> dict:
-    """FAIL verdicts, judged and machinery. ``lazy``: each list is read when rendered."""
-    if lazy:
-        def produce(condition: str) -> Callable[[], Iterator[dict]]:
-            return lambda: (item for _judged, item in _fails(reader, since_us, condition))
+_JUDGED_FAIL = "n.verdict = 'FAIL' AND n.judged"
+_MACHINERY_FAIL = "n.verdict = 'FAIL' AND (n.judged IS NULL OR NOT n.judged)"
 
-        return {"judged": Rows(produce("n.verdict = 'FAIL' AND n.judged")),
-                "machinery": Rows(produce("n.verdict = 'FAIL' AND (n.judged IS NULL OR NOT n.judged)")),
-                "note": FAIL_NOTE}
+
+def _failures(reader, since_us: int | None, lazy: bool = False, newest: int | None = None) -> dict:
+    """FAIL verdicts, judged and machinery. ``lazy``: each list is read when rendered;
+    ``newest`` (lazy only): each list holds its newest that many, and is counted whole."""
+    if lazy:
+        def rows(condition: str) -> Rows:
+            produce = lambda: (item for _judged, item in _fails(reader, since_us, condition, newest))  # noqa: E731
+            if newest is None:
+                return Rows(produce)
+            return Rows(produce, _count_nodes(reader, since_us, condition), listed=newest)
+
+        return {"judged": rows(_JUDGED_FAIL), "machinery": rows(_MACHINERY_FAIL), "note": FAIL_NOTE}
     judged, machinery = [], []
     for is_judged, item in _fails(reader, since_us, "n.verdict = 'FAIL'"):
         (judged if is_judged else machinery).append(item)
@@ -300,11 +320,11 @@ def _unknown_cost(reader, since_us: int | None) -> dict:
             "unrecorded_attempts": int(unrecorded or 0)}
 
 
-def _report(engine: Engine, reader, since_us: int | None, lazy: bool) -> dict:
+def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fails: int | None = None) -> dict:
     report = {
         "since": None if since_us is None else format_instant(us_to_instant(since_us)),
         "provenance": _provenance(reader, since_us, lazy),
-        "failures": _failures(reader, since_us, lazy),
+        "failures": _failures(reader, since_us, lazy, newest_fails),
         "budget": _budget(reader, since_us),
         "findings": _findings(reader, since_us),
         "problems": _problems(engine, since_us),
@@ -340,10 +360,11 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
 
 @contextlib.contextmanager
 def audit_streamed(engine: Engine, since: str | None = None, now: datetime | None = None,
-                   zone: tzinfo | None = None) -> Iterator[dict]:
+                   zone: tzinfo | None = None, newest_fails: int | None = None) -> Iterator[dict]:
     """audit_report whose long lists (the FAILs, the runs whose passes are all weak) are
     Rows, read in the same read transaction while they are rendered: the text of 10,000
-    runs is written as it is read, never held whole (peak memory stays flat)."""
+    runs is written as it is read, never held whole (peak memory stays flat).
+    ``newest_fails``: each FAIL list holds only its newest that many (counted whole)."""
     since_us = parse_since(since, now, zone)
     with reading(engine) as reader:
-        yield _report(engine, reader, since_us, lazy=True)
+        yield _report(engine, reader, since_us, lazy=True, newest_fails=newest_fails)
