@@ -112,9 +112,9 @@ def _libc_statfs() -> Callable[..., int]:
     # without a usable libc; the probe just reads UNKNOWN there.
     global _statfs_fn
     if _statfs_fn is None:
-        import ctypes.util  # only here: it pulls in importlib.util and more at start-up
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The C library this interpreter is linked with, by the process's own symbols:
+        # ctypes.util.find_library would run `ldconfig -p` in a child process to find it.
+        libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.statfs
         fn.argtypes = [ctypes.c_char_p, ctypes.POINTER(_StatfsBuf)]
         fn.restype = ctypes.c_int
