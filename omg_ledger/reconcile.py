@@ -8,8 +8,9 @@ pinned by a table-driven test in tests/test_reconcile.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 
@@ -30,14 +31,37 @@ _BUDGET_FAILURE = re.compile(r"exceeded budget_usd")
 @dataclass(frozen=True)
 class RunInput:
     run_id: str
-    events: Sequence[Event]  # every valid event of the run, in file order
+    events: Iterable[Event]  # every valid event of the run, in file order (walked once: may be a stream)
     snapshot: dict | None = None  # a valid state.json, or None when absent/unreadable
     assess: dict | None = None  # a valid assess.json
     artifacts: frozenset[str] = frozenset()  # flat '*.out' names in the run directory
     failed_outputs: frozenset[str] = frozenset()  # '*.out' names under failed/
 
 
-@dataclass
+class _Terminal(NamedTuple):
+    """What the rules read back later of a terminal node event (never the event itself:
+    a run's events are walked once, and only this much of each is kept)."""
+
+    type: str
+    line_no: int
+    verdict: str
+    round: int
+    session_id: str | None
+
+
+class _Recorded(NamedTuple):
+    """A node's record as the engine's snapshot recorder has folded it so far."""
+
+    cost: int
+    unknown: bool
+    round: int
+    verdict: str
+
+
+_NOT_RECORDED = _Recorded(0, False, -1, "")
+
+
+@dataclass(slots=True)
 class Leg:
     ordinal: int
     phase: str
@@ -54,7 +78,7 @@ class Leg:
     end_line: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Execution:
     """One execution of a node within a leg (a row of `rounds`)."""
 
@@ -80,7 +104,7 @@ class Execution:
         return self.outcome is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class Charge:
     seq: int
     kind: str
@@ -158,9 +182,15 @@ class _Reconciler:
         self.exec_count: dict[tuple[int, str], int] = {}
         self.charges: list[Charge] = []
         self.findings: list[Finding] = []
-        self.terminals: dict[str, list[tuple[Event, Execution]]] = {}
-        self.recorder_events: dict[str, list[Event]] = {}  # what the snapshot recorder saw
-        self.last_started: dict[str, Event] = {}
+        # Per node: its latest terminal, every (verdict, round, session) a terminal carried,
+        # the recorder's fold of what it saw, and when its last node_started was.
+        self.latest_terminal: dict[str, tuple[_Terminal, Execution]] = {}
+        self.terminal_keys: dict[str, set[tuple[str, int, str | None]]] = {}
+        self.recorded: dict[str, _Recorded] = {}
+        self.last_started: dict[str, tuple[str, int]] = {}
+        self.event_count = 0
+        self.first: tuple[str, int] | None = None  # (ts, at_us) of the first event
+        self.last: tuple[str, int] | None = None
         self.tally = RunTally()
         self.problems: list[tuple[str, int | None, str]] = []
 
@@ -267,7 +297,7 @@ class _Reconciler:
     def node_started(self, event: Event) -> None:
         node_id = event.data["node_id"]
         self._new_execution(event, node_id, started=True)
-        self.last_started[node_id] = event
+        self.last_started[node_id] = (event.ts, event.at_us)
 
     def node_retried(self, event: Event) -> None:
         node_id = event.data["node_id"]
@@ -282,7 +312,7 @@ class _Reconciler:
             execution.unrecorded_attempts += 1
         if feedback:
             self._end(execution, event, "FEEDBACK")
-            self.recorder_events.setdefault(node_id, []).append(event)
+            self._record(node_id, event)
         else:
             execution.retries = retries
             if event.data.get("session_id"):
@@ -299,9 +329,16 @@ class _Reconciler:
             execution.session_id = event.data["session_id"]
         if has_accounting(event.data):
             self._charge_execution(event, execution, "node")
-        self._end(execution, event, "PASS" if event.type == "node_passed" else "FAIL")
-        self.terminals.setdefault(node_id, []).append((event, execution))
-        self.recorder_events.setdefault(node_id, []).append(event)
+        verdict = "PASS" if event.type == "node_passed" else "FAIL"
+        self._end(execution, event, verdict)
+        terminal = _Terminal(event.type, event.line_no, verdict, int(event.data.get("round") or 0),
+                             event.data.get("session_id"))
+        self.latest_terminal[node_id] = (terminal, execution)
+        self.terminal_keys.setdefault(node_id, set()).add((verdict, terminal.round, terminal.session_id))
+        self._record(node_id, event)
+
+    def _record(self, node_id: str, event: Event) -> None:
+        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event)
 
     def gate_paused(self, event: Event) -> None:
         execution = self._execution(event, event.data["node_id"])
@@ -352,42 +389,47 @@ class _Reconciler:
             "node_failed": self.node_terminal,
             "gate_paused": self.gate_paused,
         }
+        count = 0
+        event = None
         for event in self.input.events:
+            if count == 0:
+                self.first = (event.ts, event.at_us)
+            count += 1
             handler = handlers.get(event.type)
             if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
+        self.event_count = count
+        if event is not None:
+            self.last = (event.ts, event.at_us)
 
 
-def _simulate_recorder(events: list[Event]) -> tuple[int, bool, int, str]:
-    """Replay what the engine's snapshot recorder folds into a node's record.
+def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
+    """Fold one event into what the engine's snapshot recorder holds for its node.
 
     A record replaces the previous one, except that a later round (or the verdict that
     settles a feedback marker of the same round) carries the superseded spend forward.
-    Returns (cost, unknown, round, verdict) of the resulting record.
     """
-    cost, unknown, round_, verdict = 0, False, -1, ""
-    for event in events:
-        rec_round = int(event.data.get("round") or 0)
-        rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
-        rec_cost, rec_unknown = _cost(event.data)
-        rec_cost = rec_cost or 0
-        supersedes = round_ >= 0 and (
-            rec_round > round_ or (rec_round == round_ and verdict == "" and rec_verdict != "")
-        )
-        if supersedes:
-            rec_cost += cost
-            rec_unknown = rec_unknown or unknown
-        cost, unknown, round_, verdict = rec_cost, rec_unknown, rec_round, rec_verdict
-    return cost, unknown, round_, verdict
+    rec_round = int(event.data.get("round") or 0)
+    rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
+    rec_cost, rec_unknown = _cost(event.data)
+    rec_cost = rec_cost or 0
+    supersedes = previous.round >= 0 and (
+        rec_round > previous.round or (rec_round == previous.round and previous.verdict == "" and rec_verdict != "")
+    )
+    if supersedes:
+        rec_cost += previous.cost
+        rec_unknown = rec_unknown or previous.unknown
+    return _Recorded(rec_cost, rec_unknown, rec_round, rec_verdict)
 
 
-def _record_matches(event: Event, record: dict) -> bool:
-    verdict = "PASS" if event.type == "node_passed" else "FAIL"
+def _record_matches(terminal: tuple[str, int, str | None], record: dict) -> bool:
+    """Whether a snapshot record is the one a terminal (verdict, round, session) wrote."""
+    verdict, round_, ours = terminal
     if record.get("verdict") != verdict:
         return False
-    if int(record.get("round") or 0) != int(event.data.get("round") or 0):
+    if int(record.get("round") or 0) != round_:
         return False
-    ours, theirs = event.data.get("session_id"), record.get("session_id")
+    theirs = record.get("session_id")
     return not (ours and theirs and ours != theirs)
 
 
@@ -399,7 +441,7 @@ def reconcile(run: RunInput) -> RunRows:
     graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
     graph_nodes = {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
     records: dict[str, dict] = snapshot.get("nodes") or {}
-    last_event = run.events[-1] if run.events else None
+    last_event = r.last
 
     by_node: dict[str, list[Execution]] = {}
     for execution in r.executions:
@@ -415,8 +457,7 @@ def reconcile(run: RunInput) -> RunRows:
     if assessed is not None:
         # The assessment call's spend exists only here. It is dated at the assessed run's
         # last event: assessment runs right after that cycle's final run_finished.
-        at = last_event.ts if last_event else None
-        at_us = last_event.at_us if last_event else None
+        at, at_us = last_event if last_event else (None, None)
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.charges.append(Charge(len(r.charges) + 1, "assessment", None, "assessment", None, None, at, at_us,
                                 cost, unknown, tokens, "assess.json", None, None))
@@ -462,14 +503,13 @@ def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
 
 
 def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, record: dict | None,
-              last_event: Event | None, executions: list[Execution]) -> dict:
-    terminals = r.terminals.get(node_id, [])
-    latest = terminals[-1] if terminals else None
+              last_event: tuple[str, int] | None, executions: list[Execution]) -> dict:
+    latest = r.latest_terminal.get(node_id)
     verdict = provenance = session_id = detail = None
     retries = round_ = last_leg = None
     verdict_source = None
     if latest is not None:
-        event, execution = latest
+        _, execution = latest
         verdict = execution.outcome
         verdict_source = "stream"
         retries, round_ = execution.retries, execution.round
@@ -477,7 +517,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         last_leg = execution.leg_ordinal or None
 
     if record is not None and record.get("verdict") in SETTLED_VERDICTS:
-        if not any(_record_matches(ev, record) for ev, _ in terminals):
+        if not any(_record_matches(key, record) for key in r.terminal_keys.get(node_id, ())):
             # The snapshot holds a terminal verdict the stream never carried: the event
             # write was dropped (non-fatal in the engine). Recover it, flagged.
             verdict, verdict_source = record["verdict"], "snapshot"
@@ -490,7 +530,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
                 r.charges.append(charge)
             # The dropped terminal ended this node's last execution: its leg is the node's.
             last_leg = next((e.leg_ordinal or None for e in reversed(executions)), last_leg)
-        elif latest is not None and not _record_matches(latest[0], record):
+        elif latest is not None and not _record_matches(latest[0][2:], record):
             r.findings.append(Finding(
                 "snapshot_behind", node_id, latest[1].leg_ordinal or None,
                 f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
@@ -560,7 +600,7 @@ def _node_state(r: _Reconciler, executions: list[Execution], verdict: str | None
 
 
 def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
-    cost, unknown, _, _ = _simulate_recorder(r.recorder_events.get(node_id, []))
+    cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
     if unknown or record.get("cost_unknown"):
         return
     theirs = usd_to_nanos(record.get("cost_usd") or 0)
@@ -572,7 +612,7 @@ def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
         ))
 
 
-def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | None) -> Charge | None:
+def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, int] | None) -> Charge | None:
     """Add the charge of a terminal event the stream dropped, from the snapshot record.
 
     The record may have folded earlier rounds' spend in; only the part the stream does
@@ -580,7 +620,7 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
     the dropped terminal ended), else at the run's last event. Returns the charge (None
     when the recovery is refused); the caller numbers and keeps it.
     """
-    prior_cost, prior_unknown, prior_round, prior_verdict = _simulate_recorder(r.recorder_events.get(node_id, []))
+    prior_cost, prior_unknown, prior_round, prior_verdict = r.recorded.get(node_id, _NOT_RECORDED)
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
@@ -608,22 +648,21 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
                                   f"snapshot cost for {node_id} is below what the stream already charged"))
         return None
     return Charge(0, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
-                  rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
+                  rec_round, anchor[0] if anchor else None, anchor[1] if anchor else None, cost,
                   unknown, tokens, "state.json", None, None)
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
              records: dict, node_rows: list[dict]) -> dict:
-    events = run.events
     last_leg = r.legs[-1] if r.legs else None
     has_snapshot = run.snapshot is not None
     tokens = [sum(c.tokens[i] for c in r.charges) for i in range(4)]
     row: dict = {
-        "event_count": len(events),
-        "first_event_at": events[0].ts if events else None,
-        "first_event_at_us": events[0].at_us if events else None,
-        "last_event_at": events[-1].ts if events else None,
-        "last_event_at_us": events[-1].at_us if events else None,
+        "event_count": r.event_count,
+        "first_event_at": r.first[0] if r.first else None,
+        "first_event_at_us": r.first[1] if r.first else None,
+        "last_event_at": r.last[0] if r.last else None,
+        "last_event_at_us": r.last[1] if r.last else None,
         "leg_count": sum(1 for leg in r.legs if leg.phase == RUN),
         "any_leg": bool(r.legs),
         "last_leg_open": bool(last_leg and last_leg.is_open),

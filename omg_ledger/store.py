@@ -10,7 +10,7 @@ exactly what derivation needs, so a run is re-derived without its home.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -150,19 +150,100 @@ def _raw_lines(conn: Connection, run_pk: int) -> list[str]:
                              .order_by(schema.events.c.line_no)).scalars())
 
 
+# Rows per query when a run's events are streamed back: a line is at most 1 MiB, so
+# a page holds at most this many MiB, whatever the run's size.
+EVENT_PAGE = 128
+# New lines are written in batches of at most this many rows or bytes.
+EVENT_BATCH_ROWS = 2000
+EVENT_BATCH_BYTES = 8 << 20
+
+
+def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[Event]:
+    """The run's stored events after line ``after_line``, re-parsed from their original
+    lines, in file order, a page at a time (never the whole run in memory)."""
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, byte_offset, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                 f"ORDER BY line_no LIMIT {EVENT_PAGE}")
+    last = after_line
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
+        for line_no, byte_offset, raw in rows:
+            data = orjson.loads(raw)
+            ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
+            yield Event(line_no, byte_offset, data, raw, ts, at_us)
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
+        del rows
+
+
 def load_events(conn: Connection, run_pk: int) -> list[Event]:
-    """The run's stored events, re-parsed from their original lines, in file order."""
-    rows = conn.execute(
-        select(schema.events.c.line_no, schema.events.c.byte_offset, schema.events.c.raw)
-        .where(schema.events.c.run_pk == run_pk)
-        .order_by(schema.events.c.line_no)
-    )
-    events = []
-    for line_no, byte_offset, raw in rows:
-        data = orjson.loads(raw)
-        ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
-        events.append(Event(line_no, byte_offset, data, raw, ts, at_us))
-    return events
+    """The run's stored events in one list (small runs, tests); derivation streams them."""
+    return list(iter_events(conn, run_pk))
+
+
+def _batches(events: Iterable[Event]) -> Iterator[list[Event]]:
+    batch: list[Event] = []
+    size = 0
+    for event in events:
+        batch.append(event)
+        size += len(event.raw)
+        if len(batch) >= EVENT_BATCH_ROWS or size >= EVENT_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def create_run(conn: Connection, home_id: int, run_id: str, dir_facts: dict) -> tuple[int, bool]:
+    """(key, created) of a run about to be written (caller's transaction): a run the
+    ledger has never seen gets its row first, so its lines can be stored as they are
+    read; ``write_run`` then fills in the derived columns."""
+    sql = _statements(conn)
+    values = {**dir_facts, "home_id": home_id, "run_id": run_id}
+    run_pk = conn.exec_driver_sql(sql.insert_run(), _scrub(sql.row("runs", values))).scalar()
+    if run_pk is not None:
+        return run_pk, True
+    return conn.execute(select(schema.runs.c.id).where(
+        schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one(), False
+
+
+def write_events(conn: Connection, run_pk: int, events: Iterable[Event], replace: bool,
+                 created: bool = False) -> tuple[bool, int]:
+    """Store a run's new lines as they are read, a batch at a time (caller's
+    transaction, so the run stays all-or-nothing). Returns (changed, count).
+
+    ``replace``: the file was read from zero; its lines replace the stored ones. Each
+    batch is compared with the stored lines of the same range first, so a stream
+    re-read with the same bytes (a copy renamed over it) changes nothing.
+    """
+    sql = _statements(conn)
+    mark = backend_of(conn).mark
+    changed, count, last = False, 0, 0
+    replace = replace and not created
+    if not created:
+        backend_of(conn).lock_run(conn, run_pk)
+    for batch in _batches(events):
+        count += len(batch)
+        rows = [_event_row(run_pk, e) for e in batch]
+        if replace:
+            high = batch[-1].line_no
+            stored = conn.exec_driver_sql(
+                f"SELECT line_no, byte_offset, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                f"AND line_no <= {mark} ORDER BY line_no", (run_pk, last, high)).fetchall()
+            if [tuple(r) for r in stored] != [(e.line_no, e.byte_offset, e.raw) for e in batch]:
+                changed = True
+                conn.exec_driver_sql(f"DELETE FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                                     f"AND line_no <= {mark}", (run_pk, last, high))
+                _insert_rows(conn, sql, "events", rows, _same)
+            last = high
+        else:
+            changed = True
+            _insert_rows(conn, sql, "events", rows, _same)
+    if replace:
+        left = conn.exec_driver_sql(f"DELETE FROM events WHERE run_pk = {mark} AND line_no > {mark}", (run_pk, last))
+        changed = changed or bool(left.rowcount)
+    return changed, count
 
 
 class _Statements:
@@ -246,19 +327,22 @@ class RunWrite:
 
 
 def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
-              rows: RunRows, version: int, scrub: bool = False) -> int:
+              rows: RunRows, version: int, scrub: bool = False, created: bool = False) -> int:
     """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
-    the two agree; events.raw keeps the exact escape. Returns the run's key.
+    the two agree; events.raw keeps the exact escape. ``created``: ``run_pk`` was made
+    by :func:`create_run` in this transaction (it has no old rows). Returns the run's key.
     """
     sql = _statements(conn)
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
-    fresh = False
-    if run_pk is None:
+    fresh = created
+    if created:
+        _update_run(conn, sql, run_pk, run_values, fix)
+    elif run_pk is None:
         values = {**run_values, "home_id": home_id, "run_id": run_id}
         run_pk = conn.exec_driver_sql(sql.insert_run(), fix(sql.row("runs", values))).scalar()
         if run_pk is None:  # it existed after all (not expected under the sync lock)
@@ -326,14 +410,16 @@ def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, 
 
 
 def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
-    """Exactly what derivation reads about one run, from the ledger alone."""
+    """Exactly what derivation reads about one run, from the ledger alone. Its events
+    are streamed from the table while derivation walks them (the connection must stay
+    open until then)."""
     run_id = conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.id == run_pk)).scalar_one()
     contents = load_file_contents(conn, run_pk)
     listed = conn.execute(select(schema.run_files.c.place, schema.run_files.c.name).where(
         schema.run_files.c.run_pk == run_pk)).all()
     return RunFacts(
         run_id=run_id,
-        events=load_events(conn, run_pk),
+        events=iter_events(conn, run_pk),
         files=contents,
         artifacts=frozenset(name for place, name in listed if place == ""),
         failed_outputs=frozenset(name for place, name in listed if place == "failed"),

@@ -51,7 +51,8 @@ from .invocation_sync import rederive_stream, store_lines
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .store import (
     RunWrite,
-    load_events,
+    create_run,
+    iter_events,
     load_file_contents,
     load_run_facts,
     record_problem,
@@ -60,6 +61,7 @@ from .store import (
     resolve_problems,
     settle_copies,
     upsert,
+    write_events,
     write_identities,
     write_run,
 )
@@ -393,35 +395,49 @@ class _HomeSync:
 
     def _store_run(self, run_id: str, path: str, known: _Known | None, read: RunDirRead,
                    dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
+        try:
+            self._store_read_run(run_id, path, known, read, dir_info, failed_info)
+        finally:
+            if read.stream is not None:
+                read.stream.close()
+
+    def _store_read_run(self, run_id: str, path: str, known: _Known | None, read: RunDirRead,
+                        dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
         stream = read.stream
-        if stream is not None:
-            checkpoint = stream.checkpoint
-        else:
-            checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
         now_ns = self.clock_ns()
-        facts = RunWrite(
-            dir_facts={**read.dir_facts(path),
-                       "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
-            new_events=stream.items if stream else [],
-            replace_events=stream.replace if stream else False,
-            stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
-            dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
-                       "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
-            snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
-            run_files=read.run_files(),
-        )
-        bytes_read = stream.bytes_read if stream else 0
         with write_transaction(self.engine) as conn:
-            if known is not None and self._only_identities_changed(conn, known, read, facts):
+            # The stream's new lines are stored as they are read, in this run's one
+            # transaction: memory holds a batch of lines, never the stream.
+            run_pk, created = (known.run_pk, False) if known else create_run(
+                conn, self.home_id, run_id, read.dir_facts(path))
+            events_changed, new_events = (False, 0) if stream is None or stream.tail is None else write_events(
+                conn, run_pk, stream.items, stream.replace, created)
+            read.finish_stream()
+            if stream is not None:
+                checkpoint = stream.checkpoint
+            else:
+                checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
+            facts = RunWrite(
+                dir_facts={**read.dir_facts(path),
+                           "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
+                new_events=(),  # stored above
+                replace_events=False,
+                stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint)
+                if checkpoint is not None else None,
+                dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
+                           "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
+                snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
+                run_files=read.run_files(),
+            )
+            bytes_read = stream.bytes_read if stream else 0
+            if known is not None and not events_changed and self._only_identities_changed(conn, known, read, facts):
                 # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
                 # is normal and is no reason to re-derive. Remember the new identities only.
                 write_identities(conn, known.run_pk, facts)
                 self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
                 self.report.bytes_read += bytes_read
                 return
-            run_pk = known.run_pk if known else None
-            previous = [] if facts.replace_events or run_pk is None else load_events(conn, run_pk)
-            contents = load_file_contents(conn, run_pk) if run_pk is not None else {}
+            contents = load_file_contents(conn, run_pk) if not created else {}
             parsed = {}
             for name, r in read.files.items():
                 contents.pop(name, None)
@@ -429,33 +445,29 @@ class _HomeSync:
                     contents[name] = r.row["content"]
                     parsed[name] = r.parsed
             rows, scrub = derive_run(RunFacts(
-                run_id=run_id, events=previous + list(facts.new_events), files=contents,
+                run_id=run_id, events=iter_events(conn, run_pk), files=contents,
                 artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
-            before = _identity(conn, run_pk)
-            run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub)
+            before = None if created else _identity(conn, run_pk)
+            run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
+                               scrub=scrub, created=created)
             settle_copies(conn, [before, rows.run["stream_identity"]])
-            read.problems.extend(_derived_problems(path, rows))
-            for problem in read.problems:
+            problems = read.problems + _derived_problems(path, rows)
+            read.problems[:] = problems
+            for problem in problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
             self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
         self.report.runs_changed += 1
-        self.report.events_ingested += len(facts.new_events)
+        self.report.events_ingested += new_events
         self.report.bytes_read += bytes_read
         self.report.problems.extend(read.problems)
 
     @staticmethod
     def _only_identities_changed(conn: Connection, known: _Known, read: RunDirRead, facts: RunWrite) -> bool:
-        """True when no fact derivation reads has changed: no new event, every re-read
-        file has the bytes already stored, the directory facts and '.out' names are what
-        the ledger holds, and the run's rows are of the current derivation."""
+        """True when no fact derivation reads has changed: no new event (the caller
+        knows: a stream re-read from zero is compared line by line as it is stored),
+        every re-read file has the bytes already stored, the directory facts and '.out'
+        names are what the ledger holds, and the run's rows are of the current derivation."""
         if known.gone or read.problems:
-            return False
-        if facts.replace_events:
-            # Re-read from zero (a touched or renamed-over stream): unchanged if every line is.
-            stored = [(e.line_no, e.byte_offset, e.raw) for e in load_events(conn, known.run_pk)]
-            if stored != [(e.line_no, e.byte_offset, e.raw) for e in facts.new_events]:
-                return False
-        elif facts.new_events:
             return False
         for name, row in facts.snapshot_files.items():
             previous = known.files.get(name)
