@@ -448,19 +448,28 @@ def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
         conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
 
 
-def _insert_rows(conn: Connection, sql: _Statements, table: str, dicts: list[dict], fix) -> None:
-    if dicts:
-        conn.exec_driver_sql(sql.insert(table), [fix(sql.row(table, d)) for d in dicts])
+INSERT_BATCH = 1000  # rows per executemany: a run's rows are never all built as tuples at once
+
+
+def _insert_rows(conn: Connection, sql: _Statements, table: str, dicts: Iterable[dict], fix) -> None:
+    batch = []
+    for d in dicts:
+        batch.append(fix(sql.row(table, d)))
+        if len(batch) >= INSERT_BATCH:
+            conn.exec_driver_sql(sql.insert(table), batch)
+            batch = []
+    if batch:
+        conn.exec_driver_sql(sql.insert(table), batch)
 
 
 def _insert_derived(conn: Connection, sql: _Statements, run_pk: int, rows: RunRows, fix) -> None:
-    _insert_rows(conn, sql, "legs", [_leg_row(run_pk, leg) for leg in rows.legs], fix)
-    _insert_rows(conn, sql, "nodes", [{"run_pk": run_pk, **n} for n in rows.nodes], fix)
-    _insert_rows(conn, sql, "rounds", [_round_row(run_pk, e) for e in rows.rounds], fix)
-    _insert_rows(conn, sql, "charges", [_charge_row(run_pk, c) for c in rows.charges], fix)
-    _insert_rows(conn, sql, "findings", [
+    _insert_rows(conn, sql, "legs", (_leg_row(run_pk, leg) for leg in rows.legs), fix)
+    _insert_rows(conn, sql, "nodes", ({"run_pk": run_pk, **n} for n in rows.nodes), fix)
+    _insert_rows(conn, sql, "rounds", (_round_row(run_pk, e) for e in rows.rounds), fix)
+    _insert_rows(conn, sql, "charges", (_charge_row(run_pk, c) for c in rows.charges), fix)
+    _insert_rows(conn, sql, "findings", (
         {"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
-         "detail": f.detail} for i, f in enumerate(rows.findings, 1)], fix)
+         "detail": f.detail} for i, f in enumerate(rows.findings, 1)), fix)
     if rows.goal_cycle is not None:
         _insert_rows(conn, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
 
