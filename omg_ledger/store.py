@@ -23,7 +23,7 @@ from .bounds import bounded_path, bounded_reason
 from .derive import RunFacts
 from .errors import HomeConflict
 from .feed import Event
-from .reconcile import RunRows
+from .reconcile import FinishedRows, RunRows, live_rows
 from .tail import Checkpoint
 from .units import parse_timestamp
 
@@ -327,14 +327,17 @@ class RunWrite:
 
 
 def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
-              rows: RunRows, version: int, scrub: bool = False, created: bool = False) -> int:
+              rows: RunRows, version: int, scrub: bool = False, created: bool = False,
+              derived_cleared: bool = False) -> int:
     """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
     the two agree; events.raw keeps the exact escape. ``created``: ``run_pk`` was made
-    by :func:`create_run` in this transaction (it has no old rows). Returns the run's key.
+    by :func:`create_run` in this transaction (it has no old rows); ``derived_cleared``:
+    the caller cleared the derived rows (clear_derived) and wrote the finished ones
+    while deriving, so only ``rows`` are inserted. Returns the run's key.
     """
     sql = _statements(conn)
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
@@ -355,7 +358,8 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         _update_run(conn, sql, run_pk, run_values, fix)
         if facts.replace_events:
             conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
-        _delete_derived(conn, sql, run_pk)
+        if not derived_cleared:
+            _delete_derived(conn, sql, run_pk)
     _insert_rows(conn, sql, "events", [_event_row(run_pk, e) for e in facts.new_events], _same)
     _insert_derived(conn, sql, run_pk, rows, fix)
     write_identities(conn, run_pk, facts, fresh)
@@ -399,14 +403,66 @@ def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | 
                    ["run_pk", "name"], list(values))
 
 
-def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, scrub: bool = False) -> None:
-    """Re-derivation: the run's derived rows and columns only; its facts stay."""
+def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, scrub: bool = False,
+                    derived_cleared: bool = False) -> None:
+    """Re-derivation: the run's derived rows and columns only; its facts stay.
+    ``derived_cleared``: the caller cleared them (clear_derived) before deriving."""
     sql = _statements(conn)
     fix = _scrub if scrub else _same
     backend_of(conn).lock_run(conn, run_pk)
     _update_run(conn, sql, run_pk, {**rows.run, "derivation_version": version}, fix)
-    _delete_derived(conn, sql, run_pk)
+    if not derived_cleared:
+        _delete_derived(conn, sql, run_pk)
     _insert_derived(conn, sql, run_pk, rows, fix)
+
+
+def clear_derived(conn: Connection, run_pk: int, resume: dict | None = None) -> None:
+    """Delete the derived rows a derivation about to run writes again (caller's
+    transaction): all of them, or — resuming from ``resume`` (a derive state) — only
+    those a resumed walk may change (reconcile.live_rows); every other row stays."""
+    sql = _statements(conn)
+    backend_of(conn).lock_run(conn, run_pk)
+    if resume is None:
+        _delete_derived(conn, sql, run_pk)
+        return
+    mark = backend_of(conn).mark
+    live = live_rows(resume["fold"])
+    if live.open_leg is not None:
+        conn.exec_driver_sql(f"DELETE FROM legs WHERE run_pk = {mark} AND ordinal = {mark}", (run_pk, live.open_leg))
+    if live.open_rounds:
+        conn.exec_driver_sql(f"DELETE FROM rounds WHERE run_pk = {mark} AND leg_ordinal = {mark} AND node_id = {mark} "
+                             f"AND seq = {mark}", [(run_pk, *key) for key in live.open_rounds])
+    conn.exec_driver_sql(f"DELETE FROM charges WHERE run_pk = {mark} AND seq > {mark}", (run_pk, live.charges_after))
+    conn.exec_driver_sql(f"DELETE FROM findings WHERE run_pk = {mark} AND seq > {mark}",
+                         (run_pk, live.findings_after))
+    for table in ("nodes", "goal_cycles"):
+        conn.exec_driver_sql(sql.delete_run_rows(table), (run_pk,))
+
+
+def write_finished(conn: Connection, run_pk: int, finished: FinishedRows, scrub: bool) -> None:
+    """Rows a walk will not change again, written while it goes on (derive's sink)."""
+    sql = _statements(conn)
+    fix = _scrub if scrub else _same
+    _insert_rows(conn, sql, "legs", (_leg_row(run_pk, leg) for leg in finished.legs), fix)
+    _insert_rows(conn, sql, "rounds", (_round_row(run_pk, e) for e in finished.rounds), fix)
+    _insert_rows(conn, sql, "charges", (_charge_row(run_pk, c) for c in finished.charges), fix)
+    _insert_rows(conn, sql, "findings", (_finding_row(run_pk, f) for f in finished.findings), fix)
+
+
+def load_derive_state(conn: Connection, run_pk: int, version: int) -> dict | None:
+    """The derive state the run's last derivation left, if it was by rules of ``version``."""
+    mark = backend_of(conn).mark
+    row = conn.exec_driver_sql(f"SELECT derivation_version, state FROM derive_states WHERE run_pk = {mark}",
+                               (run_pk,)).first()
+    if row is None or row[0] != version:
+        return None
+    return orjson.loads(row[1])
+
+
+def save_derive_state(conn: Connection, run_pk: int, state: dict, version: int) -> None:
+    upsert(conn, schema.derive_states, {"run_pk": run_pk, "derivation_version": version, "line_no": state["line"],
+                                        "state": orjson.dumps(state).decode()},
+           ["run_pk"], ["derivation_version", "line_no", "state"])
 
 
 def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
@@ -446,6 +502,9 @@ def _update_run(conn: Connection, sql: _Statements, run_pk: int, values: dict, f
 def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
     for table in DERIVED_TABLES:
         conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
+    # A derivation that leaves no state (a caller that does not keep one) must not leave
+    # an older state behind to be resumed from.
+    conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
 
 
 INSERT_BATCH = 1000  # rows per executemany: a run's rows are never all built as tuples at once
@@ -467,9 +526,7 @@ def _insert_derived(conn: Connection, sql: _Statements, run_pk: int, rows: RunRo
     _insert_rows(conn, sql, "nodes", ({"run_pk": run_pk, **n} for n in rows.nodes), fix)
     _insert_rows(conn, sql, "rounds", (_round_row(run_pk, e) for e in rows.rounds), fix)
     _insert_rows(conn, sql, "charges", (_charge_row(run_pk, c) for c in rows.charges), fix)
-    _insert_rows(conn, sql, "findings", (
-        {"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
-         "detail": f.detail} for i, f in enumerate(rows.findings, 1)), fix)
+    _insert_rows(conn, sql, "findings", (_finding_row(run_pk, f) for f in rows.findings), fix)
     if rows.goal_cycle is not None:
         _insert_rows(conn, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
 
@@ -534,6 +591,11 @@ def _event_row(run_pk: int, event: Event) -> dict:
         "node_id": data.get("node_id"),
         "raw": event.raw,
     }
+
+
+def _finding_row(run_pk: int, finding) -> dict:
+    return {"run_pk": run_pk, "seq": finding.seq, "kind": finding.kind, "node_id": finding.node_id,
+            "leg_ordinal": finding.leg_ordinal, "detail": finding.detail}
 
 
 def _leg_row(run_pk: int, leg) -> dict:

@@ -13,10 +13,11 @@ in batches that each commit (a killed sync resumes where it stopped).
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from sqlalchemy import select, update
@@ -51,17 +52,21 @@ from .invocation_sync import rederive_stream, store_lines
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .store import (
     RunWrite,
+    clear_derived,
     create_run,
     iter_events,
+    load_derive_state,
     load_file_contents,
     load_run_facts,
     record_problem,
     replace_derived,
     resolve_home,
     resolve_problems,
+    save_derive_state,
     settle_copies,
     upsert,
     write_events,
+    write_finished,
     write_identities,
     write_run,
 )
@@ -83,6 +88,7 @@ class SyncReport:
     runs_gone: int = 0
     runs_rederived: int = 0
     events_ingested: int = 0
+    events_derived: int = 0  # stored events walked by derivation (an append walks only its new lines)
     bytes_read: int = 0
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
@@ -97,6 +103,7 @@ class SyncReport:
             "runs_gone": self.runs_gone,
             "runs_rederived": self.runs_rederived,
             "events_ingested": self.events_ingested,
+            "events_derived": self.events_derived,
             "bytes_read": self.bytes_read,
             "problems": [p.as_dict() for p in self.problems],
             "seconds": round(self.seconds, 3),
@@ -226,13 +233,22 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     stored = conn.execute(select(r.derivation_version, r.stream_identity, r.dir_path).where(r.id == run_pk)).first()
     if stored is None or (stored.derivation_version >= derive.DERIVATION_VERSION and not force):
         return False  # gone from the ledger, or another writer got there first
-    rows, scrub = derive_run(load_run_facts(conn, run_pk))
-    replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
+    clear_derived(conn, run_pk)
+    facts = replace(load_run_facts(conn, run_pk), sink=functools.partial(write_finished, conn, run_pk),
+                    keep_state=True)
+    rows, scrub = derive_run(facts)
+    replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub, derived_cleared=True)
+    _save_state(conn, run_pk, rows)
     settle_copies(conn, [stored.stream_identity, rows.run["stream_identity"]])
     for problem in _derived_problems(stored.dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
     return True
+
+
+def _save_state(conn: Connection, run_pk: int, rows) -> None:
+    if rows.state is not None:  # None: a derivation that keeps none (the rows are then walked whole next time)
+        save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION)
 
 
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
@@ -444,12 +460,21 @@ class _HomeSync:
                 if r is not None and r.row["error"] is None and r.row["content"] is not None:
                     contents[name] = r.row["content"]
                     parsed[name] = r.parsed
-            rows, scrub = derive_run(RunFacts(
-                run_id=run_id, events=iter_events(conn, run_pk), files=contents,
-                artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
             before = None if created else _identity(conn, run_pk)
+            # An append resumes the walk where the last derivation stopped (only the new
+            # lines are read back); a stream re-read with other lines is walked whole.
+            rewritten = stream is not None and stream.replace and events_changed
+            resume = None if created or rewritten else load_derive_state(conn, run_pk, derive.DERIVATION_VERSION)
+            if not created:
+                clear_derived(conn, run_pk, resume)
+            rows, scrub = derive_run(RunFacts(
+                run_id=run_id, events=iter_events(conn, run_pk, resume["line"] if resume else 0), files=contents,
+                artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
+                sink=functools.partial(write_finished, conn, run_pk), resume=resume, keep_state=True), parsed)
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
-                               scrub=scrub, created=created)
+                               scrub=scrub, created=created, derived_cleared=True)
+            _save_state(conn, run_pk, rows)
+            self.report.events_derived += rows.events_walked
             settle_copies(conn, [before, rows.run["stream_identity"]])
             problems = read.problems + _derived_problems(path, rows)
             read.problems[:] = problems
