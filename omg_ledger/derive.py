@@ -47,6 +47,7 @@ class RunFacts:
     sink: Callable[[FinishedRows, bool], None] | None = None
     resume: dict | None = None
     keep_state: bool = False
+    terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None  # RunInput's
 
 
 def parse_file(name: str, content: str) -> dict | None:
@@ -76,6 +77,7 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         sink=(lambda finished: sink(finished, seen.nul)) if sink is not None else None,
         resume=resume["fold"] if resume else None,
         keep_state=facts.keep_state,
+        terminal_lookup=facts.terminal_lookup,
     ))
     for _ in seen:  # a walk that stopped early still leaves every line looked at
         pass

@@ -43,6 +43,10 @@ class RunInput:
     # lines after it, and the result holds only rows that are new or may have changed.
     resume: dict | None = None
     keep_state: bool = False
+    # node_id -> the (verdict, round, session_id) of each of its terminal events in the
+    # stream; with it, the walk keeps only a node's latest few (memory that does not
+    # grow with the stream) and asks for the rest in the rare case it needs them.
+    terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None
 
 
 class _Terminal(NamedTuple):
@@ -194,6 +198,7 @@ def _add_cost(total: int | None, unknown: bool, cost: int | None, cost_unknown: 
 
 
 DRAIN_ROWS = 2000  # finished rows held before they go to the sink
+RECENT_TERMINALS = 8  # per node, with a lookup for older ones
 
 _LEG_FIELDS = tuple(f.name for f in fields(Leg))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
@@ -230,7 +235,11 @@ class _Reconciler:
         # Per node: its latest terminal, every (verdict, round, session) a terminal carried,
         # the recorder's fold of what it saw, and when its last node_started was.
         self.latest_terminal: dict[str, tuple[_Terminal, Execution]] = {}
-        self.terminal_keys: dict[str, set[tuple[str, int, str | None]]] = {}
+        # Per node, the (verdict, round, session) of its terminals: the latest RECENT_TERMINALS
+        # when the caller can look the others up (RunInput.terminal_lookup), else all.
+        self.terminal_keys: dict[str, list[tuple[str, int, str | None]]] = {}
+        self.terminal_count: dict[str, int] = {}
+        self.keep_recent = run.terminal_lookup is not None
         self.recorded: dict[str, _Recorded] = {}
         self.last_started: dict[str, tuple[str, int]] = {}
         self.event_count = 0
@@ -271,7 +280,8 @@ class _Reconciler:
             "node_money": self.node_money,
             "finding_total": self.finding_total,
             "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
-            "terminal_keys": {node: sorted(keys, key=repr) for node, keys in self.terminal_keys.items()},
+            "terminal_keys": self.terminal_keys,
+            "terminal_count": self.terminal_count,
             "recorded": {node: list(rec) for node, rec in self.recorded.items()},
             "last_started": self.last_started,
             "event_count": self.event_count,
@@ -307,7 +317,8 @@ class _Reconciler:
         self.finding_total = state["finding_total"]
         self.latest_terminal = {node: (_Terminal(*t[:5]), executions[t[5]])
                                 for node, t in state["latest_terminal"].items()}
-        self.terminal_keys = {node: {tuple(k) for k in keys} for node, keys in state["terminal_keys"].items()}
+        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
+        self.terminal_count = dict(state["terminal_count"])
         self.recorded = {node: _Recorded(*r) for node, r in state["recorded"].items()}
         self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
         self.event_count = state["event_count"]
@@ -483,7 +494,11 @@ class _Reconciler:
         terminal = _Terminal(event.type, event.line_no, verdict, int(event.data.get("round") or 0),
                              event.data.get("session_id"))
         self.latest_terminal[node_id] = (terminal, execution)
-        self.terminal_keys.setdefault(node_id, set()).add((verdict, terminal.round, terminal.session_id))
+        keys = self.terminal_keys.setdefault(node_id, [])
+        keys.append((verdict, terminal.round, terminal.session_id))
+        if self.keep_recent and len(keys) > RECENT_TERMINALS:
+            del keys[0]
+        self.terminal_count[node_id] = self.terminal_count.get(node_id, 0) + 1
         self._record(node_id, event)
 
     def _record(self, node_id: str, event: Event) -> None:
@@ -598,6 +613,18 @@ def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
         rec_cost += previous.cost
         rec_unknown = rec_unknown or previous.unknown
     return _Recorded(rec_cost, rec_unknown, rec_round, rec_verdict)
+
+
+def _any_terminal_matches(r: _Reconciler, run: RunInput, node_id: str, record: dict) -> bool:
+    """Whether any terminal of the node is the one that wrote its snapshot record: the
+    latest few are at hand (the record is nearly always one of them); the others are
+    looked up only when none of those is."""
+    recent = r.terminal_keys.get(node_id, [])
+    if any(_record_matches(key, record) for key in recent):
+        return True
+    if run.terminal_lookup is None or r.terminal_count.get(node_id, 0) <= len(recent):
+        return False
+    return any(_record_matches(key, record) for key in run.terminal_lookup(node_id))
 
 
 def _record_matches(terminal: tuple[str, int, str | None], record: dict) -> bool:
@@ -728,7 +755,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         last_leg = execution.leg_ordinal or None
 
     if record is not None and record.get("verdict") in SETTLED_VERDICTS:
-        if not any(_record_matches(key, record) for key in r.terminal_keys.get(node_id, ())):
+        if not _any_terminal_matches(r, run, node_id, record):
             # The snapshot holds a terminal verdict the stream never carried: the event
             # write was dropped (non-fatal in the engine). Recover it, flagged.
             verdict, verdict_source = record["verdict"], "snapshot"

@@ -9,6 +9,7 @@ exactly what derivation needs, so a run is re-derived without its home.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -127,15 +128,12 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
             continue
         pks = [m.id for m in members]
         conn.execute(findings.delete().where(findings.c.run_pk.in_(pks), findings.c.kind == "diverged_copy"))
-        reference = _raw_lines(conn, billed.id)
         for member in members:
             if member.id == billed.id:
                 continue
-            lines = _raw_lines(conn, member.id)
-            if lines == reference[: len(lines)]:
+            at = _first_difference(conn, member.id, billed.id)
+            if at is None:
                 continue
-            at = next((i for i, (mine, theirs) in enumerate(zip(lines, reference, strict=False)) if mine != theirs),
-                      len(reference))
             seq = (conn.execute(select(func.max(findings.c.seq)).where(findings.c.run_pk == member.id)).scalar()
                    or 0) + 1
             conn.execute(findings.insert().values(
@@ -145,9 +143,31 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
                                f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
 
-def _raw_lines(conn: Connection, run_pk: int) -> list[str]:
-    return list(conn.execute(select(schema.events.c.raw).where(schema.events.c.run_pk == run_pk)
-                             .order_by(schema.events.c.line_no)).scalars())
+def _raw_lines(conn: Connection, run_pk: int) -> Iterator[str]:
+    """A run's stored lines in file order, a page at a time."""
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                 f"ORDER BY line_no LIMIT {EVENT_PAGE}")
+    last = 0
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
+        for _, raw in rows:
+            yield raw
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
+
+
+def _first_difference(conn: Connection, copy_pk: int, billed_pk: int) -> int | None:
+    """Where a copy's stream stops being a prefix of the billed copy's (0-based index of
+    the first line that differs, or the billed stream's length when the copy is longer),
+    or None when it is a prefix. Both are read page by page, side by side."""
+    reference = _raw_lines(conn, billed_pk)
+    for at, mine in enumerate(_raw_lines(conn, copy_pk)):
+        theirs = next(reference, None)
+        if theirs is None or mine != theirs:
+            return at
+    return None
 
 
 # Rows per query when a run's events are streamed back: a line is at most 1 MiB, so
@@ -175,6 +195,25 @@ def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[
             return
         last = rows[-1][0]
         del rows
+
+
+def terminal_keys(conn: Connection, run_pk: int, node_id: str) -> Iterator[tuple[str, int, str | None]]:
+    """(verdict, round, session_id) of each stored terminal event of one node, in file
+    order, a page at a time (derivation's lookup for terminals it no longer holds)."""
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND node_id = {mark} "
+                 f"AND event IN ('node_passed', 'node_failed') AND line_no > {mark} ORDER BY line_no "
+                 f"LIMIT {EVENT_PAGE}")
+    last = 0
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, node_id, last)).fetchall()
+        for _, raw in rows:
+            data = orjson.loads(raw)
+            yield ("PASS" if data["event"] == "node_passed" else "FAIL", int(data.get("round") or 0),
+                   data.get("session_id"))
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
 
 
 def load_events(conn: Connection, run_pk: int) -> list[Event]:
@@ -476,6 +515,7 @@ def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
     return RunFacts(
         run_id=run_id,
         events=iter_events(conn, run_pk),
+        terminal_lookup=functools.partial(terminal_keys, conn, run_pk),
         files=contents,
         artifacts=frozenset(name for place, name in listed if place == ""),
         failed_outputs=frozenset(name for place, name in listed if place == "failed"),

@@ -64,6 +64,7 @@ from .store import (
     resolve_problems,
     save_derive_state,
     settle_copies,
+    terminal_keys,
     upsert,
     write_events,
     write_finished,
@@ -470,7 +471,8 @@ class _HomeSync:
             rows, scrub = derive_run(RunFacts(
                 run_id=run_id, events=iter_events(conn, run_pk, resume["line"] if resume else 0), files=contents,
                 artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
-                sink=functools.partial(write_finished, conn, run_pk), resume=resume, keep_state=True), parsed)
+                sink=functools.partial(write_finished, conn, run_pk), resume=resume, keep_state=True,
+                terminal_lookup=functools.partial(terminal_keys, conn, run_pk)), parsed)
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
                                scrub=scrub, created=created, derived_cleared=True)
             _save_state(conn, run_pk, rows)

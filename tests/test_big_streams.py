@@ -155,3 +155,29 @@ def test_a_rewritten_stream_or_new_rules_walk_it_whole(tmp_path, big_run, monkey
         assert _derived(engine) == rebuilt_before
     finally:
         engine.dispose()
+
+
+def test_a_snapshot_record_of_an_old_terminal_is_found_beyond_the_recent_ones(tmp_path, db_url):
+    """The walk keeps a node's latest few terminals; a state.json still holding the
+    record of its 2nd of 12 is found in the stored stream: the snapshot is behind (a
+    finding), not a dropped terminal (which would charge the record's cost again)."""
+    from .builders import ev, write_run
+
+    stream = []
+    for leg in range(12):
+        stream += [ev("run_started", leg), ev("node_started", leg, node_id="a", session_id=f"s{leg}"),
+                   ev("node_passed", leg, node_id="a", verdict="PASS", session_id=f"s{leg}", cost_usd=0.5),
+                   ev("run_finished", leg, outcome="passed")]
+    state = {"graph": {"name": "g", "nodes": [{"id": "a"}]},
+             "nodes": {"a": {"verdict": "PASS", "session_id": "s1", "cost_usd": 0.5}}}
+    write_run(tmp_path / "home", "r1", stream, state)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(tmp_path / "home"), "h")])
+        with engine.connect() as conn:
+            kinds = [k for (k,) in conn.execute(select(schema.findings.c.kind))]
+            charges = conn.execute(select(schema.charges.c.kind, schema.charges.c.cost_nano_usd)).all()
+        assert kinds == ["snapshot_behind"]
+        assert sorted(charges) == [("node", 500_000_000)] * 12
+    finally:
+        engine.dispose()
