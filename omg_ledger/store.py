@@ -247,6 +247,15 @@ def create_run(conn: Connection, home_id: int, run_id: str, dir_facts: dict) -> 
         schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one(), False
 
 
+def store_while_reading(conn: Connection, run_pk: int, events: Iterable[Event]) -> Iterator[Event]:
+    """A new run's lines, stored a batch at a time as they pass (caller's transaction):
+    derivation walks them as they are read, with no second read from the table."""
+    sql = _statements(conn)
+    for batch in _batches(events):
+        _insert_rows(conn, sql, "events", [_event_row(run_pk, e) for e in batch], _same)
+        yield from batch
+
+
 def write_events(conn: Connection, run_pk: int, events: Iterable[Event], replace: bool,
                  created: bool = False) -> tuple[bool, int]:
     """Store a run's new lines as they are read, a batch at a time (caller's
@@ -498,10 +507,14 @@ def load_derive_state(conn: Connection, run_pk: int, version: int) -> dict | Non
     return orjson.loads(row[1])
 
 
-def save_derive_state(conn: Connection, run_pk: int, state: dict, version: int) -> None:
-    upsert(conn, schema.derive_states, {"run_pk": run_pk, "derivation_version": version, "line_no": state["line"],
-                                        "state": orjson.dumps(state).decode()},
-           ["run_pk"], ["derivation_version", "line_no", "state"])
+def save_derive_state(conn: Connection, run_pk: int, state: dict, version: int, fresh: bool = False) -> None:
+    """Replace the run's derive state (``fresh``: the run has none, it was just created)."""
+    sql = _statements(conn)
+    if not fresh:
+        conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
+    _insert_rows(conn, sql, "derive_states", [{"run_pk": run_pk, "derivation_version": version,
+                                               "line_no": state["line"], "state": orjson.dumps(state).decode()}],
+                 _same)
 
 
 def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:

@@ -64,6 +64,7 @@ from .store import (
     resolve_problems,
     save_derive_state,
     settle_copies,
+    store_while_reading,
     terminal_keys,
     upsert,
     write_events,
@@ -247,9 +248,9 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     return True
 
 
-def _save_state(conn: Connection, run_pk: int, rows) -> None:
+def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False) -> None:
     if rows.state is not None:  # None: a derivation that keeps none (the rows are then walked whole next time)
-        save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION)
+        save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION, fresh)
 
 
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
@@ -427,32 +428,20 @@ class _HomeSync:
             # transaction: memory holds a batch of lines, never the stream.
             run_pk, created = (known.run_pk, False) if known else create_run(
                 conn, self.home_id, run_id, read.dir_facts(path))
-            events_changed, new_events = (False, 0) if stream is None or stream.tail is None else write_events(
+            # A new run's lines are stored and walked in one pass; otherwise they are
+            # stored first (a stream re-read from zero is compared as it is stored).
+            teed = created and stream is not None and stream.tail is not None
+            events_changed, new_events = (False, 0) if stream is None or stream.tail is None or teed else write_events(
                 conn, run_pk, stream.items, stream.replace, created)
-            read.finish_stream()
-            if stream is not None:
-                checkpoint = stream.checkpoint
-            else:
-                checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
-            facts = RunWrite(
-                dir_facts={**read.dir_facts(path),
-                           "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
-                new_events=(),  # stored above
-                replace_events=False,
-                stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint)
-                if checkpoint is not None else None,
-                dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
-                           "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
-                snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
-                run_files=read.run_files(),
-            )
-            bytes_read = stream.bytes_read if stream else 0
+            if not teed:
+                read.finish_stream()
+                facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
             if known is not None and not events_changed and self._only_identities_changed(conn, known, read, facts):
                 # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
                 # is normal and is no reason to re-derive. Remember the new identities only.
                 write_identities(conn, known.run_pk, facts)
                 self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
-                self.report.bytes_read += bytes_read
+                self.report.bytes_read += stream.bytes_read if stream else 0
                 return
             contents = load_file_contents(conn, run_pk) if not created else {}
             parsed = {}
@@ -468,14 +457,20 @@ class _HomeSync:
             resume = None if created or rewritten else load_derive_state(conn, run_pk, derive.DERIVATION_VERSION)
             if not created:
                 clear_derived(conn, run_pk, resume)
+            events = (store_while_reading(conn, run_pk, stream.items) if teed
+                      else iter_events(conn, run_pk, resume["line"] if resume else 0))
             rows, scrub = derive_run(RunFacts(
-                run_id=run_id, events=iter_events(conn, run_pk, resume["line"] if resume else 0), files=contents,
+                run_id=run_id, events=events, files=contents,
                 artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
                 sink=functools.partial(write_finished, conn, run_pk), resume=resume, keep_state=True,
                 terminal_lookup=functools.partial(terminal_keys, conn, run_pk)), parsed)
+            if teed:
+                read.finish_stream()
+                facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
+                new_events = rows.events_walked
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
                                scrub=scrub, created=created, derived_cleared=True)
-            _save_state(conn, run_pk, rows)
+            _save_state(conn, run_pk, rows, fresh=created)
             self.report.events_derived += rows.events_walked
             settle_copies(conn, [before, rows.run["stream_identity"]])
             problems = read.problems + _derived_problems(path, rows)
@@ -485,8 +480,28 @@ class _HomeSync:
             self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
         self.report.runs_changed += 1
         self.report.events_ingested += new_events
-        self.report.bytes_read += bytes_read
+        self.report.bytes_read += stream.bytes_read if stream else 0
         self.report.problems.extend(read.problems)
+
+    def _facts(self, path: str, known: _Known | None, read: RunDirRead, dir_info: os.stat_result,
+               failed_info: os.stat_result | None, now_ns: int) -> RunWrite:
+        """The run's new facts to store, once its stream's lines have been read."""
+        stream = read.stream
+        if stream is not None:
+            checkpoint = stream.checkpoint
+        else:
+            checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
+        return RunWrite(
+            dir_facts={**read.dir_facts(path),
+                       "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
+            new_events=(),  # stored as they were read
+            replace_events=False,
+            stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
+            dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
+                       "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
+            snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
+            run_files=read.run_files(),
+        )
 
     @staticmethod
     def _only_identities_changed(conn: Connection, known: _Known, read: RunDirRead, facts: RunWrite) -> bool:
