@@ -253,7 +253,9 @@ class _Reconciler:
     # -- the fold state ---------------------------------------------------------------
 
     def state(self) -> dict:
-        """What a later walk over appended lines needs, as plain JSON-able values."""
+        """What a later walk over appended lines needs, as plain JSON-able values: copies
+        of everything the snapshot checks after the walk change (totals, the bound's
+        tally, problems, open executions), so the state is the walk's own."""
         legs = {leg.ordinal: leg for leg in (self.open_leg, self.last_leg, self.last_run_leg) if leg is not None}
         executions = {e.order: e for e in self.open_executions.values()}
         executions.update((e.order, e) for e in self.last_execution.values())
@@ -276,8 +278,8 @@ class _Reconciler:
             "current": [[leg, node, e.order] for leg, by_node in self.current.items() for node, e in by_node.items()],
             "exec_count": [[leg, node, n] for leg, by_node in self.exec_count.items() for node, n in by_node.items()],
             "charge_total": self.charge_total,
-            "money": self.money,
-            "node_money": self.node_money,
+            "money": list(self.money),
+            "node_money": {node: list(m) for node, m in self.node_money.items()},
             "finding_total": self.finding_total,
             "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
             "terminal_keys": self.terminal_keys,
@@ -288,8 +290,8 @@ class _Reconciler:
             "first": self.first,
             "last": self.last,
             "last_line": self.last_line,
-            "tally": [self.tally.money, self.tally.tokens, self.tally.exhausted],
-            "problems": self.problems,
+            "tally": [self.tally.money, list(self.tally.tokens), self.tally.exhausted],
+            "problems": list(self.problems),
         }
 
     def load(self, state: dict) -> None:
@@ -586,7 +588,8 @@ class _Reconciler:
             handler = handlers.get(event.type)
             if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
-            if sink is not None and len(done.rounds) + len(done.charges) + len(done.legs) >= DRAIN_ROWS:
+            if sink is not None and not walked % 256 and \
+                    len(done.rounds) + len(done.charges) + len(done.legs) >= DRAIN_ROWS:
                 sink(self.drain())
                 done = self.done
         self.walked = walked
@@ -672,7 +675,7 @@ def reconcile(run: RunInput) -> RunRows:
     if run.resume is not None:
         r.load(run.resume)
     r.walk()
-    state = orjson.loads(orjson.dumps(r.state())) if run.keep_state else None  # a copy: what follows mutates
+    state = r.state() if run.keep_state else None
     snapshot = run.snapshot or {}
     graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
     graph_nodes = {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
