@@ -112,6 +112,28 @@ def test_new_runs_read_and_derived_by_worker_processes_equal_the_inline_path(fas
         pooled.dispose()
 
 
+def test_rows_written_out_mid_run_equal_one_transaction_per_run(fast_and_slow, scale_home, tmp_path, monkeypatch):
+    """Held-back rows written out whenever 7 are held (a run's lines between batches of
+    its walk, its finished rows while the walk goes on, its derive state): the same
+    ledger as one transaction per run, and the batch still commits whole runs."""
+    from omg_ledger import store
+
+    monkeypatch.setattr(store, "HELD_BACK_ROWS", 7)
+    flushes = []
+    flush = store.PendingRows.flush
+    monkeypatch.setattr(store.PendingRows, "flush", lambda self, conn: (flushes.append(self.count), flush(self, conn)))
+    _, (slow, _) = fast_and_slow
+    spilled, report = _synced(str(tmp_path / "spilled.sqlite"), scale_home)
+    try:
+        spilled_dump, slow_dump = dump(spilled), dump(slow)
+        assert spilled_dump == slow_dump, diff(spilled_dump, slow_dump)
+        assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
+        # More flushes than runs (a batch commit alone is two for all 305): rows went out mid-run.
+        assert len(flushes) > SCALE_RUNS
+    finally:
+        spilled.dispose()
+
+
 def test_batch_size_below_one_is_refused(tmp_path):
     engine = open_ledger(str(tmp_path / "ledger.sqlite"))
     with pytest.raises(ValueError, match="batch_runs"):
