@@ -10,6 +10,7 @@ exactly what derivation needs, so a run is re-derived without its home.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -694,16 +695,16 @@ INSERT_BATCH = 1000  # rows built as tuples at a time: a run's rows are never al
 
 def _insert_rows(conn: Connection, pending: PendingRows, sql: _Statements, table: str, dicts: Iterable[dict],
                  fix) -> None:
-    batch = []
-    for d in dicts:
-        batch.append(fix(sql.row(table, d)))
-        if len(batch) >= INSERT_BATCH:
-            pending.add(table, batch)
-            pending.spill(conn)
-            batch = []
-    if batch:
+    row = sql.row
+    items = iter(dicts)
+    while True:
+        batch = [fix(row(table, d)) for d in itertools.islice(items, INSERT_BATCH)]
+        if not batch:
+            return
         pending.add(table, batch)
         pending.spill(conn)
+        if len(batch) < INSERT_BATCH:
+            return
 
 
 def _insert_derived(conn: Connection, pending: PendingRows, sql: _Statements, run_pk: int, rows: RunRows,
