@@ -45,6 +45,7 @@ class SyncReport:
     runs_gone: int = 0
     runs_rederived: int = 0
     events_ingested: int = 0
+    events_derived: int = 0  # stored events walked by derivation (an append walks only its new lines)
     bytes_read: int = 0
     problems: list[Problem] = field(default_factory=list)
     seconds: float = 0.0
@@ -59,6 +60,7 @@ class SyncReport:
             "runs_gone": self.runs_gone,
             "runs_rederived": self.runs_rederived,
             "events_ingested": self.events_ingested,
+            "events_derived": self.events_derived,
             "bytes_read": self.bytes_read,
             "problems": [p.as_dict() for p in self.problems],
             "seconds": round(self.seconds, 3),

@@ -177,6 +177,10 @@ def ledger_errors(f: Callable) -> Callable:
                 raise
             from .db import one_line
 
+            damaged = database_trouble(exc)
+            if isinstance(damaged, DatabaseDamaged):  # wherever it showed, say what to do
+                _say_line(f"omg-ledger: error: {damaged}")
+                sys.exit(damaged.exit_code)
             _say_line(f"omg-ledger: error: database: {one_line(exc)}")
             sys.exit(EXIT_DATABASE)
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WRITE_CACHE_KIB = 65_536  # SQLite page cache of a writing connection
 
@@ -227,6 +227,7 @@ def stderr_say(message: str) -> None:
 # Reads never create, migrate or write a ledger. The oldest revision each kind of read
 # understands: a migration that changes what a read uses raises its constant.
 # 0007 (ix_nodes_verdict) only adds an index: audit reads an older ledger without it, slower.
+# 0008 (derive_states) is sync's own cache of where a derivation stopped: no read uses it.
 RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads

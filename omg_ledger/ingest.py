@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import feed
@@ -18,7 +19,7 @@ from .discover import DirListing, list_run_dir, stat_or_none
 from .feed import parse_stream_line
 from .invocation_sync import parse_tail_line
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
-from .tail import Checkpoint, NotARegularFile, TailRead, needs_reading, read_new_lines
+from .tail import Checkpoint, NotARegularFile, TailRead, TailReader, needs_reading, read_new_lines
 
 HAS_COLUMN = {
     "state.json": "has_state",
@@ -50,46 +51,74 @@ def stored_identity(row: dict) -> tuple:
 
 @dataclass
 class StreamRead:
-    """A stream as ingest found it: new lines, or why it could not be read."""
+    """A stream as ingest found it: new lines, or why it could not be read.
 
-    tail: TailRead | None  # None: nothing read (absent or unreadable)
-    checkpoint: Checkpoint  # what to remember
-    problems: list[Problem] = field(default_factory=list)
+    With a lazy tail (a run stream: TailReader) ``items`` is iterated once, and
+    ``checkpoint``, ``problems`` and ``bytes_read`` are what that iteration found; with
+    an eager one (TailRead) they are known at once.
+    """
+
+    tail: TailRead | TailReader | None  # None: nothing read (absent or unreadable)
+    stored: Checkpoint  # what to remember when nothing was read
+    failures: list[Problem] = field(default_factory=list)  # why it could not be opened
+    path: str = ""
 
     @property
     def replace(self) -> bool:
         return self.tail is not None and self.tail.replace
 
     @property
-    def items(self) -> list:
-        return self.tail.items if self.tail is not None else []
+    def items(self) -> Iterable:
+        if self.tail is None:
+            return []
+        return self.tail if isinstance(self.tail, TailReader) else self.tail.items
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        if self.tail is None:
+            return self.stored
+        if self.tail.checkpoint is None:
+            raise RuntimeError("the stream's checkpoint is known once its lines have been read")
+        return self.tail.checkpoint
+
+    @property
+    def problems(self) -> list[Problem]:
+        found = [Problem(self.path, offset, reason) for offset, reason in self.tail.problems] if self.tail else []
+        return self.failures + found
 
     @property
     def bytes_read(self) -> int:
         return self.tail.bytes_read if self.tail is not None else 0
 
+    def close(self) -> None:
+        if isinstance(self.tail, TailReader):
+            self.tail.close()
 
-def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str) -> StreamRead | None:
+
+def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, lazy: bool = False) -> StreamRead | None:
     """New lines of one stream. None when the file does not exist (a fact, not damage:
-    a run that said nothing yet, a runner that has not appended yet)."""
+    a run that said nothing yet, a runner that has not appended yet). ``lazy``: the
+    lines are read while ``items`` is iterated (the file stays open until then)."""
     stored = checkpoint or Checkpoint()
     try:
-        tail = read_new_lines(path, checkpoint, parse)
+        tail = TailReader(path, checkpoint, parse) if lazy else read_new_lines(path, checkpoint, parse)
     except FileNotFoundError:
         return None
     except NotARegularFile as exc:
-        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {exc}")])
+        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {exc}")], path)
     except OSError as exc:
         reason = ("is a symlink (not followed; give the real path)" if exc.errno == errno.ELOOP
                   else f"cannot open: {exc.strerror or exc}")
-        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {reason}")])
-    problems = [Problem(path, offset, reason) for offset, reason in tail.problems]
-    return StreamRead(tail, tail.checkpoint, problems)
+        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {reason}")], path)
+    return StreamRead(tail, stored, [], path)
 
 
-def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None = None) -> StreamRead | None:
-    """A run's stream; with ``run_id``, a line naming another run is refused as a problem."""
-    return read_stream(path, checkpoint, functools.partial(parse_stream_line, run_id=run_id), "events.jsonl")
+def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None = None,
+                    lazy: bool = False) -> StreamRead | None:
+    """A run's stream; with ``run_id``, a line naming another run is refused as a problem.
+    ``lazy``: read while iterated (a stream may be gigabytes: it is never held whole)."""
+    return read_stream(path, checkpoint, functools.partial(parse_stream_line, run_id=run_id), "events.jsonl",
+                       lazy)
 
 
 def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
@@ -139,6 +168,13 @@ class RunDirRead:
     stream: StreamRead | None  # None: no events.jsonl
     files: dict[str, SnapshotRead | None]  # changed files only; None = gone
     problems: list[Problem]
+    stream_problems_at: int = 0  # where the stream's problems go in ``problems`` once it is read
+
+    def finish_stream(self) -> None:
+        """Take in the stream's problems, once its lines have been read (in file order:
+        the directory's own, the stream's, then the JSON files')."""
+        if self.stream is not None:
+            self.problems[self.stream_problems_at:self.stream_problems_at] = self.stream.problems
 
     def dir_facts(self, path: str) -> dict:
         names = self.listing.names
@@ -158,6 +194,9 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
                  file_infos: dict[str, os.stat_result | None], stream_changed: bool = True) -> RunDirRead:
     """Read a run directory's new facts. Raises OSError when it cannot be listed.
 
+    The stream is read lazily: its lines are parsed while ``stream.items`` is iterated
+    (the caller stores them as they come, then calls ``finish_stream``).
+
     ``known_files``: the stored identity of each JSON file; a file whose identity is
     unchanged is not read again. ``file_infos``: stat results already taken.
     ``stream_changed`` False: the stream's identity is what the checkpoint holds, so it
@@ -168,11 +207,10 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
                 for name in sorted(listing.symlinks)]
     problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
     if stream_changed or checkpoint is None:
-        stream = read_run_stream(f"{path}/events.jsonl", checkpoint, os.path.basename(path))
+        stream = read_run_stream(f"{path}/events.jsonl", checkpoint, os.path.basename(path), lazy=True)
     else:
         stream = StreamRead(None, checkpoint)
-    if stream is not None:
-        problems.extend(stream.problems)
+    stream_problems_at = len(problems)
     files: dict[str, SnapshotRead | None] = {}
     for name in SNAPSHOT_NAMES:
         file_path = os.path.join(path, name)
@@ -188,5 +226,5 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
         files[name] = read
         if problem is not None:
             problems.append(problem)
-    return RunDirRead(listing, stream, files, problems)
+    return RunDirRead(listing, stream, files, problems, stream_problems_at)
 

@@ -8,8 +8,9 @@ pinned by a table-driven test in tests/test_reconcile.py.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 import orjson
 
@@ -30,14 +31,48 @@ _BUDGET_FAILURE = re.compile(r"exceeded budget_usd")
 @dataclass(frozen=True)
 class RunInput:
     run_id: str
-    events: Sequence[Event]  # every valid event of the run, in file order
+    events: Iterable[Event]  # every valid event of the run, in file order (walked once: may be a stream)
     snapshot: dict | None = None  # a valid state.json, or None when absent/unreadable
     assess: dict | None = None  # a valid assess.json
     artifacts: frozenset[str] = frozenset()  # flat '*.out' names in the run directory
     failed_outputs: frozenset[str] = frozenset()  # '*.out' names under failed/
+    # Where finished rows go while the walk goes on (None: all of them in the result),
+    # so a run of millions of events never holds its rows at once.
+    sink: Callable[[FinishedRows], None] | None = None
+    # A fold state a previous walk left (RunRows.state): ``events`` are then only the
+    # lines after it, and the result holds only rows that are new or may have changed.
+    resume: dict | None = None
+    keep_state: bool = False
+    # node_id -> the (verdict, round, session_id) of each of its terminal events in the
+    # stream; with it, the walk keeps only a node's latest few (memory that does not
+    # grow with the stream) and asks for the rest in the rare case it needs them.
+    terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None
 
 
-@dataclass
+class _Terminal(NamedTuple):
+    """What the rules read back later of a terminal node event (never the event itself:
+    a run's events are walked once, and only this much of each is kept)."""
+
+    type: str
+    line_no: int
+    verdict: str
+    round: int
+    session_id: str | None
+
+
+class _Recorded(NamedTuple):
+    """A node's record as the engine's snapshot recorder has folded it so far."""
+
+    cost: int
+    unknown: bool
+    round: int
+    verdict: str
+
+
+_NOT_RECORDED = _Recorded(0, False, -1, "")
+
+
+@dataclass(slots=True)
 class Leg:
     ordinal: int
     phase: str
@@ -54,7 +89,7 @@ class Leg:
     end_line: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Execution:
     """One execution of a node within a leg (a row of `rounds`)."""
 
@@ -74,13 +109,14 @@ class Execution:
     cost_nano_usd: int | None = None
     cost_unknown: bool = False
     unrecorded_attempts: int = 0
+    order: int = 0  # creation order within the run (not a column: rows are keyed by leg, node, seq)
 
     @property
     def closed(self) -> bool:
         return self.outcome is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class Charge:
     seq: int
     kind: str
@@ -104,6 +140,7 @@ class Finding:
     node_id: str | None
     leg_ordinal: int | None
     detail: str
+    seq: int = field(default=0, compare=False)  # position among the run's findings, 1-based
 
 
 @dataclass
@@ -116,6 +153,20 @@ class RunRows:
     findings: list[Finding] = field(default_factory=list)
     goal_cycle: dict | None = None
     problems: list[tuple[str, int | None, str]] = field(default_factory=list)  # (file, byte offset, reason)
+    # The walk's fold after the last event (RunInput.keep_state), for resuming it on an append.
+    state: dict | None = None
+    events_walked: int = 0  # events this derivation walked (an append walks only the new ones)
+
+
+@dataclass
+class FinishedRows:
+    """Rows the walk will not change again (closed legs and executions, charges and
+    walk findings), handed to RunInput.sink while the walk goes on."""
+
+    legs: list[Leg]
+    rounds: list[Execution]
+    charges: list[Charge]
+    findings: list[Finding]
 
 
 def artifact_name(node_id: str) -> str:
@@ -146,39 +197,166 @@ def _add_cost(total: int | None, unknown: bool, cost: int | None, cost_unknown: 
     return known, unknown or cost_unknown
 
 
+DRAIN_ROWS = 2000  # finished rows held before they go to the sink
+RECENT_TERMINALS = 8  # per node, with a lookup for older ones
+
+_LEG_FIELDS = tuple(f.name for f in fields(Leg))
+_EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
+
+
 class _Reconciler:
+    """The walk over a run's events, as a fold: per event it updates what may still
+    change (the open leg, open executions, per-node facts, running totals) and moves
+    what cannot (closed legs and executions, charges, walk findings) to ``done``."""
+
     def __init__(self, run: RunInput) -> None:
         self.input = run
-        self.legs: list[Leg] = []
+        self.leg_kinds: list[str] = []  # every leg's kind, by ordinal - 1
         self.open_leg: Leg | None = None
+        self.last_leg: Leg | None = None
+        self.last_run_leg: Leg | None = None
+        self.run_leg_count = 0
         self.last_outcome: str | None = None
         self.last_detail: str | None = None
-        self.executions: list[Execution] = []
-        self.current: dict[tuple[int, str], Execution] = {}
-        self.exec_count: dict[tuple[int, str], int] = {}
-        self.charges: list[Charge] = []
-        self.findings: list[Finding] = []
-        self.terminals: dict[str, list[tuple[Event, Execution]]] = {}
-        self.recorder_events: dict[str, list[Event]] = {}  # what the snapshot recorder saw
-        self.last_started: dict[str, Event] = {}
+        self.exec_total = 0
+        self.open_executions: dict[int, Execution] = {}  # by creation order: not ended yet
+        self.last_execution: dict[str, Execution] = {}  # per node
+        self.closed_unrecorded: dict[str, int] = {}  # per node, over its ended executions
+        # Per leg ordinal still open (and 0, outside any leg): node -> its current execution, count.
+        self.current: dict[int, dict[str, Execution]] = {}
+        self.exec_count: dict[int, dict[str, int]] = {}
+        self.charge_total = 0
+        self.money = [0, 0, 0, 0, 0, 0, 0]  # known cost, invocations, unknown, four token counts
+        self.node_money: dict[str, list[int]] = {}  # known cost, invocations, unknown
+        self.finding_total = 0
+        self.findings: list[Finding] = []  # after the walk: the snapshot checks' findings
+        self.late_charges: list[Charge] = []  # after the walk: recovered and assessment charges
+        self.done = FinishedRows([], [], [], [])
+        # Per node: its latest terminal, every (verdict, round, session) a terminal carried,
+        # the recorder's fold of what it saw, and when its last node_started was.
+        self.latest_terminal: dict[str, tuple[_Terminal, Execution]] = {}
+        # Per node, the (verdict, round, session) of its terminals: the latest RECENT_TERMINALS
+        # when the caller can look the others up (RunInput.terminal_lookup), else all.
+        self.terminal_keys: dict[str, list[tuple[str, int, str | None]]] = {}
+        self.terminal_count: dict[str, int] = {}
+        self.keep_recent = run.terminal_lookup is not None
+        self.recorded: dict[str, _Recorded] = {}
+        self.last_started: dict[str, tuple[str, int]] = {}
+        self.event_count = 0
+        self.first: tuple[str, int] | None = None  # (ts, at_us) of the first event
+        self.last: tuple[str, int] | None = None
+        self.last_line = 0
+        self.walked = 0
         self.tally = RunTally()
         self.problems: list[tuple[str, int | None, str]] = []
 
+    # -- the fold state ---------------------------------------------------------------
+
+    def state(self) -> dict:
+        """What a later walk over appended lines needs, as plain JSON-able values: copies
+        of everything the snapshot checks after the walk change (totals, the bound's
+        tally, problems, open executions), so the state is the walk's own."""
+        legs = {leg.ordinal: leg for leg in (self.open_leg, self.last_leg, self.last_run_leg) if leg is not None}
+        executions = {e.order: e for e in self.open_executions.values()}
+        executions.update((e.order, e) for e in self.last_execution.values())
+        executions.update((e.order, e) for by_node in self.current.values() for e in by_node.values())
+        executions.update((e.order, e) for _, e in self.latest_terminal.values())
+        return {
+            "leg_kinds": self.leg_kinds,
+            "legs": [[getattr(leg, f) for f in _LEG_FIELDS] for leg in legs.values()],
+            "open_leg": self.open_leg.ordinal if self.open_leg else None,
+            "last_leg": self.last_leg.ordinal if self.last_leg else None,
+            "last_run_leg": self.last_run_leg.ordinal if self.last_run_leg else None,
+            "run_leg_count": self.run_leg_count,
+            "last_outcome": self.last_outcome,
+            "last_detail": self.last_detail,
+            "exec_total": self.exec_total,
+            "executions": [[getattr(e, f) for f in _EXECUTION_FIELDS] for e in executions.values()],
+            "open_executions": list(self.open_executions),
+            "last_execution": {node: e.order for node, e in self.last_execution.items()},
+            "closed_unrecorded": self.closed_unrecorded,
+            "current": [[leg, node, e.order] for leg, by_node in self.current.items() for node, e in by_node.items()],
+            "exec_count": [[leg, node, n] for leg, by_node in self.exec_count.items() for node, n in by_node.items()],
+            "charge_total": self.charge_total,
+            "money": list(self.money),
+            "node_money": {node: list(m) for node, m in self.node_money.items()},
+            "finding_total": self.finding_total,
+            "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
+            "terminal_keys": self.terminal_keys,
+            "terminal_count": self.terminal_count,
+            "recorded": {node: list(rec) for node, rec in self.recorded.items()},
+            "last_started": self.last_started,
+            "event_count": self.event_count,
+            "first": self.first,
+            "last": self.last,
+            "last_line": self.last_line,
+            "tally": [self.tally.money, list(self.tally.tokens), self.tally.exhausted],
+            "problems": list(self.problems),
+        }
+
+    def load(self, state: dict) -> None:
+        legs = {values[0]: Leg(**dict(zip(_LEG_FIELDS, values, strict=True))) for values in state["legs"]}
+        self.leg_kinds = list(state["leg_kinds"])
+        self.open_leg, self.last_leg, self.last_run_leg = (
+            legs[state[k]] if state[k] is not None else None for k in ("open_leg", "last_leg", "last_run_leg"))
+        self.run_leg_count = state["run_leg_count"]
+        self.last_outcome, self.last_detail = state["last_outcome"], state["last_detail"]
+        self.exec_total = state["exec_total"]
+        executions = {}
+        for values in state["executions"]:
+            execution = Execution(**dict(zip(_EXECUTION_FIELDS, values, strict=True)))
+            executions[execution.order] = execution
+        self.open_executions = {order: executions[order] for order in state["open_executions"]}
+        self.last_execution = {node: executions[order] for node, order in state["last_execution"].items()}
+        self.closed_unrecorded = dict(state["closed_unrecorded"])
+        for leg, node, order in state["current"]:
+            self.current.setdefault(leg, {})[node] = executions[order]
+        for leg, node, count in state["exec_count"]:
+            self.exec_count.setdefault(leg, {})[node] = count
+        self.charge_total = state["charge_total"]
+        self.money = list(state["money"])
+        self.node_money = {node: list(m) for node, m in state["node_money"].items()}
+        self.finding_total = state["finding_total"]
+        self.latest_terminal = {node: (_Terminal(*t[:5]), executions[t[5]])
+                                for node, t in state["latest_terminal"].items()}
+        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
+        self.terminal_count = dict(state["terminal_count"])
+        self.recorded = {node: _Recorded(*r) for node, r in state["recorded"].items()}
+        self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
+        self.event_count = state["event_count"]
+        self.first = tuple(state["first"]) if state["first"] else None
+        self.last = tuple(state["last"]) if state["last"] else None
+        self.last_line = state["last_line"]
+        self.tally.money, self.tally.tokens, self.tally.exhausted = state["tally"][0], list(state["tally"][1]), \
+            state["tally"][2]
+        self.problems = [tuple(p) for p in state["problems"]]
+
+    def drain(self) -> FinishedRows:
+        done, self.done = self.done, FinishedRows([], [], [], [])
+        return done
+
     # -- legs ---------------------------------------------------------------------
+
+    def _leg_open(self, ordinal: int | None) -> bool:
+        return bool(ordinal) and self.open_leg is not None and self.open_leg.ordinal == ordinal
 
     def _open(self, event: Event, phase: str) -> Leg:
         if phase == PLANNING:
             kind = PLANNING
         else:
-            previous = [leg for leg in self.legs if leg.phase == RUN]
-            if not previous:
+            previous = self.last_run_leg
+            if previous is None:
                 kind = "initial"
             else:
                 kind = {"paused": "resume", "failed": "retry"}.get(
-                    previous[-1].outcome or "", "after-abandoned" if previous[-1].outcome is None else "rerun"
+                    previous.outcome or "", "after-abandoned" if previous.outcome is None else "rerun"
                 )
-        leg = Leg(len(self.legs) + 1, phase, kind, event.ts, event.at_us, event.line_no)
-        self.legs.append(leg)
+        leg = Leg(len(self.leg_kinds) + 1, phase, kind, event.ts, event.at_us, event.line_no)
+        self.leg_kinds.append(kind)
+        self.last_leg = leg
+        if phase == RUN:
+            self.last_run_leg = leg
+            self.run_leg_count += 1
         self.open_leg = leg
         return leg
 
@@ -190,6 +368,10 @@ class _Reconciler:
         if closed_by != "superseded":
             leg.finished_at = event.ts
         self.open_leg = None
+        self.done.legs.append(leg)
+        # Its executions can never be current again: a leg's ordinal is never reopened.
+        self.current.pop(leg.ordinal, None)
+        self.exec_count.pop(leg.ordinal, None)
 
     def run_started(self, event: Event) -> None:
         phase = PLANNING if event.data.get("phase") == PLANNING else RUN
@@ -212,12 +394,14 @@ class _Reconciler:
     def run_finished(self, event: Event) -> None:
         leg = self.open_leg
         if leg is None:
-            self.findings.append(
+            self.finding_total += 1
+            self.done.findings.append(
                 Finding(
                     "run_finished_without_leg",
                     None,
                     None,
                     f"line {event.line_no}: run_finished with no run_started before it (damage, not a leg)",
+                    self.finding_total,
                 )
             )
             if has_accounting(event.data):
@@ -239,20 +423,23 @@ class _Reconciler:
         return self.open_leg.ordinal if self.open_leg is not None else 0
 
     def _new_execution(self, event: Event, node_id: str, started: bool) -> Execution:
-        key = (self._leg_ordinal(), node_id)
-        seq = self.exec_count.get(key, 0) + 1
-        self.exec_count[key] = seq
-        execution = Execution(key[0], node_id, seq, int(event.data.get("round") or 0))
+        ordinal = self._leg_ordinal()
+        counts = self.exec_count.setdefault(ordinal, {})
+        seq = counts.get(node_id, 0) + 1
+        counts[node_id] = seq
+        self.exec_total += 1
+        execution = Execution(ordinal, node_id, seq, int(event.data.get("round") or 0), order=self.exec_total)
         if started:
             execution.started_at = event.ts
             execution.start_line = event.line_no
             execution.session_id = event.data.get("session_id")
-        self.executions.append(execution)
-        self.current[key] = execution
+        self.open_executions[execution.order] = execution
+        self.current.setdefault(ordinal, {})[node_id] = execution
+        self.last_execution[node_id] = execution
         return execution
 
     def _execution(self, event: Event, node_id: str) -> Execution:
-        execution = self.current.get((self._leg_ordinal(), node_id))
+        execution = self.current.get(self._leg_ordinal(), {}).get(node_id)
         if execution is None or execution.closed:
             execution = self._new_execution(event, node_id, started=False)
         return execution
@@ -263,11 +450,16 @@ class _Reconciler:
         execution.end_line = event.line_no
         if event.data.get("detail") is not None:
             execution.detail = event.data["detail"]
+        # Ended: nothing later changes it (a later event for its node starts another).
+        del self.open_executions[execution.order]
+        self.done.rounds.append(execution)
+        node_id = execution.node_id
+        self.closed_unrecorded[node_id] = self.closed_unrecorded.get(node_id, 0) + execution.unrecorded_attempts
 
     def node_started(self, event: Event) -> None:
         node_id = event.data["node_id"]
         self._new_execution(event, node_id, started=True)
-        self.last_started[node_id] = event
+        self.last_started[node_id] = (event.ts, event.at_us)
 
     def node_retried(self, event: Event) -> None:
         node_id = event.data["node_id"]
@@ -282,7 +474,7 @@ class _Reconciler:
             execution.unrecorded_attempts += 1
         if feedback:
             self._end(execution, event, "FEEDBACK")
-            self.recorder_events.setdefault(node_id, []).append(event)
+            self._record(node_id, event)
         else:
             execution.retries = retries
             if event.data.get("session_id"):
@@ -299,9 +491,20 @@ class _Reconciler:
             execution.session_id = event.data["session_id"]
         if has_accounting(event.data):
             self._charge_execution(event, execution, "node")
-        self._end(execution, event, "PASS" if event.type == "node_passed" else "FAIL")
-        self.terminals.setdefault(node_id, []).append((event, execution))
-        self.recorder_events.setdefault(node_id, []).append(event)
+        verdict = "PASS" if event.type == "node_passed" else "FAIL"
+        self._end(execution, event, verdict)
+        terminal = _Terminal(event.type, event.line_no, verdict, int(event.data.get("round") or 0),
+                             event.data.get("session_id"))
+        self.latest_terminal[node_id] = (terminal, execution)
+        keys = self.terminal_keys.setdefault(node_id, [])
+        keys.append((verdict, terminal.round, terminal.session_id))
+        if self.keep_recent and len(keys) > RECENT_TERMINALS:
+            del keys[0]
+        self.terminal_count[node_id] = self.terminal_count.get(node_id, 0) + 1
+        self._record(node_id, event)
+
+    def _record(self, node_id: str, event: Event) -> None:
+        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event)
 
     def gate_paused(self, event: Event) -> None:
         execution = self._execution(event, event.data["node_id"])
@@ -317,7 +520,27 @@ class _Reconciler:
         )
 
     def _leg_kind(self, ordinal: int | None) -> str | None:
-        return self.legs[ordinal - 1].kind if ordinal else None
+        return self.leg_kinds[ordinal - 1] if ordinal else None
+
+    def _count(self, charge: Charge) -> None:
+        money = self.money
+        money[0] += charge.cost_nano_usd or 0
+        money[1] += 1
+        money[2] += charge.cost_unknown
+        for i, count in enumerate(charge.tokens):
+            money[3 + i] += count
+        if charge.node_id is not None:
+            mine = self.node_money.setdefault(charge.node_id, [0, 0, 0])
+            mine[0] += charge.cost_nano_usd or 0
+            mine[1] += 1
+            mine[2] += charge.cost_unknown
+
+    def add_late_charge(self, charge: Charge) -> None:
+        """A charge found after the walk (recovered from the snapshot, the assessment)."""
+        self.charge_total += 1
+        charge.seq = self.charge_total
+        self._count(charge)
+        self.late_charges.append(charge)
 
     def _bounded(self, cost: int | None, unknown: bool, tokens: tuple[int, int, int, int], source_file: str,
                  offset: int | None) -> tuple[int | None, bool, tuple[int, int, int, int]]:
@@ -334,10 +557,12 @@ class _Reconciler:
         cost, unknown = _cost(event.data)
         cost, unknown, tokens = self._bounded(cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
                                               event.byte_offset)
-        charge = Charge(len(self.charges) + 1, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
+        self.charge_total += 1
+        charge = Charge(self.charge_total, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
                         event.at_us, cost, unknown, tokens, "events.jsonl",
                         event.byte_offset, event.line_no)
-        self.charges.append(charge)
+        self._count(charge)
+        self.done.charges.append(charge)
         return charge
 
     # -- the walk -------------------------------------------------------------------
@@ -352,90 +577,148 @@ class _Reconciler:
             "node_failed": self.node_terminal,
             "gate_paused": self.gate_paused,
         }
+        sink = self.input.sink
+        done = self.done
+        walked = 0
+        event = None
         for event in self.input.events:
+            if self.first is None:
+                self.first = (event.ts, event.at_us)
+            walked += 1
             handler = handlers.get(event.type)
             if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
+            if sink is not None and not walked % 256 and \
+                    len(done.rounds) + len(done.charges) + len(done.legs) >= DRAIN_ROWS:
+                sink(self.drain())
+                done = self.done
+        self.walked = walked
+        self.event_count += walked
+        if event is not None:
+            self.last = (event.ts, event.at_us)
+            self.last_line = event.line_no
 
 
-def _simulate_recorder(events: list[Event]) -> tuple[int, bool, int, str]:
-    """Replay what the engine's snapshot recorder folds into a node's record.
+def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
+    """Fold one event into what the engine's snapshot recorder holds for its node.
 
     A record replaces the previous one, except that a later round (or the verdict that
     settles a feedback marker of the same round) carries the superseded spend forward.
-    Returns (cost, unknown, round, verdict) of the resulting record.
     """
-    cost, unknown, round_, verdict = 0, False, -1, ""
-    for event in events:
-        rec_round = int(event.data.get("round") or 0)
-        rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
-        rec_cost, rec_unknown = _cost(event.data)
-        rec_cost = rec_cost or 0
-        supersedes = round_ >= 0 and (
-            rec_round > round_ or (rec_round == round_ and verdict == "" and rec_verdict != "")
-        )
-        if supersedes:
-            rec_cost += cost
-            rec_unknown = rec_unknown or unknown
-        cost, unknown, round_, verdict = rec_cost, rec_unknown, rec_round, rec_verdict
-    return cost, unknown, round_, verdict
+    rec_round = int(event.data.get("round") or 0)
+    rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
+    rec_cost, rec_unknown = _cost(event.data)
+    rec_cost = rec_cost or 0
+    supersedes = previous.round >= 0 and (
+        rec_round > previous.round or (rec_round == previous.round and previous.verdict == "" and rec_verdict != "")
+    )
+    if supersedes:
+        rec_cost += previous.cost
+        rec_unknown = rec_unknown or previous.unknown
+    return _Recorded(rec_cost, rec_unknown, rec_round, rec_verdict)
 
 
-def _record_matches(event: Event, record: dict) -> bool:
-    verdict = "PASS" if event.type == "node_passed" else "FAIL"
+def _any_terminal_matches(r: _Reconciler, run: RunInput, node_id: str, record: dict) -> bool:
+    """Whether any terminal of the node is the one that wrote its snapshot record: the
+    latest few are at hand (the record is nearly always one of them); the others are
+    looked up only when none of those is."""
+    recent = r.terminal_keys.get(node_id, [])
+    if any(_record_matches(key, record) for key in recent):
+        return True
+    if run.terminal_lookup is None or r.terminal_count.get(node_id, 0) <= len(recent):
+        return False
+    return any(_record_matches(key, record) for key in run.terminal_lookup(node_id))
+
+
+def _record_matches(terminal: tuple[str, int, str | None], record: dict) -> bool:
+    """Whether a snapshot record is the one a terminal (verdict, round, session) wrote."""
+    verdict, round_, ours = terminal
     if record.get("verdict") != verdict:
         return False
-    if int(record.get("round") or 0) != int(event.data.get("round") or 0):
+    if int(record.get("round") or 0) != round_:
         return False
-    ours, theirs = event.data.get("session_id"), record.get("session_id")
+    theirs = record.get("session_id")
     return not (ours and theirs and ours != theirs)
 
 
+@dataclass(frozen=True)
+class LiveRows:
+    """The rows a walk resumed from a fold state may write again (all others it only
+    adds to): the open leg, the executions not ended, charges and findings past the
+    walk's own (the snapshot's and the assessment's, numbered after them)."""
+
+    open_leg: int | None
+    open_rounds: list[tuple[int, str, int]]  # (leg_ordinal, node_id, seq)
+    charges_after: int
+    findings_after: int
+
+
+def live_rows(fold: dict) -> LiveRows:
+    order = _EXECUTION_FIELDS.index("order")
+    keys = [_EXECUTION_FIELDS.index(name) for name in ("leg_ordinal", "node_id", "seq")]
+    open_orders = set(fold["open_executions"])
+    return LiveRows(fold["open_leg"], [tuple(values[i] for i in keys) for values in fold["executions"]
+                                       if values[order] in open_orders],
+                    fold["charge_total"], fold["finding_total"])
+
+
 def reconcile(run: RunInput) -> RunRows:
-    """Derive every ledger row of one run from its facts. Pure and deterministic."""
+    """Derive every ledger row of one run from its facts. Pure and deterministic.
+
+    With ``run.sink``, finished rows go there during the walk and the result holds the
+    rest; with ``run.resume``, the walk goes on from that state over ``run.events``
+    (the lines after it) and the result holds only rows that are new or may have
+    changed since (the open leg and executions, nodes, the snapshot's findings and
+    charges, the goal cycle) — together with what was kept, the same rows as a walk
+    over every line."""
     r = _Reconciler(run)
+    if run.resume is not None:
+        r.load(run.resume)
     r.walk()
+    state = r.state() if run.keep_state else None
     snapshot = run.snapshot or {}
     graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
     graph_nodes = {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
     records: dict[str, dict] = snapshot.get("nodes") or {}
-    last_event = run.events[-1] if run.events else None
+    last_event = r.last
 
-    by_node: dict[str, list[Execution]] = {}
-    for execution in r.executions:
-        by_node.setdefault(execution.node_id, []).append(execution)
-    node_ids = sorted(set(graph_nodes) | set(records) | set(by_node))
+    open_by_node: dict[str, list[Execution]] = {}
+    for execution in r.open_executions.values():
+        open_by_node.setdefault(execution.node_id, []).append(execution)
+    node_ids = sorted(set(graph_nodes) | set(records) | set(r.last_execution))
     node_rows = []
     for node_id in node_ids:
         node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
-                                   by_node.get(node_id, [])))
+                                   r.last_execution.get(node_id)))
 
-    charges_by_node: dict[str, list[Charge]] = {}
     assessed = _assess_cost(run.assess)
     if assessed is not None:
         # The assessment call's spend exists only here. It is dated at the assessed run's
         # last event: assessment runs right after that cycle's final run_finished.
-        at = last_event.ts if last_event else None
-        at_us = last_event.at_us if last_event else None
+        at, at_us = last_event if last_event else (None, None)
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
-        r.charges.append(Charge(len(r.charges) + 1, "assessment", None, "assessment", None, None, at, at_us,
-                                cost, unknown, tokens, "assess.json", None, None))
-    for charge in r.charges:
-        if charge.node_id is not None:
-            charges_by_node.setdefault(charge.node_id, []).append(charge)
+        r.add_late_charge(Charge(0, "assessment", None, "assessment", None, None, at, at_us,
+                                 cost, unknown, tokens, "assess.json", None, None))
     for row in node_rows:
-        mine = charges_by_node.get(row["node_id"], [])
-        row["cost_nano_usd"] = sum(c.cost_nano_usd or 0 for c in mine)
-        row["invocations"] = len(mine)
-        row["unknown_cost_invocations"] = sum(1 for c in mine if c.cost_unknown)
-        row["unrecorded_attempts"] = sum(
+        node_id = row["node_id"]
+        row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = r.node_money.get(node_id, (0, 0, 0))
+        row["unrecorded_attempts"] = r.closed_unrecorded.get(node_id, 0) + sum(
             e.unrecorded_attempts + (1 if _ended_without_terminal(r, e) else 0)
-            for e in by_node.get(row["node_id"], ())
+            for e in open_by_node.get(node_id, ())
         )
 
     run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
     goal = _goal_cycle(run, snapshot)
-    return RunRows(run_row, r.legs, node_rows, r.executions, r.charges, r.findings, goal, r.problems)
+    for seq, finding in enumerate(r.findings, r.finding_total + 1):
+        finding.seq = seq
+    done = r.drain()
+    legs = sorted(done.legs + ([r.open_leg] if r.open_leg is not None else []), key=lambda leg: leg.ordinal)
+    rounds = sorted(done.rounds + list(r.open_executions.values()), key=lambda e: e.order)
+    rows = RunRows(run_row, legs, node_rows, rounds, done.charges + r.late_charges, done.findings + r.findings,
+                   goal, r.problems)
+    rows.state = state
+    rows.events_walked = r.walked
+    return rows
 
 
 def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
@@ -457,19 +740,17 @@ def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
     session limit, a killed leg) is recorded nowhere."""
     if execution.outcome is not None or not execution.started_at:
         return False
-    leg = r.legs[execution.leg_ordinal - 1] if execution.leg_ordinal else None
-    return leg is not None and not leg.is_open
+    return bool(execution.leg_ordinal) and not r._leg_open(execution.leg_ordinal)
 
 
 def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, record: dict | None,
-              last_event: Event | None, executions: list[Execution]) -> dict:
-    terminals = r.terminals.get(node_id, [])
-    latest = terminals[-1] if terminals else None
+              last_event: tuple[str, int] | None, last_execution: Execution | None) -> dict:
+    latest = r.latest_terminal.get(node_id)
     verdict = provenance = session_id = detail = None
     retries = round_ = last_leg = None
     verdict_source = None
     if latest is not None:
-        event, execution = latest
+        _, execution = latest
         verdict = execution.outcome
         verdict_source = "stream"
         retries, round_ = execution.retries, execution.round
@@ -477,7 +758,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         last_leg = execution.leg_ordinal or None
 
     if record is not None and record.get("verdict") in SETTLED_VERDICTS:
-        if not any(_record_matches(ev, record) for ev, _ in terminals):
+        if not _any_terminal_matches(r, run, node_id, record):
             # The snapshot holds a terminal verdict the stream never carried: the event
             # write was dropped (non-fatal in the engine). Recover it, flagged.
             verdict, verdict_source = record["verdict"], "snapshot"
@@ -486,11 +767,11 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
             retries = int(record.get("retries") or 0)
             charge = _recover(r, node_id, record, last_event)
             if charge is not None:
-                charge.seq = len(r.charges) + 1
-                r.charges.append(charge)
+                r.add_late_charge(charge)
             # The dropped terminal ended this node's last execution: its leg is the node's.
-            last_leg = next((e.leg_ordinal or None for e in reversed(executions)), last_leg)
-        elif latest is not None and not _record_matches(latest[0], record):
+            if last_execution is not None:
+                last_leg = last_execution.leg_ordinal or None
+        elif latest is not None and not _record_matches(latest[0][2:], record):
             r.findings.append(Finding(
                 "snapshot_behind", node_id, latest[1].leg_ordinal or None,
                 f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
@@ -506,7 +787,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
             f"(dropped snapshot write)",
         ))
 
-    state = _node_state(r, executions, verdict)
+    state = _node_state(r, last_execution, verdict)
     name = artifact_name(node_id)
     has_artifact = name in run.artifacts
     budget = (record or {}).get("budget_usd", (spec or {}).get("budget_usd"))
@@ -544,12 +825,10 @@ def _record_cost(record: dict | None) -> int | None:
     return usd_to_nanos(record.get("cost_usd") or 0)
 
 
-def _node_state(r: _Reconciler, executions: list[Execution], verdict: str | None) -> str:
-    if not executions:
+def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> str:
+    if last is None:
         return "settled" if verdict else "pending"
-    last = executions[-1]
-    leg = r.legs[last.leg_ordinal - 1] if last.leg_ordinal else None
-    leg_open = leg is not None and leg.is_open
+    leg_open = r._leg_open(last.leg_ordinal)
     if last.outcome in SETTLED_VERDICTS:
         return "settled"
     if last.outcome == "PAUSED":
@@ -560,7 +839,7 @@ def _node_state(r: _Reconciler, executions: list[Execution], verdict: str | None
 
 
 def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
-    cost, unknown, _, _ = _simulate_recorder(r.recorder_events.get(node_id, []))
+    cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
     if unknown or record.get("cost_unknown"):
         return
     theirs = usd_to_nanos(record.get("cost_usd") or 0)
@@ -572,7 +851,7 @@ def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
         ))
 
 
-def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | None) -> Charge | None:
+def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, int] | None) -> Charge | None:
     """Add the charge of a terminal event the stream dropped, from the snapshot record.
 
     The record may have folded earlier rounds' spend in; only the part the stream does
@@ -580,7 +859,7 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
     the dropped terminal ended), else at the run's last event. Returns the charge (None
     when the recovery is refused); the caller numbers and keeps it.
     """
-    prior_cost, prior_unknown, prior_round, prior_verdict = _simulate_recorder(r.recorder_events.get(node_id, []))
+    prior_cost, prior_unknown, prior_round, prior_verdict = r.recorded.get(node_id, _NOT_RECORDED)
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
@@ -591,13 +870,12 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
     started = r.last_started.get(node_id)
     anchor = started or last_event
     leg_ordinal = None
-    for execution in reversed(r.executions):
-        if execution.node_id == node_id:
-            leg_ordinal = execution.leg_ordinal or None
-            if execution.outcome is None:
-                execution.outcome = record["verdict"]
-                execution.cost_nano_usd, execution.cost_unknown = cost, unknown
-            break
+    execution = r.last_execution.get(node_id)
+    if execution is not None:
+        leg_ordinal = execution.leg_ordinal or None
+        if execution.outcome is None:
+            execution.outcome = record["verdict"]
+            execution.cost_nano_usd, execution.cost_unknown = cost, unknown
     r.findings.append(Finding(
         "dropped_event", node_id, leg_ordinal,
         f"state.json records {record['verdict']} for {node_id} but the stream has no matching terminal "
@@ -608,31 +886,30 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: Event | Non
                                   f"snapshot cost for {node_id} is below what the stream already charged"))
         return None
     return Charge(0, "recovered", leg_ordinal, r._leg_kind(leg_ordinal), node_id,
-                  rec_round, anchor.ts if anchor else None, anchor.at_us if anchor else None, cost,
+                  rec_round, anchor[0] if anchor else None, anchor[1] if anchor else None, cost,
                   unknown, tokens, "state.json", None, None)
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
              records: dict, node_rows: list[dict]) -> dict:
-    events = run.events
-    last_leg = r.legs[-1] if r.legs else None
+    last_leg = r.last_leg
     has_snapshot = run.snapshot is not None
-    tokens = [sum(c.tokens[i] for c in r.charges) for i in range(4)]
+    tokens = r.money[3:7]
     row: dict = {
-        "event_count": len(events),
-        "first_event_at": events[0].ts if events else None,
-        "first_event_at_us": events[0].at_us if events else None,
-        "last_event_at": events[-1].ts if events else None,
-        "last_event_at_us": events[-1].at_us if events else None,
-        "leg_count": sum(1 for leg in r.legs if leg.phase == RUN),
-        "any_leg": bool(r.legs),
+        "event_count": r.event_count,
+        "first_event_at": r.first[0] if r.first else None,
+        "first_event_at_us": r.first[1] if r.first else None,
+        "last_event_at": r.last[0] if r.last else None,
+        "last_event_at_us": r.last[1] if r.last else None,
+        "leg_count": r.run_leg_count,
+        "any_leg": bool(r.leg_kinds),
         "last_leg_open": bool(last_leg and last_leg.is_open),
         "last_leg_phase": last_leg.phase if last_leg else None,
         "last_outcome": r.last_outcome,
         "last_detail": r.last_detail,
-        "cost_nano_usd": sum(c.cost_nano_usd or 0 for c in r.charges),
-        "invocations": len(r.charges),
-        "unknown_cost_invocations": sum(1 for c in r.charges if c.cost_unknown),
+        "cost_nano_usd": r.money[0],
+        "invocations": r.money[1],
+        "unknown_cost_invocations": r.money[2],
         "unrecorded_attempts": sum(n["unrecorded_attempts"] for n in node_rows),
         "input_tokens": tokens[0],
         "cached_input_tokens": tokens[1],

@@ -300,6 +300,19 @@ ingest_state = Table(
     Column("failed_dir_mtime_ns", BigInteger),
 )
 
+# Where the derivation of a run's stream stopped: the reconciler's fold state after
+# its last stored line, so an append walks only the new lines. Derived from stored
+# facts like every derived row (rebuild recomputes it); a row of another derivation
+# version, or a stream re-read from zero, is never resumed from.
+derive_states = Table(
+    "derive_states",
+    metadata,
+    _run_fk(),
+    Column("derivation_version", Integer, nullable=False),
+    Column("line_no", BigInteger, nullable=False),  # the last event line the state covers
+    Column("state", Text, nullable=False),  # JSON
+)
+
 # One row per stream file ever read, of every kind: a run's events.jsonl (kind 'run',
 # source 'home:<homes.id>') or a runner's invocation stream (kind 'invocations',
 # source 'machine:<id>' of the machine that read it). Identity and resume point: the
@@ -677,6 +690,15 @@ DOCS: dict[str, dict[str, str]] = {
         "run_pk": _RUN_PK,
         "dir_mtime_ns": "The run directory's mtime (epoch ns); NULL = must rescan.",
         "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns); -1 = it did not exist.",
+    },
+    "derive_states": {
+        "": "Where the derivation of a run's stream stopped (a cache derived from the stored events): the fold "
+            "state after its last line, so an append walks only the new lines.",
+        "run_pk": _RUN_PK,
+        "derivation_version": "The DERIVATION_VERSION of the rules that left it; another version is never resumed.",
+        "line_no": "The last event line (events.line_no) the state covers.",
+        "state": "The fold state, JSON (internal to omg-ledger: legs and executions still open, per-node facts, "
+                 "running totals).",
     },
     "streams": {
         "": "One row per stream file ever read, of every kind (a run's events.jsonl, a runner's invocation "

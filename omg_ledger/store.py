@@ -9,8 +9,10 @@ exactly what derivation needs, so a run is re-derived without its home.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -23,7 +25,7 @@ from .bounds import bounded_path, bounded_reason
 from .derive import RunFacts
 from .errors import HomeConflict
 from .feed import Event
-from .reconcile import RunRows
+from .reconcile import FinishedRows, RunRows, live_rows
 from .tail import Checkpoint
 from .units import parse_timestamp
 
@@ -146,15 +148,12 @@ def _diverged_copies(conn: Connection, members: list, billed) -> None:
     findings = schema.findings
     pks = [m.id for m in members]
     conn.execute(findings.delete().where(findings.c.run_pk.in_(pks), findings.c.kind == "diverged_copy"))
-    reference = _raw_lines(conn, billed.id)
     for member in members:
         if member.id == billed.id:
             continue
-        lines = _raw_lines(conn, member.id)
-        if lines == reference[: len(lines)]:
+        at = _first_difference(conn, member.id, billed.id)
+        if at is None:
             continue
-        at = next((i for i, (mine, theirs) in enumerate(zip(lines, reference, strict=False)) if mine != theirs),
-                  len(reference))
         seq = (conn.execute(select(func.max(findings.c.seq)).where(findings.c.run_pk == member.id)).scalar()
                or 0) + 1
         conn.execute(findings.insert().values(
@@ -164,24 +163,176 @@ def _diverged_copies(conn: Connection, members: list, billed) -> None:
                            f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
 
-def _raw_lines(conn: Connection, run_pk: int) -> list[str]:
-    return list(conn.execute(select(schema.events.c.raw).where(schema.events.c.run_pk == run_pk)
-                             .order_by(schema.events.c.line_no)).scalars())
+def _raw_lines(conn: Connection, run_pk: int) -> Iterator[str]:
+    """A run's stored lines in file order, a page at a time."""
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                 f"ORDER BY line_no LIMIT {EVENT_PAGE}")
+    last = 0
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
+        for _, raw in rows:
+            yield raw
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
+
+
+def _first_difference(conn: Connection, copy_pk: int, billed_pk: int) -> int | None:
+    """Where a copy's stream stops being a prefix of the billed copy's (0-based index of
+    the first line that differs, or the billed stream's length when the copy is longer),
+    or None when it is a prefix. Both are read page by page, side by side."""
+    reference = _raw_lines(conn, billed_pk)
+    for at, mine in enumerate(_raw_lines(conn, copy_pk)):
+        theirs = next(reference, None)
+        if theirs is None or mine != theirs:
+            return at
+    return None
+
+
+# Rows per query when a run's events are streamed back: a line is at most 1 MiB, so
+# a page holds at most this many MiB, whatever the run's size.
+EVENT_PAGE = 128
+# New lines are written in batches of at most this many rows or bytes.
+EVENT_BATCH_ROWS = 2000
+EVENT_BATCH_BYTES = 8 << 20
+
+
+def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[Event]:
+    """The run's stored events after line ``after_line``, re-parsed from their original
+    lines, in file order, a page at a time (never the whole run in memory)."""
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, byte_offset, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                 f"ORDER BY line_no LIMIT {EVENT_PAGE}")
+    last = after_line
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
+        for line_no, byte_offset, raw in rows:
+            data = orjson.loads(raw)
+            ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
+            yield Event(line_no, byte_offset, data, raw, ts, at_us)
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
+        del rows
+
+
+def terminal_keys(conn: Connection, run_pk: int, node_id: str,
+                  pending: PendingRows | None = None) -> Iterator[tuple[str, int, str | None]]:
+    """(verdict, round, session_id) of each stored terminal event of one node, in file
+    order, a page at a time (derivation's lookup for terminals it no longer holds).
+    ``pending``: lines held back there are flushed first, so the table holds them."""
+    if pending is not None:
+        pending.flush(conn)
+    mark = backend_of(conn).mark
+    statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND node_id = {mark} "
+                 f"AND event IN ('node_passed', 'node_failed') AND line_no > {mark} ORDER BY line_no "
+                 f"LIMIT {EVENT_PAGE}")
+    last = 0
+    while True:
+        rows = conn.exec_driver_sql(statement, (run_pk, node_id, last)).fetchall()
+        for _, raw in rows:
+            data = orjson.loads(raw)
+            yield ("PASS" if data["event"] == "node_passed" else "FAIL", int(data.get("round") or 0),
+                   data.get("session_id"))
+        if len(rows) < EVENT_PAGE:
+            return
+        last = rows[-1][0]
 
 
 def load_events(conn: Connection, run_pk: int) -> list[Event]:
-    """The run's stored events, re-parsed from their original lines, in file order."""
-    rows = conn.execute(
-        select(schema.events.c.line_no, schema.events.c.byte_offset, schema.events.c.raw)
-        .where(schema.events.c.run_pk == run_pk)
-        .order_by(schema.events.c.line_no)
-    )
-    events = []
-    for line_no, byte_offset, raw in rows:
-        data = orjson.loads(raw)
-        ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
-        events.append(Event(line_no, byte_offset, data, raw, ts, at_us))
-    return events
+    """The run's stored events in one list (small runs, tests); derivation streams them."""
+    return list(iter_events(conn, run_pk))
+
+
+def _batches(events: Iterable[Event]) -> Iterator[list[Event]]:
+    batch: list[Event] = []
+    size = 0
+    for event in events:
+        batch.append(event)
+        size += len(event.raw)
+        if len(batch) >= EVENT_BATCH_ROWS or size >= EVENT_BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def create_run(conn: Connection, home_id: int, run_id: str, dir_facts: dict) -> tuple[int, bool]:
+    """(key, created) of a run about to be written (caller's transaction): a run the
+    ledger has never seen gets its row first, so its lines can be stored as they are
+    read; ``write_run`` then fills in the derived columns."""
+    sql = _statements(conn)
+    values = {**dir_facts, "home_id": home_id, "run_id": run_id}
+    run_pk = conn.exec_driver_sql(sql.insert_run(), _scrub(sql.row("runs", values))).scalar()
+    if run_pk is not None:
+        return run_pk, True
+    return conn.execute(select(schema.runs.c.id).where(
+        schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one(), False
+
+
+def store_while_reading(conn: Connection, run_pk: int, events: Iterable[Event],
+                        pending: PendingRows | None = None) -> Iterator[Event]:
+    """A new run's lines, stored a batch at a time as they pass (caller's transaction):
+    derivation walks them as they are read, with no second read from the table.
+    ``pending``: the lines are held back there (flushed when it is full) instead of
+    inserted at once; a reader of the table in between flushes it first."""
+    own = pending is None
+    if own:
+        pending = PendingRows()
+    for batch in _batches(events):
+        _add_events(conn, pending, run_pk, batch)
+        if own:
+            pending.flush(conn)
+        yield from batch
+
+
+def write_events(conn: Connection, run_pk: int, events: Iterable[Event], replace: bool,
+                 created: bool = False, pending: PendingRows | None = None) -> tuple[bool, int]:
+    """Store a run's new lines as they are read, a batch at a time (caller's
+    transaction, so the run stays all-or-nothing). Returns (changed, count).
+
+    ``replace``: the file was read from zero; its lines replace the stored ones. Each
+    batch is compared with the stored lines of the same range first, so a stream
+    re-read with the same bytes (a copy renamed over it) changes nothing. ``pending``:
+    the new lines are held back there; the caller flushes it before the run's lines are
+    read back (iter_events).
+    """
+    own = pending is None
+    if own:
+        pending = PendingRows()
+    mark = backend_of(conn).mark
+    changed, count, last = False, 0, 0
+    replace = replace and not created
+    if not created:
+        backend_of(conn).lock_run(conn, run_pk)
+    for batch in _batches(events):
+        count += len(batch)
+        if replace:
+            high = batch[-1].line_no
+            stored = conn.exec_driver_sql(
+                f"SELECT line_no, byte_offset, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                f"AND line_no <= {mark} ORDER BY line_no", (run_pk, last, high)).fetchall()
+            if [tuple(r) for r in stored] != [(e.line_no, e.byte_offset, e.raw) for e in batch]:
+                changed = True
+                conn.exec_driver_sql(f"DELETE FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+                                     f"AND line_no <= {mark}", (run_pk, last, high))
+                _add_events(conn, pending, run_pk, batch)
+            last = high
+        else:
+            changed = True
+            _add_events(conn, pending, run_pk, batch)
+    if replace:
+        left = conn.exec_driver_sql(f"DELETE FROM events WHERE run_pk = {mark} AND line_no > {mark}", (run_pk, last))
+        changed = changed or bool(left.rowcount)
+    if own:
+        pending.flush(conn)
+    return changed, count
+
+
+def _add_events(conn: Connection, pending: PendingRows, run_pk: int, batch: list[Event]) -> None:
+    pending.add("events", [_event_tuple(run_pk, e) for e in batch], sum(len(e.raw) for e in batch))
+    pending.spill(conn)
 
 
 class _Statements:
@@ -257,21 +408,41 @@ def _scrub(row: tuple) -> tuple:
     return tuple(_no_nul(v) for v in row)
 
 
+# What PendingRows holds back at most before it writes out (inside the open
+# transaction): this, not a run's size, bounds a write's memory.
+HELD_BACK_ROWS = 50_000
+HELD_BACK_BYTES = 16 << 20  # of events' raw lines (a line may be up to 1 MiB)
+
+
 class PendingRows:
     """Inserts held back until the end of a sync batch, then one ``executemany`` per
     table (in the order tables first appear, which is foreign-key order: a run's row is
     inserted at once, its children here). Statement overhead is then per batch, not per
-    run. The caller flushes before anything reads the tables back (settle_copies reads
-    events) and before its commit."""
+    run. When more than HELD_BACK_ROWS rows or HELD_BACK_BYTES of lines are held,
+    ``spill`` writes them out in the same transaction (a huge run's rows are written
+    while its walk goes on). The caller flushes before anything reads the tables back
+    (settle_copies, iter_events, terminal_keys read events) and before its commit."""
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple]] = {}
-        self.count = 0
+        self.count = 0  # rows held now
+        self.size = 0  # bytes of lines held now
+        self.written = 0  # rows flushed since ``restart``
 
-    def add(self, table: str, rows: list[tuple]) -> None:
+    def add(self, table: str, rows: list[tuple], size: int = 0) -> None:
         if rows:
             self.rows.setdefault(table, []).extend(rows)
             self.count += len(rows)
+            self.size += size
+
+    @property
+    def batch_rows(self) -> int:
+        """Rows added since ``restart``, written out or held."""
+        return self.written + self.count
+
+    def spill(self, conn: Connection) -> None:
+        if self.count >= HELD_BACK_ROWS or self.size >= HELD_BACK_BYTES:
+            self.flush(conn)
 
     def flush(self, conn: Connection) -> None:
         sql = _statements(conn)
@@ -279,7 +450,14 @@ class PendingRows:
             if rows:
                 conn.exec_driver_sql(sql.insert(table), rows)
         self.rows.clear()
+        self.written += self.count
         self.count = 0
+        self.size = 0
+
+    def restart(self) -> None:
+        """A new batch begins (after a commit or a rollback): nothing held, none written."""
+        self.rows.clear()
+        self.count = self.size = self.written = 0
 
 
 @dataclass
@@ -296,13 +474,17 @@ class RunWrite:
 
 
 def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
-              rows: RunRows, version: int, scrub: bool = False, pending: PendingRows | None = None) -> int:
+              rows: RunRows, version: int, scrub: bool = False, created: bool = False,
+              derived_cleared: bool = False, pending: PendingRows | None = None) -> int:
     """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
-    the two agree; events.raw keeps the exact escape. ``pending``: the child rows are
+    the two agree; events.raw keeps the exact escape. ``created``: ``run_pk`` was made
+    by :func:`create_run` in this transaction (it has no old rows); ``derived_cleared``:
+    the caller cleared the derived rows (clear_derived) and wrote the finished ones
+    while deriving, so only ``rows`` are inserted. ``pending``: the child rows are
     added to it (the caller flushes it inside this transaction) instead of inserted at
     once. Returns the run's key.
     """
@@ -312,8 +494,10 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         pending = PendingRows()
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
-    fresh = False
-    if run_pk is None:
+    fresh = created
+    if created:
+        _update_run(conn, sql, run_pk, run_values, fix)
+    elif run_pk is None:
         values = {**run_values, "home_id": home_id, "run_id": run_id}
         run_pk = conn.exec_driver_sql(sql.insert_run(), fix(sql.row("runs", values))).scalar()
         if run_pk is None:  # it existed after all (not expected under the sync lock)
@@ -326,9 +510,11 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         _update_run(conn, sql, run_pk, run_values, fix)
         if facts.replace_events:
             conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
-        _delete_derived(conn, sql, run_pk)
-    pending.add("events", [_event_tuple(run_pk, e) for e in facts.new_events])
-    _insert_derived(pending, sql, run_pk, rows, fix)
+        if not derived_cleared:
+            _delete_derived(conn, sql, run_pk)
+    if facts.new_events:
+        _add_events(conn, pending, run_pk, list(facts.new_events))
+    _insert_derived(conn, pending, sql, run_pk, rows, fix)
     write_identities(conn, run_pk, facts, fresh, pending)
     if facts.run_files is not None:
         if not fresh:
@@ -382,27 +568,97 @@ def write_snapshot_files(conn: Connection, run_pk: int, files: dict[str, dict | 
                    ["run_pk", "name"], list(values))
 
 
-def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, scrub: bool = False) -> None:
-    """Re-derivation: the run's derived rows and columns only; its facts stay."""
+def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, scrub: bool = False,
+                    derived_cleared: bool = False, pending: PendingRows | None = None) -> None:
+    """Re-derivation: the run's derived rows and columns only; its facts stay.
+    ``derived_cleared``: the caller cleared them (clear_derived) before deriving;
+    ``pending``: the rows are added to it (the caller flushes it in this transaction)."""
     sql = _statements(conn)
     fix = _scrub if scrub else _same
     backend_of(conn).lock_run(conn, run_pk)
     _update_run(conn, sql, run_pk, {**rows.run, "derivation_version": version}, fix)
-    _delete_derived(conn, sql, run_pk)
-    pending = PendingRows()
-    _insert_derived(pending, sql, run_pk, rows, fix)
-    pending.flush(conn)
+    if not derived_cleared:
+        _delete_derived(conn, sql, run_pk)
+    own = pending is None
+    if own:
+        pending = PendingRows()
+    _insert_derived(conn, pending, sql, run_pk, rows, fix)
+    if own:
+        pending.flush(conn)
+
+
+def clear_derived(conn: Connection, run_pk: int, resume: dict | None = None) -> None:
+    """Delete the derived rows a derivation about to run writes again (caller's
+    transaction): all of them, or — resuming from ``resume`` (a derive state) — only
+    those a resumed walk may change (reconcile.live_rows); every other row stays."""
+    sql = _statements(conn)
+    backend_of(conn).lock_run(conn, run_pk)
+    if resume is None:
+        _delete_derived(conn, sql, run_pk)
+        return
+    mark = backend_of(conn).mark
+    live = live_rows(resume["fold"])
+    if live.open_leg is not None:
+        conn.exec_driver_sql(f"DELETE FROM legs WHERE run_pk = {mark} AND ordinal = {mark}", (run_pk, live.open_leg))
+    if live.open_rounds:
+        conn.exec_driver_sql(f"DELETE FROM rounds WHERE run_pk = {mark} AND leg_ordinal = {mark} AND node_id = {mark} "
+                             f"AND seq = {mark}", [(run_pk, *key) for key in live.open_rounds])
+    conn.exec_driver_sql(f"DELETE FROM charges WHERE run_pk = {mark} AND seq > {mark}", (run_pk, live.charges_after))
+    conn.exec_driver_sql(f"DELETE FROM findings WHERE run_pk = {mark} AND seq > {mark}",
+                         (run_pk, live.findings_after))
+    for table in ("nodes", "goal_cycles"):
+        conn.exec_driver_sql(sql.delete_run_rows(table), (run_pk,))
+
+
+def write_finished(conn: Connection, pending: PendingRows, run_pk: int, finished: FinishedRows, scrub: bool) -> None:
+    """Rows a walk will not change again, handed over while it goes on (derive's sink):
+    held back in ``pending`` with the batch's other rows, written out when it is full."""
+    sql = _statements(conn)
+    fix = _scrub if scrub else _same
+    _insert_rows(conn, pending, sql, "legs", (_leg_row(run_pk, leg) for leg in finished.legs), fix)
+    _insert_rows(conn, pending, sql, "rounds", (_round_row(run_pk, e) for e in finished.rounds), fix)
+    _insert_rows(conn, pending, sql, "charges", (_charge_row(run_pk, c) for c in finished.charges), fix)
+    _insert_rows(conn, pending, sql, "findings", (_finding_row(run_pk, f) for f in finished.findings), fix)
+
+
+def load_derive_state(conn: Connection, run_pk: int, version: int) -> dict | None:
+    """The derive state the run's last derivation left, if it was by rules of ``version``."""
+    mark = backend_of(conn).mark
+    row = conn.exec_driver_sql(f"SELECT derivation_version, state FROM derive_states WHERE run_pk = {mark}",
+                               (run_pk,)).first()
+    if row is None or row[0] != version:
+        return None
+    return orjson.loads(row[1])
+
+
+def save_derive_state(conn: Connection, run_pk: int, state: dict, version: int, fresh: bool = False,
+                      pending: PendingRows | None = None) -> None:
+    """Replace the run's derive state (``fresh``: the run has none, it was just created;
+    ``pending``: the new row is held back there, written with the run's other rows)."""
+    sql = _statements(conn)
+    if not fresh:
+        conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
+    text = orjson.dumps(state).decode()
+    row = (run_pk, version, state["line"], text)
+    if pending is None:
+        conn.exec_driver_sql(sql.insert("derive_states"), [row])
+    else:
+        pending.add("derive_states", [row], len(text))
+        pending.spill(conn)
 
 
 def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
-    """Exactly what derivation reads about one run, from the ledger alone."""
+    """Exactly what derivation reads about one run, from the ledger alone. Its events
+    are streamed from the table while derivation walks them (the connection must stay
+    open until then)."""
     run_id = conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.id == run_pk)).scalar_one()
     contents = load_file_contents(conn, run_pk)
     listed = conn.execute(select(schema.run_files.c.place, schema.run_files.c.name).where(
         schema.run_files.c.run_pk == run_pk)).all()
     return RunFacts(
         run_id=run_id,
-        events=load_events(conn, run_pk),
+        events=iter_events(conn, run_pk),
+        terminal_lookup=functools.partial(terminal_keys, conn, run_pk),
         files=contents,
         artifacts=frozenset(name for place, name in listed if place == ""),
         failed_outputs=frozenset(name for place, name in listed if place == "failed"),
@@ -429,23 +685,37 @@ def _update_run(conn: Connection, sql: _Statements, run_pk: int, values: dict, f
 def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
     for table in DERIVED_TABLES:
         conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
+    # A derivation that leaves no state (a caller that does not keep one) must not leave
+    # an older state behind to be resumed from.
+    conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
 
 
-def _insert_rows(pending: PendingRows, sql: _Statements, table: str, dicts: list[dict], fix) -> None:
-    if dicts:
-        pending.add(table, [fix(sql.row(table, d)) for d in dicts])
+INSERT_BATCH = 1000  # rows built as tuples at a time: a run's rows are never all built at once
 
 
-def _insert_derived(pending: PendingRows, sql: _Statements, run_pk: int, rows: RunRows, fix) -> None:
-    _insert_rows(pending, sql, "legs", [_leg_row(run_pk, leg) for leg in rows.legs], fix)
-    _insert_rows(pending, sql, "nodes", [{"run_pk": run_pk, **n} for n in rows.nodes], fix)
-    _insert_rows(pending, sql, "rounds", [_round_row(run_pk, e) for e in rows.rounds], fix)
-    _insert_rows(pending, sql, "charges", [_charge_row(run_pk, c) for c in rows.charges], fix)
-    _insert_rows(pending, sql, "findings", [
-        {"run_pk": run_pk, "seq": i, "kind": f.kind, "node_id": f.node_id, "leg_ordinal": f.leg_ordinal,
-         "detail": f.detail} for i, f in enumerate(rows.findings, 1)], fix)
+def _insert_rows(conn: Connection, pending: PendingRows, sql: _Statements, table: str, dicts: Iterable[dict],
+                 fix) -> None:
+    row = sql.row
+    items = iter(dicts)
+    while True:
+        batch = [fix(row(table, d)) for d in itertools.islice(items, INSERT_BATCH)]
+        if not batch:
+            return
+        pending.add(table, batch)
+        pending.spill(conn)
+        if len(batch) < INSERT_BATCH:
+            return
+
+
+def _insert_derived(conn: Connection, pending: PendingRows, sql: _Statements, run_pk: int, rows: RunRows,
+                    fix) -> None:
+    _insert_rows(conn, pending, sql, "legs", (_leg_row(run_pk, leg) for leg in rows.legs), fix)
+    _insert_rows(conn, pending, sql, "nodes", ({"run_pk": run_pk, **n} for n in rows.nodes), fix)
+    _insert_rows(conn, pending, sql, "rounds", (_round_row(run_pk, e) for e in rows.rounds), fix)
+    _insert_rows(conn, pending, sql, "charges", (_charge_row(run_pk, c) for c in rows.charges), fix)
+    _insert_rows(conn, pending, sql, "findings", (_finding_row(run_pk, f) for f in rows.findings), fix)
     if rows.goal_cycle is not None:
-        _insert_rows(pending, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
+        _insert_rows(conn, pending, sql, "goal_cycles", [{"run_pk": run_pk, **rows.goal_cycle}], fix)
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
@@ -506,6 +776,11 @@ def _event_tuple(run_pk: int, event: Event) -> tuple:
     get = data.get
     return (run_pk, event.line_no, event.byte_offset, get("schema"), get("ts"), get("event"), get("node_id"),
             event.raw)
+
+
+def _finding_row(run_pk: int, finding) -> dict:
+    return {"run_pk": run_pk, "seq": finding.seq, "kind": finding.kind, "node_id": finding.node_id,
+            "leg_ordinal": finding.leg_ordinal, "detail": finding.detail}
 
 
 def _leg_row(run_pk: int, leg) -> dict:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import functools
 import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from sqlalchemy import select, update
@@ -52,19 +53,27 @@ from .snapshot import SNAPSHOT_NAMES
 from .store import (
     PendingRows,
     RunWrite,
-    load_events,
+    clear_derived,
+    create_run,
+    iter_events,
+    load_derive_state,
     load_file_contents,
     load_run_facts,
     record_problem,
     replace_derived,
     resolve_home,
     resolve_problems,
+    save_derive_state,
     settle_copies,
+    store_while_reading,
+    terminal_keys,
     upsert,
+    write_events,
+    write_finished,
     write_identities,
     write_run,
 )
-from .tail import Checkpoint, machine_source, needs_reading
+from .tail import Checkpoint, TailRead, TailReader, machine_source, needs_reading
 from .units import format_instant
 
 __all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
@@ -218,13 +227,27 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
     stored = conn.execute(select(r.derivation_version, r.stream_identity, r.dir_path).where(r.id == run_pk)).first()
     if stored is None or (stored.derivation_version >= derive.DERIVATION_VERSION and not force):
         return False  # gone from the ledger, or another writer got there first
-    rows, scrub = derive_run(load_run_facts(conn, run_pk))
-    replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub)
+    clear_derived(conn, run_pk)
+    # The run's rows are held back and written out as they pass their bound, inside
+    # this run's savepoint (flushed before it ends, so a run that fails leaves nothing).
+    pending = PendingRows()
+    facts = replace(load_run_facts(conn, run_pk), sink=functools.partial(write_finished, conn, pending, run_pk),
+                    keep_state=True)
+    rows, scrub = derive_run(facts)
+    replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub, derived_cleared=True,
+                    pending=pending)
+    _save_state(conn, run_pk, rows, pending=pending)
+    pending.flush(conn)
     settle_copies(conn, [stored.stream_identity, rows.run["stream_identity"]])
     for problem in _derived_problems(stored.dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
     return True
+
+
+def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pending: PendingRows | None = None) -> None:
+    if rows.state is not None:  # None: a derivation that keeps none (the rows are then walked whole next time)
+        save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION, fresh, pending)
 
 
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
@@ -314,7 +337,7 @@ class _HomeSync:
                 self._in_batch += 1
                 if self._batch is None:
                     self._committed()  # nothing written since the last commit: these are done too
-                elif self._in_batch >= self.batch_runs or self._pending.count >= SYNC_BATCH_ROWS:
+                elif self._in_batch >= self.batch_runs or self._pending.batch_rows >= SYNC_BATCH_ROWS:
                     self._commit()
             self._commit()
         except BaseException as exc:
@@ -387,67 +410,118 @@ class _HomeSync:
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
                    dir_info: os.stat_result, failed_info: os.stat_result | None,
                    derived: tuple | None = None) -> None:
-        """Write one changed run (``derived``: its rows and scrub flag, when a worker
-        derived them already; only for a new run)."""
+        """Write one changed run into the open batch (``derived``: its rows and scrub
+        flag, when a worker derived them already; only for a new run)."""
+        try:
+            self._store_read_run(run_id, path, known, read, dir_info, failed_info, derived)
+        finally:
+            if read.stream is not None:
+                read.stream.close()
+
+    def _store_read_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
+                        dir_info: os.stat_result, failed_info: os.stat_result | None,
+                        derived: tuple | None) -> None:
+        stream = read.stream
+        now_ns = self.clock_ns()
+        conn = self._writer()
+        # Every row of the run goes to the batch's held-back rows (written out when they
+        # pass their bound, so a huge run's memory stays bounded), in the batch's one
+        # transaction: the run is whole or absent, and so is the batch.
+        pending = self._pending
+        run_pk, created = (known.run_pk, False) if known else create_run(
+            conn, self.home_id, run_id, read.dir_facts(path))
+        has_lines = stream is not None and stream.tail is not None
+        # A new run's lines are stored and walked in one pass; otherwise they are stored
+        # first (a stream re-read from zero is compared as it is stored), or, derived by
+        # a worker, only stored.
+        teed = created and has_lines and derived is None
+        events_changed, new_events = (False, 0) if not has_lines or teed else write_events(
+            conn, run_pk, stream.items, stream.replace, created, pending)
+        if not teed:
+            read.finish_stream()
+            facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
+        if known is not None and not events_changed and self._only_identities_changed(conn, known, read, facts):
+            # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
+            # is normal and is no reason to re-derive. Remember the new identities only.
+            write_identities(conn, known.run_pk, facts)
+            self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
+            self.report.bytes_read += stream.bytes_read if stream else 0
+            return
+        before = None if created else _identity(conn, run_pk)
+        if derived is not None:
+            rows, scrub = derived
+        else:
+            contents = load_file_contents(conn, run_pk) if not created else {}
+            parsed = {}
+            for name, r in read.files.items():
+                contents.pop(name, None)
+                if r is not None and r.row["error"] is None and r.row["content"] is not None:
+                    contents[name] = r.row["content"]
+                    parsed[name] = r.parsed
+            # An append resumes the walk where the last derivation stopped (only the new
+            # lines are read back); a stream re-read with other lines is walked whole.
+            rewritten = stream is not None and stream.replace and events_changed
+            resume = None if created or rewritten else load_derive_state(conn, run_pk, derive.DERIVATION_VERSION)
+            if not created:
+                clear_derived(conn, run_pk, resume)
+            if teed:
+                events = store_while_reading(conn, run_pk, stream.items, pending)
+            else:
+                pending.flush(conn)  # the run's new lines are read back from the table
+                events = iter_events(conn, run_pk, resume["line"] if resume else 0)
+            rows, scrub = derive_run(RunFacts(
+                run_id=run_id, events=events, files=contents,
+                artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
+                sink=functools.partial(write_finished, conn, pending, run_pk), resume=resume, keep_state=True,
+                terminal_lookup=functools.partial(terminal_keys, conn, run_pk, pending=pending)), parsed)
+            if teed:
+                read.finish_stream()
+                facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
+                new_events = rows.events_walked
+        self._to_settle.add(before)
+        run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
+                           scrub=scrub, created=created, derived_cleared=derived is None or created,
+                           pending=pending)
+        _save_state(conn, run_pk, rows, fresh=created, pending=pending)
+        self._to_settle.add(rows.run["stream_identity"])
+        self.report.events_derived += rows.events_walked
+        problems = read.problems + _derived_problems(path, rows)
+        read.problems[:] = problems
+        for problem in problems:
+            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+        self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
+        self.report.runs_changed += 1
+        self.report.events_ingested += new_events
+        self.report.bytes_read += stream.bytes_read if stream else 0
+        self.report.problems.extend(read.problems)
+
+    def _facts(self, path: str, known: Known | None, read: RunDirRead, dir_info: os.stat_result,
+               failed_info: os.stat_result | None, now_ns: int) -> RunWrite:
+        """The run's new facts to store, once its stream's lines have been read."""
         stream = read.stream
         if stream is not None:
             checkpoint = stream.checkpoint
         else:
             checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
-        now_ns = self.clock_ns()
-        facts = RunWrite(
+        return RunWrite(
             dir_facts={**read.dir_facts(path),
                        "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
-            new_events=stream.items if stream else [],
-            replace_events=stream.replace if stream else False,
+            new_events=(),  # stored as they were read
+            replace_events=False,
             stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
             dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
                        "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
             snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
             run_files=read.run_files(),
         )
-        bytes_read = stream.bytes_read if stream else 0
-        conn = self._writer()
-        if known is not None and self._only_identities_changed(conn, known, read, facts):
-            # E.g. state.json rewritten by atomic rename with the same bytes: a new inode
-            # is normal and is no reason to re-derive. Remember the new identities only.
-            write_identities(conn, known.run_pk, facts)
-            self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint)
-            self.report.bytes_read += bytes_read
-            return
-        run_pk = known.run_pk if known else None
-        if derived is not None:
-            rows, scrub = derived
-        else:
-            previous = [] if facts.replace_events or run_pk is None else load_events(conn, run_pk)
-            contents = load_file_contents(conn, run_pk) if run_pk is not None else {}
-            rows, scrub = _derive_read(run_id, read, previous, contents)
-        self._to_settle.add(_identity(conn, run_pk))
-        run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
-                           pending=self._pending)
-        self._to_settle.add(rows.run["stream_identity"])
-        read.problems.extend(_derived_problems(path, rows))
-        for problem in read.problems:
-            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
-        self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
-        self.report.runs_changed += 1
-        self.report.events_ingested += len(facts.new_events)
-        self.report.bytes_read += bytes_read
-        self.report.problems.extend(read.problems)
 
     @staticmethod
     def _only_identities_changed(conn: Connection, known: Known, read: RunDirRead, facts: RunWrite) -> bool:
-        """True when no fact derivation reads has changed: no new event, every re-read
-        file has the bytes already stored, the directory facts and '.out' names are what
-        the ledger holds, and the run's rows are of the current derivation."""
+        """True when no fact derivation reads has changed: no new event (the caller
+        knows: a stream re-read from zero is compared line by line as it is stored),
+        every re-read file has the bytes already stored, the directory facts and '.out'
+        names are what the ledger holds, and the run's rows are of the current derivation."""
         if known.gone or read.problems:
-            return False
-        if facts.replace_events:
-            # Re-read from zero (a touched or renamed-over stream): unchanged if every line is.
-            stored = [(e.line_no, e.byte_offset, e.raw) for e in load_events(conn, known.run_pk)]
-            if stored != [(e.line_no, e.byte_offset, e.raw) for e in facts.new_events]:
-                return False
-        elif facts.new_events:
             return False
         for name, row in facts.snapshot_files.items():
             previous = known.files.get(name)
@@ -515,6 +589,7 @@ class _HomeSync:
         self._to_settle.clear()
         batch, self._batch, self._conn = self._batch, None, None
         batch.__exit__(None, None, None)
+        self._pending.restart()
         self._committed()
 
     def _committed(self) -> None:
@@ -524,7 +599,7 @@ class _HomeSync:
 
     def _abandon(self, exc: BaseException) -> None:
         """Roll the open batch back: a batch that did not commit leaves nothing of itself."""
-        self._pending = PendingRows()
+        self._pending.restart()
         self._to_settle.clear()
         if self._batch is not None:
             batch, self._batch, self._conn = self._batch, None, None
@@ -564,19 +639,35 @@ class _HomeSync:
 # -- reading and deriving runs -------------------------------------------------------
 
 
-def _derive_read(run_id: str, read: RunDirRead, previous: list, contents: dict[str, str]):
-    """A run's rows from its stored facts (``previous`` events, stored file ``contents``)
-    and what was read now. Returns (RunRows, scrub)."""
-    parsed = {}
+def _derive_new_run(run_id: str, read: RunDirRead):
+    """In a pool worker: a new run's rows and derive state from what was read alone. Its
+    stream is read whole into a list (it is pickled back to the writer, which stores the
+    lines), so the pool is for the many small runs of a cold sync; it is off by default.
+    Returns (RunRows, scrub)."""
+    stream = read.stream
+    if stream is not None and isinstance(stream.tail, TailReader):
+        reader = stream.tail
+        items = list(reader)
+        stream.tail = TailRead(items, reader.problems, reader.replace, reader.checkpoint, reader.bytes_read)
+    events = list(stream.items) if stream is not None else []
+    contents, parsed = {}, {}
     for name, r in read.files.items():
-        contents.pop(name, None)
         if r is not None and r.row["error"] is None and r.row["content"] is not None:
             contents[name] = r.row["content"]
             parsed[name] = r.parsed
-    new_events = read.stream.items if read.stream is not None else []
     return derive_run(RunFacts(
-        run_id=run_id, events=previous + list(new_events), files=contents,
-        artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs), parsed)
+        run_id=run_id, events=events, files=contents,
+        artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs, keep_state=True,
+        terminal_lookup=functools.partial(_terminal_keys_in, events)), parsed)
+
+
+def _terminal_keys_in(events: list, node_id: str) -> list[tuple[str, int, str | None]]:
+    """store.terminal_keys over a run's events in memory (the same keys, the same order),
+    so a worker's fold state is the one the writer's inline walk would save."""
+    return [("PASS" if e.data["event"] == "node_passed" else "FAIL", int(e.data.get("round") or 0),
+             e.data.get("session_id"))
+            for e in events
+            if e.data.get("node_id") == node_id and e.data.get("event") in ("node_passed", "node_failed")]
 
 
 def _prefetched(pool, jobs: list[tuple[str, str]]) -> Iterator:
@@ -623,7 +714,7 @@ def _prepare_new_run(job: tuple[str, str]):
         read = read_run_dir(path, None, {}, look.file_infos, look.stream_changed)
     except OSError as exc:
         return exc
-    derived = _derive_read(run_id, read, [], {})
+    derived = _derive_new_run(run_id, read)
     for r in read.files.values():
         if r is not None:
             r.parsed = None

@@ -232,55 +232,100 @@ class TailRead:
     bytes_read: int = 0
 
 
-def read_new_lines(path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> TailRead:
-    """Read what was appended to ``path`` since ``checkpoint``.
+class TailReader:
+    """What was appended to a file since its checkpoint, read lazily: iterating yields
+    the parsed items one by one (nothing is held but the current line), and once the
+    iteration has ended ``problems``, ``checkpoint`` and ``bytes_read`` are filled in.
+    ``replace`` is known at once (from the resume check).
 
-    Raises FileNotFoundError when there is no file, NotARegularFile or OSError when it
-    cannot be read (the caller records that as a problem and keeps the checkpoint).
+    Opening raises FileNotFoundError when there is no file, NotARegularFile or OSError
+    when it cannot be read. The file stays open until the iteration ends or ``close``.
     """
-    fd = open_regular(path)
-    try:
-        info = os.fstat(fd)
-        start, line_no, replace_rows = where_to_resume(fd, info, checkpoint)
-        resuming_runaway = not replace_rows and checkpoint is not None and checkpoint.scan_offset is not None \
+
+    def __init__(self, path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> None:
+        self.fd: int | None = None
+        self.fd = open_regular(path)
+        try:
+            self.info = os.fstat(self.fd)
+            self.start, self.start_line, self.replace = where_to_resume(self.fd, self.info, checkpoint)
+        except BaseException:
+            self.close()
+            raise
+        self.stored = checkpoint
+        self.parse = parse
+        self.problems: list[tuple[int, str]] = []
+        self.checkpoint: Checkpoint | None = None  # set when the iteration has ended
+        self.bytes_read = 0
+        self._started = False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def __del__(self) -> None:  # a reader dropped unread (an error in between) still closes its file
+        self.close()
+
+    def __iter__(self) -> Iterator:
+        if self._started:
+            raise RuntimeError("a tail is read once")
+        self._started = True
+        try:
+            yield from self._read()
+        finally:
+            self.close()
+
+    def _read(self) -> Iterator:
+        fd, info, checkpoint, start, line_no = self.fd, self.info, self.stored, self.start, self.start_line
+        resuming_runaway = not self.replace and checkpoint is not None and checkpoint.scan_offset is not None \
             and start == checkpoint.end_offset
         lines = CompleteLines(fd, start, line_no,
                               runaway_at=start if resuming_runaway else None,
                               scan_from=checkpoint.scan_offset if resuming_runaway else None)
-        result = TailRead(replace=replace_rows)
+        problems = self.problems
         end_offset, next_line = start, line_no
         paused: Paused | None = None
         for number, offset, end, line in lines:
             if line is None:
                 if not resuming_runaway or offset != start:
-                    result.problems.append((offset, RUNAWAY_REASON))
+                    problems.append((offset, RUNAWAY_REASON))
                 resuming_runaway = False
             elif line.strip():
-                item = parse(line, number, offset)
+                item = self.parse(line, number, offset)
                 if isinstance(item, Paused):
                     paused = item
-                    result.problems.append((offset, item.reason))
+                    problems.append((offset, item.reason))
                     break
                 if isinstance(item, Rejected):
-                    result.problems.append((offset, item.reason))
+                    problems.append((offset, item.reason))
                 else:
-                    result.items.append(item)
+                    yield item
             end_offset, next_line = end, number + 1
         scan_offset = scan_line = None
         if paused is None and lines.runaway_at is not None:
             if not resuming_runaway:  # first seen without its end: recorded once
-                result.problems.append((lines.runaway_at, RUNAWAY_REASON))
+                problems.append((lines.runaway_at, RUNAWAY_REASON))
             scan_offset, scan_line = lines.scanned_to, next_line
         head_len = min(HEAD_BYTES, end_offset)
         tail_len = min(TAIL_BYTES, end_offset)
-        result.checkpoint = Checkpoint(
+        self.checkpoint = Checkpoint(
             dev=info.st_dev, inode=info.st_ino, size=info.st_size, mtime_ns=info.st_mtime_ns,
             ctime_ns=info.st_ctime_ns, end_offset=end_offset, next_line=next_line,
             head_len=head_len, head_sha256=_sha(fd, 0, head_len),
             tail_len=tail_len, tail_sha256=_sha(fd, end_offset - tail_len, tail_len),
             scan_offset=scan_offset, scan_line=scan_line,
             paused_schema=paused.schema if paused else None, paused_reason=paused.reason if paused else None)
-        result.bytes_read = lines.bytes_read
-        return result
-    finally:
-        os.close(fd)
+        self.bytes_read = lines.bytes_read
+
+
+def read_new_lines(path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> TailRead:
+    """Read what was appended to ``path`` since ``checkpoint``, every item in one list
+    (a runner stream's lines are small; a run stream is read lazily, TailReader).
+
+    Raises FileNotFoundError when there is no file, NotARegularFile or OSError when it
+    cannot be read (the caller records that as a problem and keeps the checkpoint).
+    """
+    reader = TailReader(path, checkpoint, parse)
+    items = list(reader)
+    assert reader.checkpoint is not None
+    return TailRead(items, reader.problems, reader.replace, reader.checkpoint, reader.bytes_read)

@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -217,7 +218,13 @@ def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, comman
     size = db.stat().st_size
     assert size % PAGE == 0 and size // PAGE > 40  # the corpus fills well over 40 pages
     if where == "data-pages":
-        _overwrite_pages(db, size // PAGE // 2, size // PAGE * 3 // 4)  # the middle, not the schema
+        # The middle pages, and the first page of every table and index (where the pages
+        # lie depends on the order rows were written in): not the schema page.
+        _overwrite_pages(db, size // PAGE // 2, size // PAGE * 3 // 4)
+        with contextlib.closing(sqlite3.connect(db)) as con:
+            roots = [page for (page,) in con.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 1")]
+        for page in roots:
+            _overwrite_pages(db, page, page)
     else:
         _overwrite_pages(db, 1, 1)
     args = [*command, "--db", str(db)] + (["--home", str(corpus_home)] if command == ["sync"] else [])
