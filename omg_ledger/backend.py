@@ -182,23 +182,12 @@ class SQLiteBackend(Backend):
         if not path or path == ":memory:":
             yield
             return
-        lock_path = path + ".sync-lock"
         try:
-            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise DatabaseUnavailable(f"cannot create the sync lock {lock_path}: {exc.strerror or exc}") from exc
-        try:
-            def take() -> bool:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return False
-                return True
-
-            _retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
-            yield
-        finally:
-            os.close(fd)
+            with sqlite_sync_lock(path, wait_seconds):
+                yield
+        except SyncLockUnavailable as exc:
+            raise DatabaseUnavailable(f"cannot create the sync lock {exc.lock_path}: "
+                                      f"{exc.__cause__.strerror or exc.__cause__}") from exc.__cause__
 
 
 class PostgresBackend(Backend):
@@ -270,6 +259,37 @@ class PostgresBackend(Backend):
         for table in tables:  # names from schema.py, never user input
             conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                               f"COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)"))
+
+
+class SyncLockUnavailable(Exception):
+    """The lock file beside a SQLite ledger cannot be opened (its OSError is the cause)."""
+
+    def __init__(self, lock_path: str) -> None:
+        super().__init__(lock_path)
+        self.lock_path = lock_path
+
+
+@contextlib.contextmanager
+def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
+    """The sync lock of a SQLite ledger: an flock held on the file beside it, waited for
+    up to ``wait_seconds`` (then LedgerBusy)."""
+    lock_path = path + ".sync-lock"
+    try:
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise SyncLockUnavailable(lock_path) from exc
+    try:
+        def take() -> bool:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        _retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
+        yield
+    finally:
+        os.close(fd)
 
 
 def _retry_until(attempt, wait_seconds: float, pause: float, holder: str) -> None:

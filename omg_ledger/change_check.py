@@ -16,7 +16,6 @@ for the full sync, which does the same check again and the work.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import time
@@ -255,15 +254,13 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
     ``head_revision``). Waits for another sync's lock like the full sync does. It draws no
     progress: it takes a fraction of a second, and when it steps aside the full sync's
     progress starts from the beginning."""
-    from .backend import _retry_until
-
     path = sqlite_file(db)
     if path is None:
         return None
     report = SyncReport()
     started = time.monotonic()
     try:
-        with _sync_lock(path, wait_seconds, _retry_until), contextlib.closing(_connect(path)) as conn:
+        with _sync_lock(path, wait_seconds), contextlib.closing(_connect(path)) as conn:
             def fetch(sql: str, params: tuple = ()) -> list[tuple]:
                 return conn.execute(sql, params).fetchall()
 
@@ -286,26 +283,16 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
 
 
 @contextlib.contextmanager
-def _sync_lock(path: str, wait_seconds: float, retry_until) -> Iterator[None]:
-    """The full sync's lock on a SQLite ledger (backend.SQLiteBackend.sync_lock): an flock
-    on the file beside it."""
-    lock_path = path + ".sync-lock"
-    try:
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise _NotSure from exc  # the full sync words it
-    try:
-        def take() -> bool:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            return True
+def _sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
+    """The full sync's lock on a SQLite ledger (backend.sqlite_sync_lock); a lock file
+    that cannot be opened is the full sync's to word."""
+    from .backend import SyncLockUnavailable, sqlite_sync_lock
 
-        retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
-        yield
-    finally:
-        os.close(fd)
+    try:
+        with sqlite_sync_lock(path, wait_seconds):
+            yield
+    except SyncLockUnavailable as exc:
+        raise _NotSure from exc
 
 
 def _connect(path: str) -> sqlite3.Connection:
