@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # tests/test_migrations.py keeps it equal to alembic's own head.
 HEAD_REVISION = "0008"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-WRITE_CACHE_KIB = 65_536  # SQLite page cache of a writing connection
 
 
 def migrations_dir() -> Path:
@@ -114,10 +113,6 @@ def create_ledger_engine(db: str) -> Engine:
             with contextlib.suppress(Exception):
                 cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA synchronous = NORMAL")
-            # A cold sync inserts into indexes in no useful order (runs by stream identity,
-            # charges by time): with SQLite's 2 MB default page cache most of those inserts
-            # read their page back from the OS. Pages are only held once used.
-            cursor.execute(f"PRAGMA cache_size = -{WRITE_CACHE_KIB}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
