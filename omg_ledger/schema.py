@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
     true,
 )
 
@@ -170,6 +171,10 @@ legs = Table(
 # One row per node id per run: the latest authoritative verdict (latest terminal
 # event in file order, across legs and rounds), recovered from the snapshot when the
 # event was dropped.
+# A node over its budget, as audit reads it (and as its partial index is defined: the
+# two texts must match for the planner to use the index).
+NODE_OVER_BUDGET = "budget_overrun OR (budget_nano_usd IS NOT NULL AND cost_nano_usd > budget_nano_usd)"
+
 nodes = Table(
     "nodes",
     metadata,
@@ -204,6 +209,9 @@ nodes = Table(
     Column("snapshot_cost_unknown", Boolean),
     # audit's scans by verdict: the PASS provenance counts read this index alone.
     Index("ix_nodes_verdict", "verdict", "run_pk", "provenance"),
+    # audit's budget overruns: the few nodes over budget, not a scan of every node.
+    Index("ix_nodes_budget_overrun", "run_pk", sqlite_where=text(NODE_OVER_BUDGET),
+          postgresql_where=text(NODE_OVER_BUDGET)),
 )
 
 # One row per execution of a node within a leg: round 0 is the initial pass, k the
@@ -273,6 +281,9 @@ charges = Table(
     Column("source_offset", BigInteger),
     Column("source_line", Integer),
     Index("ix_charges_at_us", "at_us"),
+    # audit's unpriced work: the unknown-cost charges only.
+    Index("ix_charges_cost_unknown", "run_pk", sqlite_where=text("cost_unknown"),
+          postgresql_where=text("cost_unknown")),
 )
 
 # Every stream line ingested, in file order, with typed columns and the original line.
