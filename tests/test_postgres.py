@@ -15,7 +15,7 @@ from omg_ledger.reports.cost import cost_report
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
-from .builders import copy_run
+from .builders import copy_run, ev, write_run
 from .conftest import CORPUS_HOME
 from .ledger_dump import dump
 
@@ -78,3 +78,46 @@ def test_first_time_syncs_racing_to_migrate_do_not_collide(pg_url):
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
+
+
+# Text that bulk-load formats escape (backslash, \N for NULL, tab, newline, CR, \.)
+# must reach both databases as the values themselves.
+AWKWARD_TEXT = ["back\\slash", "\\N", "", "tab\there", "new\nline", "cr\rhere", "\\.", "naïve ✓", "nul\u0000here"]
+
+
+def test_awkward_text_is_stored_alike_in_sqlite_and_postgresql(tmp_path, pg_url):
+    home = tmp_path / "home"
+    stream = [ev("run_started", 0), ev("node_started", 1, node_id="a", session_id="s\\1\t")]
+    stream += [ev("node_failed", 2 + n, node_id="a", detail=text) for n, text in enumerate(AWKWARD_TEXT)]
+    stream += [ev("node_passed", 20, node_id="a", verdict="PASS", cost_usd=0.5, detail="\\N"),
+               ev("run_finished", 21, outcome="passed")]
+    write_run(home, "r1", stream)
+    lines = (home / "runs" / "r1" / "events.jsonl").read_text().splitlines()
+    homes = [Home.from_path(str(home), "awkward")]
+    lite = open_ledger(str(tmp_path / "l.sqlite"))
+    pg = open_ledger(pg_url)
+    sync(lite, homes)
+    sync(pg, homes)
+    assert dump(lite) == dump(pg)
+    with pg.connect() as conn:
+        raws = conn.exec_driver_sql("SELECT raw FROM events ORDER BY line_no").scalars().all()
+        details = conn.exec_driver_sql("SELECT detail FROM rounds ORDER BY seq, round").scalars().all()
+        session = conn.exec_driver_sql("SELECT session_id FROM rounds WHERE session_id IS NOT NULL").scalar_one()
+    assert raws == lines  # the lines as written, byte for byte
+    # One round per node_failed, then the passing one; NUL becomes U+FFFD in derived text.
+    assert details == [t.replace("\u0000", "\ufffd") for t in AWKWARD_TEXT] + ["\\N"]
+    assert session == "s\\1\t"
+
+
+def test_a_rejected_bulk_insert_is_the_same_sqlalchemy_error_on_both_backends(db_url):
+    # The CLI turns SQLAlchemy errors into one line and exit 3; a bare driver error
+    # from the bulk write would be a traceback.
+    from sqlalchemy.exc import IntegrityError
+
+    from omg_ledger.store import PendingRows
+
+    engine = open_ledger(db_url)
+    pending = PendingRows()
+    pending.add("events", [(424242, 1, 0, 3, "2026-11-29T10:00:00Z", "run_started", None, "{}")])
+    with engine.connect() as conn, pytest.raises(IntegrityError):  # no run 424242: the foreign key refuses
+        pending.flush(conn)
