@@ -213,11 +213,8 @@ class Suite:
             # floor
             res = results["floor"] = Result("floor", n)
             for _ in range(self.repeat):
-                db = self.work / "ledgers" / f"floor-n{n}.sqlite"
-                for suffix in ("", "-wal", "-shm"):
-                    Path(str(db) + suffix).unlink(missing_ok=True)
-                db.parent.mkdir(parents=True, exist_ok=True)
-                sample = self.py_run("benchmarks.floor", str(home.path), str(db))
+                db = SqliteBackend(self.work).fresh(f"floor-n{n}")  # raw files, whatever the backend
+                sample = self.py_run("benchmarks.floor", str(home.path), db)
                 if not self._record(res, sample):
                     break
                 out = orjson.loads(sample.stdout)
@@ -228,10 +225,8 @@ class Suite:
             # the stdlib floor: json.loads every line, one table, and every state.json parsed
             res = results["floor_stdlib"] = Result("floor_stdlib", n)
             for _ in range(self.repeat):
-                db = self.work / "ledgers" / f"floor-stdlib-n{n}.sqlite"
-                for suffix in ("", "-wal", "-shm"):
-                    Path(str(db) + suffix).unlink(missing_ok=True)
-                sample = self.py_run("benchmarks.floor", "--stdlib", str(home.path), str(db))
+                db = SqliteBackend(self.work).fresh(f"floor-stdlib-n{n}")  # raw files, whatever the backend
+                sample = self.py_run("benchmarks.floor", "--stdlib", str(home.path), db)
                 if not self._record(res, sample):
                     break
                 out = orjson.loads(sample.stdout)
@@ -244,10 +239,8 @@ class Suite:
             if dump_module.sqlite_utils() is None:
                 res.unavailable = "not available: sqlite-utils is not installed (pip install -e '.[bench]')"
             for _ in range(0 if res.unavailable else self.repeat):
-                db = self.work / "ledgers" / f"dump-n{n}.sqlite"
-                for suffix in ("", "-wal", "-shm"):
-                    Path(str(db) + suffix).unlink(missing_ok=True)
-                sample = self.py_run("benchmarks.dump", str(home.path), str(db))
+                db = SqliteBackend(self.work).fresh(f"dump-n{n}")  # raw files, whatever the backend
+                sample = self.py_run("benchmarks.dump", str(home.path), db)
                 if not self._record(res, sample):
                     break
                 out = orjson.loads(sample.stdout)
