@@ -91,12 +91,19 @@ def _wait_until_running(proc: subprocess.Popen, db_url: str, ledger: str) -> Non
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize("command", ["sql", "query"])
-def test_ctrl_c_stops_a_runaway_statement_at_once(db_url, ledger_db, tmp_path, command):
+def _runaway_args(command: str, tmp_path) -> list[str]:
+    """The runaway statement as `sql` runs it, or as a saved query `query` runs."""
+    if command == "sql":
+        return ["sql", RUNAWAY]
     queries = tmp_path / "queries"
     queries.mkdir()
     (queries / "runaway.sql").write_text(f"-- runaway: counts for ever\n{RUNAWAY}\n")
-    args = ["sql", RUNAWAY] if command == "sql" else ["query", "runaway", "--queries", str(queries)]
+    return ["query", "runaway", "--queries", str(queries)]
+
+
+@pytest.mark.parametrize("command", ["sql", "query"])
+def test_ctrl_c_stops_a_runaway_statement_at_once(db_url, ledger_db, tmp_path, command):
+    args = _runaway_args(command, tmp_path)
     proc = subprocess.Popen([*CLI, *args, "--db", ledger_db, "--timeout", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -117,10 +124,7 @@ def test_ctrl_c_stops_a_runaway_statement_at_once(db_url, ledger_db, tmp_path, c
 
 @pytest.mark.parametrize("command", ["sql", "query"])
 def test_timeout_stops_a_runaway_statement_with_one_line_and_exit_2(db_url, ledger_db, tmp_path, command):
-    queries = tmp_path / "queries"
-    queries.mkdir()
-    (queries / "runaway.sql").write_text(f"-- runaway: counts for ever\n{RUNAWAY}\n")
-    args = ["sql", RUNAWAY] if command == "sql" else ["query", "runaway", "--queries", str(queries)]
+    args = _runaway_args(command, tmp_path)
     result = subprocess.run([*CLI, *args, "--db", ledger_db, "--timeout", "1"],
                             capture_output=True, text=True, timeout=SAFETY_S)
     assert result.returncode == 2, result.stderr
