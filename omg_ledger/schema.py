@@ -171,8 +171,9 @@ legs = Table(
 # One row per node id per run: the latest authoritative verdict (latest terminal
 # event in file order, across legs and rounds), recovered from the snapshot when the
 # event was dropped.
-# A node over its budget, as audit reads it (and as its partial index is defined: the
-# two texts must match for the planner to use the index).
+# A node over its budget: the partial index's predicate. reports/audit.py's budget query
+# states the same predicate on alias `n` (the planner uses the index only for a query
+# whose WHERE has this very term; audit cannot import this module: start-up).
 NODE_OVER_BUDGET = "budget_overrun OR (budget_nano_usd IS NOT NULL AND cost_nano_usd > budget_nano_usd)"
 
 nodes = Table(
