@@ -80,12 +80,6 @@ def printable_path(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def list_entries(parent: str) -> tuple[list[RunDirEntry], list[SkippedEntry]]:
-    """Subdirectories of ``parent`` (runs/ or plans/), sorted by name."""
-    listing = list_home_dir(parent)
-    return listing.entries, listing.skipped
-
-
 def list_home_dir(parent: str) -> HomeDirListing:
     """Subdirectories of ``parent`` (runs/ or plans/), sorted by name. A ``parent`` that
     is a symlink is listed where it leads (``resolved``), and only engine-id-shaped

@@ -240,11 +240,6 @@ def terminal_keys(conn: Connection, run_pk: int, node_id: str,
         last = rows[-1][0]
 
 
-def load_events(conn: Connection, run_pk: int) -> list[Event]:
-    """The run's stored events in one list (small runs, tests); derivation streams them."""
-    return list(iter_events(conn, run_pk))
-
-
 def _batches(events: Iterable[Event]) -> Iterator[list[Event]]:
     batch: list[Event] = []
     size = 0
