@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 
 import orjson
 
-from .bounds import shown, too_long_id
+from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
@@ -52,29 +51,71 @@ _STRING_FIELDS = ("run_id", "node_id", "phase", "outcome", "verdict", "detail", 
 _BOUNDED_FIELDS = ("run_id", "node_id", "session_id", "phase", "outcome", "verdict", "provenance")
 _KEY_PATTERN = re.compile(rb'"\s*:')
 TOO_DEEP = object()
+# The fast path's view of the fields check_event types (see _plain_engine_event).
+_BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
+_STRING_SET = frozenset(_STRING_FIELDS)
+_COUNTER_SET = frozenset(("retries", "round"))
+_TOKEN_SET = frozenset(TOKEN_FIELDS)
+_TYPED_FIELDS = _STRING_SET | _COUNTER_SET | {"schema", "event", "ts", "cost_usd", "cost_unknown", "usage"}
+_TEXT_FIELDS = _STRING_SET | {"event", "ts"}
 
 
-@dataclass(frozen=True)
 class Event:
-    """One valid stream line. ``data`` is the parsed object; ``raw`` the exact line."""
+    """One valid stream line. ``data`` is the parsed object; ``raw`` the exact line.
 
-    line_no: int
-    byte_offset: int
-    data: dict
-    raw: str
-    ts: str  # normalized UTC
-    at_us: int
+    A plain slotted class, not a frozen dataclass: one is made per line, and a frozen
+    dataclass's __init__ costs three times as much. Nothing assigns to an event.
+    """
+
+    __slots__ = ("line_no", "byte_offset", "data", "raw", "ts", "at_us")
+
+    def __init__(self, line_no: int, byte_offset: int, data: dict, raw: str, ts: str, at_us: int) -> None:
+        self.line_no = line_no
+        self.byte_offset = byte_offset
+        self.data = data
+        self.raw = raw
+        self.ts = ts  # normalized UTC
+        self.at_us = at_us
 
     @property
     def type(self) -> str:
         return self.data["event"]
+
+    def _fields(self) -> tuple:
+        return (self.line_no, self.byte_offset, self.data, self.raw, self.ts, self.at_us)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, Event) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # data is a dict
+
+    def __repr__(self) -> str:
+        return (f"Event(line_no={self.line_no!r}, byte_offset={self.byte_offset!r}, data={self.data!r}, "
+                f"raw={self.raw!r}, ts={self.ts!r}, at_us={self.at_us!r})")
 
 
 def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None = None) -> Event | Rejected | Paused:
     """One complete line of a run stream, for the tail: an event, bad input (including a
     line naming another run than ``run_id``, its directory's), or a line of a newer
     schema that pauses reading before it."""
-    result = parse_event_line(line)
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return Rejected(f"not JSON: {exc}")
+    if type(data) is dict and _plain_engine_event(line, data) and (
+            run_id is None or data.get("run_id") is None or data["run_id"] == run_id):
+        try:
+            ts, at_us = parse_timestamp(data["ts"])
+        except BadTimestamp as exc:
+            return Rejected(str(exc))
+        return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
+    return _checked_stream_line(line, data, line_no, offset, run_id)
+
+
+def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
+                         run_id: str | None) -> Event | Rejected | Paused:
+    """parse_stream_line's general path, for a parsed line the fast path did not settle."""
+    result = _check_parsed_line(line, data)
     if isinstance(result, str):
         return Rejected(result)
     data, ts, at_us = result
@@ -93,6 +134,17 @@ def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
         data = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         return f"not JSON: {exc}"
+    if type(data) is dict and _plain_engine_event(line, data):
+        try:
+            ts, at_us = parse_timestamp(data["ts"])
+        except BadTimestamp as exc:
+            return str(exc)
+        return data, ts, at_us
+    return _check_parsed_line(line, data)
+
+
+def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str:
+    """The general check of a parsed line, in the order that picks each reason."""
     if not isinstance(data, dict):
         return f"not a JSON object but {type(data).__name__}"
     duplicate = duplicate_key(line, data)
@@ -108,6 +160,73 @@ def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
     except BadTimestamp as exc:
         return str(exc)
     return data, ts, at_us
+
+
+def _plain_engine_event(line: bytes, data: dict) -> bool:
+    """True only when the general path would find nothing wrong with the fields and no
+    duplicate key: a line of the engine's own shape at a schema this code reads. False
+    means "not sure": the general path decides, so every reason text comes from one
+    place. One pass over the fields present.
+    """
+    schema, event = data.get("schema"), data.get("event")
+    if type(schema) is not int or type(event) is not str or event not in EVENTS_OF_SCHEMA.get(schema, ()) \
+            or type(data.get("ts")) is not str:
+        return False
+    for name, value in data.items():
+        kind = type(value)
+        if kind is str:
+            if name in _TEXT_FIELDS:
+                if name in _BOUNDED_SET and len(value) > MAX_ID_CHARS:
+                    return False
+            elif name in _TYPED_FIELDS:
+                return False
+        elif kind is int:
+            if name in _COUNTER_SET:
+                if not 0 <= value <= MAX_COUNTER:
+                    return False
+            elif name == "cost_usd":
+                if not 0 <= value <= MAX_COST_USD:
+                    return False
+            elif name != "schema" and name in _TYPED_FIELDS:
+                return False
+        elif kind is float:
+            # NaN fails both comparisons and infinity the cap: only finite costs pass.
+            if name == "cost_usd":
+                if not 0 <= value <= MAX_COST_USD:
+                    return False
+            elif name in _TYPED_FIELDS:
+                return False
+        elif kind is dict:
+            if name == "usage":
+                for token in _TOKEN_SET.intersection(value):
+                    count = value[token]
+                    if type(count) is not int or not 0 <= count <= MAX_TOKENS:
+                        return False
+            elif name in _TYPED_FIELDS:
+                return False
+        elif kind is bool:
+            if name != "cost_unknown" and name in _TYPED_FIELDS:
+                return False
+        elif name in _TYPED_FIELDS:  # None, or a list, is no typed field's value
+            return False
+    if event in NODE_EVENTS and not data.get("node_id"):
+        return False
+    return written_as_serialized(line, data)
+
+
+def written_as_serialized(text: bytes, data: dict, option: int | None = None) -> bool:
+    """Whether ``text`` is byte for byte orjson's serialization of what it parsed to.
+
+    Then no object in it holds a key twice: a serialized dict writes each of its keys
+    once, and these are the very bytes. The engine writes what orjson writes (compact
+    lines, state.json indented by two), so this C-level comparison settles nearly every
+    file; any other spelling (a space before ':', an escaped '&', 0.10) is merely not
+    settled here and takes duplicate_key's exact check.
+    """
+    try:
+        return orjson.dumps(data, option=option) == text
+    except orjson.JSONEncodeError:  # too deep or an integer beyond 64 bits: not settled here
+        return False
 
 
 def check_event(data: dict) -> str | None:

@@ -15,8 +15,16 @@ from dataclasses import dataclass
 
 import orjson
 
-from .bounds import MAX_RUN_NANOS, RUN_BOUND_TEXT, shown, too_long_id
-from .feed import MAX_COST_USD, MAX_COUNTER, MAX_TOKENS, TOKEN_FIELDS, TOO_DEEP, duplicate_key
+from .bounds import MAX_ID_CHARS, MAX_RUN_NANOS, NANOS_PER_USD, RUN_BOUND_TEXT, shown, too_long_id
+from .feed import (
+    MAX_COST_USD,
+    MAX_COUNTER,
+    MAX_TOKENS,
+    TOKEN_FIELDS,
+    TOO_DEEP,
+    duplicate_key,
+    written_as_serialized,
+)
 from .units import usd_to_nanos
 
 SUPPORTED_SNAPSHOT_SCHEMA = 3
@@ -82,6 +90,16 @@ def parse_json_object(content: bytes, name: str) -> dict:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
         raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
+    # The engine writes its files as orjson does, indented by two: then the document
+    # re-serialises (so it is not too deep) and holds no key twice, settled in C.
+    if type(data) is dict and written_as_serialized(
+            content, data, orjson.OPT_INDENT_2 if content[1:2] == b"\n" else None):
+        return data
+    return _checked_object(content, data, name)
+
+
+def _checked_object(content: bytes, data: object, name: str) -> dict:
+    """parse_json_object's general path, for a document the fast path did not settle."""
     if not isinstance(data, dict):
         raise BadSnapshot(f"{name} is not a JSON object but {type(data).__name__}")
     if not _depth_ok(data):
@@ -161,13 +179,17 @@ def parse_state(content: bytes) -> dict:
         raise BadSnapshot("state.json 'nodes' must be an object")
     else:
         for node_id, record in nodes.items():
-            _check_record(node_id, record)
+            if not _plain_record(node_id, record):
+                _check_record(node_id, record)
         # Each record is capped; their sum must fit the per-run bound too (bounds.py).
-        total = usd_to_nanos(data.get("planning_cost_usd") or 0) + sum(
-            usd_to_nanos(record.get("cost_usd") or 0) for record in nodes.values())
-        if total > MAX_RUN_NANOS:
-            raise BadSnapshot(f"state.json's costs add up to more than {RUN_BOUND_TEXT} "
-                              f"(the ledger's per-run bound)")
+        # The planning cost and each record are at most MAX_COST_USD (checked above),
+        # so only a run of very many records can reach the bound: sum only then.
+        if (len(nodes) + 1) * MAX_COST_USD * NANOS_PER_USD > MAX_RUN_NANOS:
+            total = usd_to_nanos(data.get("planning_cost_usd") or 0) + sum(
+                usd_to_nanos(record.get("cost_usd") or 0) for record in nodes.values())
+            if total > MAX_RUN_NANOS:
+                raise BadSnapshot(f"state.json's costs add up to more than {RUN_BOUND_TEXT} "
+                                  f"(the ledger's per-run bound)")
     return data
 
 
@@ -195,6 +217,60 @@ def _check_graph(graph: object, where: str) -> None:
             raise BadSnapshot(f"{where} node {shown(node['id'])} 'type' must be a string")
         if "budget_usd" in node and node["budget_usd"] is not None and not _number(node["budget_usd"]):
             raise BadSnapshot(f"{where} node {shown(node['id'])} 'budget_usd' must be a non-negative number")
+
+
+_RECORD_TYPED = frozenset(("verdict", "cost_usd", "budget_usd", "round", "retries", "duration", "provenance",
+                           "session_id", "detail", "artifact_path", "cost_unknown", "judged", "usage"))
+_RECORD_TEXT = frozenset(("verdict", "provenance", "session_id", "detail", "artifact_path"))
+_RECORD_MONEY = frozenset(("cost_usd", "budget_usd"))
+_RECORD_FLAGS = frozenset(("cost_unknown", "judged"))
+_RECORD_NULLABLE = frozenset(("provenance", "session_id", "detail", "artifact_path", "usage"))
+_TOKEN_SET = frozenset(TOKEN_FIELDS)
+
+
+def _plain_record(node_id: str, record: object) -> bool:
+    """True only when _check_record would find nothing wrong: one pass over the fields
+    present. False means "not sure": _check_record decides and words the reason."""
+    if type(record) is not dict or len(node_id) > MAX_ID_CHARS:
+        return False
+    for key, value in record.items():
+        kind = type(value)
+        if kind is str:
+            if key not in _RECORD_TEXT and key in _RECORD_TYPED:
+                return False
+        elif kind is float:
+            # NaN fails both comparisons and infinity the cap: only finite amounts pass.
+            if key in _RECORD_MONEY:
+                if not 0 <= value <= MAX_COST_USD:
+                    return False
+            elif key in _RECORD_TYPED:
+                return False
+        elif kind is int:
+            if key in _RECORD_MONEY:
+                if not 0 <= value <= MAX_COST_USD:
+                    return False
+            elif key == "round" or key == "retries":
+                if not 0 <= value <= MAX_COUNTER:
+                    return False
+            elif key == "duration":
+                if not 0 <= value <= 2**63 - 1:
+                    return False
+            elif key in _RECORD_TYPED:
+                return False
+        elif kind is bool:
+            if key not in _RECORD_FLAGS and key in _RECORD_TYPED:
+                return False
+        elif value is None:
+            if key not in _RECORD_NULLABLE and key in _RECORD_TYPED:
+                return False
+        elif kind is dict and key == "usage":
+            for token in _TOKEN_SET.intersection(value):
+                count = value[token]
+                if type(count) is not int or not 0 <= count <= MAX_TOKENS:
+                    return False
+        elif key in _RECORD_TYPED:
+            return False
+    return True
 
 
 def _check_record(node_id: str, record: object) -> None:
