@@ -1,0 +1,441 @@
+"""The parsers' fast paths (feed, units, snapshot) only ever accept: each edge of a fast
+path is a line or document that must take the general path and get its answer, and
+every input gets the same outcome as the general path alone would give it.
+
+Expected values are worked out here from the contract (RUN-FEED.md's fields, RFC 3339),
+with the standard library's datetime as the independent clock; the differential tests
+run the general path (the code every reason text comes from) as the reference.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from omg_ledger import feed, snapshot, units
+from omg_ledger.feed import Event, parse_stream_line
+from omg_ledger.snapshot import BadSnapshot, parse_json_object, parse_state
+from omg_ledger.tail import Paused, Rejected
+from omg_ledger.units import BadTimestamp, parse_timestamp
+
+from .conftest import CORPUS_HOME
+
+TS = "2026-11-29T18:15:12.93149401Z"
+TS_US = calendar.timegm((2026, 11, 29, 18, 15, 12)) * 1_000_000 + 931494
+RUN = "20261129-181512.000000000-1"
+SESSION = "a24582b1-070a-4f5f-8976-c702446f7802"
+
+
+def engine_line(**fields) -> bytes:
+    """A line as the engine writes it: compact, keys in its order."""
+    data = {"schema": 3, "ts": TS, "run_id": RUN, **fields}
+    return orjson.dumps(data)
+
+
+def general(line: bytes, run_id: str | None = RUN) -> object:
+    """parse_stream_line's answer from the general path alone."""
+    try:
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return Rejected(f"not JSON: {exc}")
+    return feed._checked_stream_line(line, data, 7, 100, run_id)
+
+
+def parsed(line: bytes, run_id: str | None = RUN) -> object:
+    return parse_stream_line(line, 7, 100, run_id)
+
+
+# --- stream lines: accepted ---------------------------------------------------------
+
+def test_an_engine_line_is_an_event_with_every_field():
+    line = engine_line(event="node_passed", node_id="build", verdict="PASS", cost_usd=0.068764,
+                       session_id=SESSION, provenance="self-reported")
+    event = parsed(line)
+    assert isinstance(event, Event)
+    assert (event.line_no, event.byte_offset, event.raw, event.ts, event.at_us, event.type) == (
+        7, 100, line.decode(), "2026-11-29T18:15:12.931494Z", TS_US, "node_passed")
+    assert event.data == {"schema": 3, "ts": TS, "run_id": RUN, "event": "node_passed", "node_id": "build",
+                          "verdict": "PASS", "cost_usd": 0.068764, "session_id": SESSION,
+                          "provenance": "self-reported"}
+
+
+SAME_EVENT_OTHER_SPELLINGS = {
+    # a space before ':' (and after): not what the engine writes, the same object
+    "spaces": b'{"schema" : 3, "ts" : "' + TS.encode() + b'", "run_id" : "' + RUN.encode()
+              + b'", "event" : "node_passed", "node_id" : "a", "cost_usd" : 0.5}',
+    "tab-before-colon": b'{"schema"\t:3,"ts":"' + TS.encode() + b'","run_id":"' + RUN.encode()
+                        + b'","event":"node_passed","node_id":"a","cost_usd":0.5}',
+    "cr-before-colon": b'{"schema"\r:3,"ts":"' + TS.encode() + b'","run_id":"' + RUN.encode()
+                       + b'","event":"node_passed","node_id":"a","cost_usd":0.5}',
+    # 0.50 parses to 0.5, which orjson writes as 0.5: not byte-identical
+    "trailing-zero": b'{"schema":3,"ts":"' + TS.encode() + b'","run_id":"' + RUN.encode()
+                     + b'","event":"node_passed","node_id":"a","cost_usd":0.50}',
+    # an escaped letter: the same string
+    "escaped-letter": b'{"schema":3,"ts":"' + TS.encode() + b'","run_id":"' + RUN.encode()
+                      + b'","event":"node_p\\u0061ssed","node_id":"a","cost_usd":0.5}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAME_EVENT_OTHER_SPELLINGS))
+def test_other_spellings_of_an_engine_line_give_the_same_event(name):
+    line = SAME_EVENT_OTHER_SPELLINGS[name]
+    event = parsed(line)
+    assert isinstance(event, Event), event
+    assert event.data == {"schema": 3, "ts": TS, "run_id": RUN, "event": "node_passed", "node_id": "a",
+                          "cost_usd": 0.5}
+    assert (event.ts, event.at_us, event.raw) == ("2026-11-29T18:15:12.931494Z", TS_US, line.decode())
+
+
+def test_a_detail_containing_quote_colon_is_no_duplicate():
+    detail = 'node "lint" failed: {"exit": 3} "a":"b"'
+    line = engine_line(event="node_failed", node_id="lint", verdict="FAIL", detail=detail)
+    assert b'\\":' in line  # the text really holds what looks like a key's end
+    event = parsed(line)
+    assert isinstance(event, Event)
+    assert event.data["detail"] == detail
+
+
+def test_go_style_escapes_are_the_same_text():
+    # Go escapes < > & in strings; orjson does not, so the bytes differ and the general
+    # path decides: the same event.
+    line = (b'{"schema":3,"ts":"' + TS.encode() + b'","run_id":"' + RUN.encode()
+            + b'","event":"node_failed","node_id":"v","detail":"a \\u0026\\u0026 b \\u003c c"}')
+    event = parsed(line)
+    assert isinstance(event, Event)
+    assert event.data["detail"] == "a && b < c"
+
+
+def test_nested_unknown_fields_are_kept():
+    line = engine_line(event="node_started", node_id="a", extra={"deep": [{"x": [1, {"y": None}]}]})
+    event = parsed(line)
+    assert isinstance(event, Event)
+    assert event.data["extra"] == {"deep": [{"x": [1, {"y": None}]}]}
+
+
+def test_a_line_nested_past_the_serialiser_limit_still_gets_the_general_answer():
+    # orjson parses 300 levels but will not write them: the fast path cannot settle it.
+    nested = b'{"k":' * 300 + b"1" + b"}" * 300
+    line = engine_line(event="node_started", node_id="a")[:-1] + b',"extra":' + nested + b"}"
+    event = parsed(line)
+    assert isinstance(event, Event)
+    assert event == general(line)
+
+
+# --- stream lines: refused ------------------------------------------------------------
+
+def test_a_real_duplicate_key_is_refused():
+    line = engine_line(event="node_passed", node_id="a", cost_usd=0.5)[:-1] + b',"cost_usd":0.01}'
+    assert parsed(line) == Rejected("duplicate key 'cost_usd'")
+
+
+def test_a_duplicate_hidden_by_a_space_before_colon_is_refused():
+    # Counting '":' alone would balance: the first cost_usd is not counted (its space),
+    # and the detail's escaped quote-colon is counted in its place.
+    line = (b'{"schema":3,"ts":"' + TS.encode() + b'","event":"node_passed","node_id":"a",'
+            b'"cost_usd" :0.5,"cost_usd":0.01,"detail":"\\":"}')
+    assert parsed(line) == Rejected("duplicate key 'cost_usd'")
+
+
+def test_a_duplicate_inside_usage_is_refused():
+    line = (b'{"schema":3,"ts":"' + TS.encode() + b'","event":"node_passed","node_id":"a",'
+            b'"usage":{"input_tokens":1,"input_tokens":2}}')
+    assert parsed(line) == Rejected("duplicate key 'input_tokens'")
+
+
+REFUSED = {
+    # hand-written reasons: the texts tests/test_hostile_input.py and operators see
+    "bool-cost": (engine_line(event="node_passed", node_id="a", cost_usd=True),
+                  "'cost_usd' must be a non-negative number, got True"),
+    "negative-cost": (engine_line(event="node_passed", node_id="a", cost_usd=-1),
+                      "'cost_usd' must be a non-negative number, got -1"),
+    "cost-cap": (engine_line(event="node_passed", node_id="a", cost_usd=100_001),
+                 "'cost_usd' 100001 is beyond any one invocation (max 100000)"),
+    "bool-tokens": (engine_line(event="node_passed", node_id="a", usage={"output_tokens": True}),
+                    "'usage.output_tokens' must be a non-negative integer (max 1000000000000), got True"),
+    "null-verdict": (engine_line(event="node_passed", node_id="a", verdict=None),
+                     "'verdict' must be a string, got None"),
+    "int-detail": (engine_line(event="node_failed", node_id="a", detail=3),
+                   "'detail' must be a string, got 3"),
+    "null-usage": (engine_line(event="node_passed", node_id="a", usage=None),
+                   "'usage' must be an object, got None"),
+    "list-round": (engine_line(event="node_passed", node_id="a", round=[1]),
+                   "'round' must be a non-negative integer (max 2147483647), got [1]"),
+    "string-unknown": (engine_line(event="node_passed", node_id="a", cost_unknown="yes"),
+                       "'cost_unknown' must be a boolean, got 'yes'"),
+    "no-node-id": (engine_line(event="node_passed"), "node_passed without a node_id"),
+    "empty-node-id": (engine_line(event="node_passed", node_id=""), "node_passed without a node_id"),
+    "long-session": (engine_line(event="node_started", node_id="a", session_id="s" * 513),
+                     "'session_id' is 513 characters long (max 512): not an id"),
+    "gate-at-schema-1": (orjson.dumps({"schema": 1, "ts": TS, "event": "gate_paused", "node_id": "g"}),
+                         "unknown event type 'gate_paused' at schema 1, whose event types are closed "
+                         "(a new type comes with a new schema); skipped"),
+    "list-event": (engine_line(event=["node_passed"]), "missing or invalid 'event': ['node_passed']"),
+    "bool-schema": (orjson.dumps({"schema": True, "ts": TS, "event": "run_started"}),
+                    "missing or invalid 'schema': True"),
+    "february-30": (orjson.dumps({"schema": 3, "ts": "2026-02-30T00:00:00Z", "event": "run_started"}),
+                    "not an RFC 3339 timestamp: '2026-02-30T00:00:00Z'"),
+    "foreign-run": (orjson.dumps({"schema": 3, "ts": TS, "run_id": "other", "event": "run_started"}),
+                    f"the line names run_id 'other', not this directory's {RUN!r}: another run's line, "
+                    f"not indexed here"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_bad_fields_keep_their_reason(name):
+    line, reason = REFUSED[name]
+    assert parsed(line) == Rejected(reason)
+
+
+def test_two_bad_fields_give_the_first_reason_in_check_order():
+    # The string fields are checked before cost_usd, whatever order the line has them in.
+    line = engine_line(event="node_passed", node_id="a", cost_usd=-1, verdict=5)
+    assert parsed(line) == Rejected("'verdict' must be a string, got 5")
+
+
+def test_a_newer_schema_pauses():
+    line = orjson.dumps({"schema": 4, "ts": TS, "event": "node_teleported"})
+    assert parsed(line) == Paused(4, "event schema 4 is newer than this omg-ledger understands (max 3); "
+                                     "ingestion of this file waits here for an upgrade")
+
+
+def test_the_run_id_is_only_checked_when_the_directory_gives_one():
+    line = orjson.dumps({"schema": 3, "ts": TS, "run_id": "other", "event": "run_started"})
+    assert isinstance(parsed(line, run_id=None), Event)
+    assert isinstance(parsed(engine_line(event="run_started")), Event)
+    assert isinstance(parsed(orjson.dumps({"schema": 3, "ts": TS, "event": "run_started"})), Event)
+
+
+# --- stream lines: the fast path and the general path agree on everything -----------
+
+_TEXT = st.text(max_size=6) | st.sampled_from(['"', '":', '" :', "\\", "&<>", ":x", "é"])
+_VALUE = (st.none() | st.booleans() | st.integers(-3, 2**40) | st.floats(allow_nan=False, allow_infinity=False)
+          | _TEXT | st.lists(st.integers(0, 3), max_size=2) | st.dictionaries(_TEXT, st.integers(0, 9), max_size=2))
+_FIELD = st.sampled_from(["run_id", "node_id", "phase", "outcome", "verdict", "detail", "session_id",
+                          "provenance", "cost_usd", "cost_unknown", "retries", "round", "usage", "extra"])
+_USAGE = st.dictionaries(st.sampled_from([*feed.TOKEN_FIELDS, "other"]),
+                         st.integers(-1, 10**12 + 1) | st.booleans() | st.floats(0, 9) | st.none(), max_size=3)
+
+
+@st.composite
+def stream_lines(draw) -> bytes:
+    data = {"schema": draw(st.sampled_from([3, 3, 3, 2, 1, 4, 0, True, "3"])),
+            "ts": draw(st.sampled_from([TS, "2026-11-29T18:15:12Z", "2026-02-29T00:00:00Z", "bad",
+                                        "2026-11-29T19:15:12+01:00"])),
+            "event": draw(st.sampled_from(sorted(feed.KNOWN_EVENTS) + ["node_teleported", ""]))}
+    for name in draw(st.lists(_FIELD, max_size=6)):
+        data[name] = draw(_USAGE if name == "usage" and draw(st.booleans()) else _VALUE)
+    if draw(st.booleans()):
+        data["node_id"] = draw(st.sampled_from(["a", "build", "n" * 513]))
+    if draw(st.booleans()):
+        data["run_id"] = draw(st.sampled_from([RUN, "other"]))
+    spelling = draw(st.sampled_from(["orjson", "spaced", "space-before-colon", "ascii"]))
+    if spelling == "orjson":
+        line = orjson.dumps(data)
+    elif spelling == "spaced":
+        line = json.dumps(data, ensure_ascii=False).encode()
+    elif spelling == "space-before-colon":
+        line = json.dumps(data, separators=(",", " :"), ensure_ascii=False).encode()
+    else:
+        line = json.dumps(data, separators=(",", ":")).encode()
+    if draw(st.integers(0, 5)) == 0:  # repeat a key, in one of the spellings
+        name = draw(st.sampled_from(sorted(data)))
+        line = line[:-1] + draw(st.sampled_from([b',"', b', "'])) + name.encode() + draw(
+            st.sampled_from([b'":', b'" :'])) + orjson.dumps(data[name]) + b"}"
+    return line
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream_lines())
+def test_every_line_gets_the_general_paths_answer(line):
+    assert parsed(line) == general(line)
+    assert parsed(line, run_id=None) == general(line, run_id=None)
+
+
+def test_every_corpus_line_gets_the_general_paths_answer():
+    lines = [line for path in sorted(Path(CORPUS_HOME).glob("runs/*/events.jsonl"))
+             for line in path.read_bytes().split(b"\n") if line.strip()]
+    assert len(lines) > 100
+    for line in lines:
+        assert parsed(line, run_id=None) == general(line, run_id=None)
+
+
+# --- timestamps -----------------------------------------------------------------------
+
+def utc_us(year, month, day, hour=0, minute=0, second=0, micros=0) -> int:
+    return calendar.timegm((year, month, day, hour, minute, second)) * 1_000_000 + micros
+
+
+@pytest.mark.parametrize(("digits", "micros"), [
+    ("1", 100000), ("12", 120000), ("123", 123000), ("1234", 123400), ("12345", 123450),
+    ("123456", 123456), ("1234567", 123456), ("12345678", 123456), ("123456789", 123456)])
+def test_every_fraction_length(digits, micros):
+    assert parse_timestamp(f"2026-11-29T18:15:12.{digits}Z") == (
+        f"2026-11-29T18:15:12.{micros:06d}Z", utc_us(2026, 11, 29, 18, 15, 12, micros))
+
+
+def test_no_fraction_and_offsets():
+    assert parse_timestamp("2026-11-29T18:15:12Z") == ("2026-11-29T18:15:12.000000Z",
+                                                       utc_us(2026, 11, 29, 18, 15, 12))
+    assert parse_timestamp("2026-11-29T19:15:12.5+01:00") == ("2026-11-29T18:15:12.500000Z",
+                                                              utc_us(2026, 11, 29, 18, 15, 12, 500000))
+    assert parse_timestamp("2026-11-29T18:15:12.5z") == ("2026-11-29T18:15:12.500000Z",
+                                                         utc_us(2026, 11, 29, 18, 15, 12, 500000))
+    assert parse_timestamp("2026-01-01T00:30:00-01:00")[1] == utc_us(2026, 1, 1, 1, 30)
+
+
+def test_consecutive_timestamps_across_minutes_days_and_years():
+    # The fast path remembers the last minute it converted: each must still be its own.
+    texts = ["2026-12-31T23:59:59.999999Z", "2026-12-31T23:59:00Z", "2027-01-01T00:00:00.000001Z",
+             "2026-12-31T23:59:30Z", "2026-12-31T23:58:30Z", "2026-12-31T22:58:30Z", "2024-02-29T12:00:00Z", "2024-03-01T12:00:00Z", "2024-02-29T12:00:01Z"]
+    for text in texts:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        expected = utc_us(moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second,
+                          moment.microsecond)
+        assert parse_timestamp(text)[1] == expected, text
+
+
+@pytest.mark.parametrize("text", ["2023-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-04-31T00:00:00Z",
+                                  "2026-11-29T24:00:00Z", "2026-11-29T18:60:00Z", "2026-11-29T18:15:60Z",
+                                  "2026-11-29T18:15:12", "2026-11-29T18:15:12.1+1:00"])
+def test_impossible_dates_and_times_are_refused(text):
+    with pytest.raises(BadTimestamp) as caught:
+        parse_timestamp(text)
+    assert str(caught.value) == f"not an RFC 3339 timestamp: {text!r}"
+
+
+@pytest.mark.parametrize(("text", "micros"), [
+    ("2026-11-29T18:15:12.Z", 0),  # an empty fraction, padded
+    ("2026-11-29T18:15:12.1234567890Z", 123456),  # ten digits: past the engine's nine
+    ("2026-11-29 18:15:12Z", 0),  # a space for the T (RFC 3339 allows it)
+])
+def test_lenient_shapes_outside_the_fast_path_are_read_by_the_general_path(text, micros):
+    assert parse_timestamp(text) == (f"2026-11-29T18:15:12.{micros:06d}Z", utc_us(2026, 11, 29, 18, 15, 12, micros))
+
+
+def test_the_range_is_checked_on_the_fast_path():
+    with pytest.raises(BadTimestamp) as caught:
+        parse_timestamp("9999-01-01T00:00:00Z")
+    assert str(caught.value) == ("timestamp '9999-01-01T00:00:00Z' is outside the range this ledger accepts "
+                                 "(1970-01-01T00:00:00Z to 9998-12-31T23:59:59.999999Z)")
+    assert parse_timestamp("1969-12-31T23:59:59.5Z", check_range=False) == ("1969-12-31T23:59:59.500000Z",
+                                                                            -500000)
+    assert parse_timestamp("9998-12-31T23:59:59.999999Z")[1] == utc_us(9999, 1, 1) - 1
+
+
+def test_digits_of_other_scripts_keep_the_general_paths_answer():
+    # The engine writes ASCII; the general pattern's \d also takes Arabic-Indic digits,
+    # and what it made of them is kept (the fast path is ASCII only).
+    text = "\u0662\u0660\u0662\u0666-11-29T18:15:12Z"
+    assert parse_timestamp(text) == ("\u0662\u0660\u0662\u0666-11-29T18:15:12.000000Z",
+                                     utc_us(2026, 11, 29, 18, 15, 12))
+
+
+def test_the_minute_memory_holds_one_entry():
+    parse_timestamp("2026-11-29T18:15:12Z")
+    parse_timestamp("2025-01-02T03:04:05Z")
+    assert units._last_minute[0] == "2025-01-02T03:04"
+
+
+# --- state.json -----------------------------------------------------------------------
+
+def corpus_state() -> tuple[bytes, dict]:
+    path = next(p for p in sorted(Path(CORPUS_HOME).glob("runs/*/state.json"))
+                if len(json.loads(p.read_bytes()).get("nodes") or {}) >= 2)
+    content = path.read_bytes()
+    return content, json.loads(content)
+
+
+def indented(data: dict) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2)
+
+
+def test_the_engine_writes_state_as_orjson_indents_it():
+    content, data = corpus_state()
+    assert content == indented(data)  # the shape the fast path settles
+    assert parse_state(content) == data
+
+
+def test_an_indented_state_with_a_repeated_key_is_refused():
+    content, data = corpus_state()
+    node_id = next(iter(data["nodes"]))
+    record = data["nodes"][node_id]
+    text = indented(data).decode()
+    first_key = next(iter(record))
+    # Repeat the record's first key right after itself: still indented by two.
+    at = text.index(f'"{first_key}": ', text.index(f'"{node_id}": {{'))
+    line_end = text.index("\n", at)
+    repeated = text[:line_end] + ("," if not text[:line_end].endswith(",") else "") + "\n" + \
+        text[text.rindex("\n", 0, at) + 1:line_end].rstrip(",") + "," + text[line_end:]
+    with pytest.raises(BadSnapshot) as caught:
+        parse_state(repeated.encode())
+    assert str(caught.value) == f"state.json has the key {first_key!r} more than once in one object"
+
+
+def test_other_spellings_of_a_state_give_the_same_document():
+    _, data = corpus_state()
+    data = {**data, "note": "a && b <c> \"q\": :x"}
+    for content in (orjson.dumps(data), json.dumps(data, indent=4).encode(), indented(data) + b"\n",
+                    json.dumps(data, ensure_ascii=True, indent=2).encode()):
+        assert parse_state(content) == data
+
+
+def test_a_state_too_deep_to_write_back_is_refused_as_before():
+    nested = b'{"k":' * 300 + b"1" + b"}" * 300
+    with pytest.raises(BadSnapshot) as caught:
+        parse_json_object(b'{"schema":3,"x":' + nested + b"}", "state.json")
+    assert str(caught.value) == "state.json nests deeper than 255 levels"
+
+
+def record_outcome(record: object) -> str | None:
+    try:
+        snapshot._check_record("n", record)
+    except BadSnapshot as exc:
+        return str(exc)
+    return None
+
+
+_RECORD_VALUE = (st.none() | st.booleans() | st.integers(-2, 2**63) | st.floats(-1, 200_000)
+                 | st.just(float("nan")) | st.just(float("inf")) | st.text(max_size=3)
+                 | st.lists(st.integers(), max_size=1) | _USAGE)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(snapshot._RECORD_TYPED | {"other"})), _RECORD_VALUE, max_size=5))
+def test_a_record_is_plain_exactly_when_the_general_check_passes(record):
+    assert snapshot._plain_record("n", record) == (record_outcome(record) is None)
+
+
+def test_a_record_with_two_bad_fields_gives_the_first_reason_in_check_order():
+    content, data = corpus_state()
+    node_id = next(iter(data["nodes"]))
+    data["nodes"][node_id] = {"cost_usd": -1, "verdict": 5}
+    with pytest.raises(BadSnapshot) as caught:
+        parse_state(indented(data))
+    assert str(caught.value) == f"state.json nodes[{node_id!r}].verdict must be a string"
+
+
+def test_a_long_node_id_is_refused():
+    _, data = corpus_state()
+    data["nodes"] = {"n" * 513: {"verdict": "PASS"}}
+    with pytest.raises(BadSnapshot) as caught:
+        parse_state(indented(data))
+    assert str(caught.value) == "state.json nodes: 'node id' is 513 characters long (max 512): not an id"
+
+
+def test_the_per_run_cost_bound_is_still_summed_when_records_can_reach_it():
+    # $100k is one record's cap: 9,999 records and the planning cost reach $1e9 exactly
+    # (allowed); one record more is past the bound.
+    base = {"schema": 3, "planning_cost_usd": 100_000}
+    at_bound = {**base, "nodes": {f"n{i}": {"cost_usd": 100_000} for i in range(9_999)}}
+    assert len(parse_state(indented(at_bound))["nodes"]) == 9_999
+    past = {**base, "nodes": {f"n{i}": {"cost_usd": 100_000} for i in range(10_000)}}
+    with pytest.raises(BadSnapshot) as caught:
+        parse_state(indented(past))
+    assert str(caught.value) == "state.json's costs add up to more than $1,000,000,000 (the ledger's per-run bound)"
