@@ -180,22 +180,21 @@ class CompleteLines:
                 self.scanned_to = position + len(buffer) if runaway_at is not None else None
                 return
             self.bytes_read += len(data)
-            buffer += data
-            start = 0
-            while (newline := buffer.find(b"\n", start)) != -1:
-                end = position + newline + 1
+            # One C-level split per chunk, not a find and a slice per line; the piece
+            # after the last newline is a partial line and stays in the buffer.
+            lines = (buffer + data).split(b"\n")
+            buffer = lines.pop()
+            for line in lines:
+                end = position + len(line) + 1
                 if runaway_at is not None:
                     yield line_no, runaway_at, end, None
                     runaway_at = None
                 else:
-                    line = buffer[start:newline]
-                    if line.endswith(b"\r"):
+                    if line[-1:] == b"\r":
                         line = line[:-1]  # CRLF: the JSON is the same
-                    yield line_no, position + start, end, (line if len(line) <= MAX_LINE_BYTES else None)
+                    yield line_no, position, end, (line if len(line) <= MAX_LINE_BYTES else None)
                 line_no += 1
-                start = newline + 1
-            position += start
-            buffer = buffer[start:]
+                position = end
             if len(buffer) > MAX_LINE_BYTES:
                 # A runaway line: remember where it began, drop what we hold, keep
                 # scanning for its end without buffering it.
@@ -220,6 +219,7 @@ class Paused:
     reason: str
 
 
+_NOT_ITEMS = (Rejected, Paused)
 ParseLine = Callable[[bytes, int, int], object]  # (line, line_no, offset) -> item | Rejected | Paused
 
 
@@ -285,21 +285,22 @@ class TailReader:
         problems = self.problems
         end_offset, next_line = start, line_no
         paused: Paused | None = None
+        parse = self.parse
         for number, offset, end, line in lines:
             if line is None:
                 if not resuming_runaway or offset != start:
                     problems.append((offset, RUNAWAY_REASON))
                 resuming_runaway = False
-            elif line.strip():
-                item = self.parse(line, number, offset)
-                if isinstance(item, Paused):
+            elif line and not line.isspace():  # blank is no line (isspace: the bytes strip() drops)
+                item = parse(line, number, offset)
+                if not isinstance(item, _NOT_ITEMS):
+                    yield item
+                elif isinstance(item, Paused):
                     paused = item
                     problems.append((offset, item.reason))
                     break
-                if isinstance(item, Rejected):
-                    problems.append((offset, item.reason))
                 else:
-                    yield item
+                    problems.append((offset, item.reason))
             end_offset, next_line = end, number + 1
         scan_offset = scan_line = None
         if paused is None and lines.runaway_at is not None:

@@ -184,3 +184,40 @@ def test_a_runaway_line_is_scanned_once(tmp_path):
         assert runaway == [len(first)]
     finally:
         engine.dispose()
+
+
+def test_complete_lines_across_chunks_crlf_blanks_and_a_partial_tail(tmp_path):
+    """Every complete line with its own offsets, whatever the chunk boundaries; the
+    expectations are the byte positions of what the test wrote."""
+    from omg_ledger.tail import READ_CHUNK, CompleteLines, TailReader
+
+    body = b"x" * 1000
+    lines = [b'{"a":1}', b"", b" \t\x0b\x0c", b'{"crlf":1}\r', b"y" * (MAX_LINE_BYTES + 1), b'{"after":1}']
+    # Lines of 1,000 bytes until one straddles the first chunk's end.
+    while sum(len(line) + 1 for line in lines) < READ_CHUNK + 5000:
+        lines.insert(3, body)
+    data = b"\n".join(lines) + b"\n" + b'{"partial":'
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(data)
+    expected, offset = [], 0
+    for number, line in enumerate(lines, 1):
+        end = offset + len(line) + 1
+        shown = None if len(line) > MAX_LINE_BYTES else line.removesuffix(b"\r")
+        expected.append((number, offset, end, shown))
+        offset = end
+    assert any(o < READ_CHUNK < e for _, o, e, _ in expected)  # one line spans the chunk boundary
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(CompleteLines(fd, 0, 1)) == expected
+        # From a line's start in the middle, numbering goes on from there.
+        middle = expected[3]
+        assert list(CompleteLines(fd, middle[1], 4)) == expected[3:]
+    finally:
+        os.close(fd)
+    # The tail hands on the non-blank lines and records the runaway one as a problem.
+    reader = TailReader(str(path), None, lambda line, number, offset: (number, line))
+    items = list(reader)
+    assert items == [(n, line) for n, _, _, line in expected if line is not None and line.strip()]
+    assert reader.problems == [(expected[-2][1], RUNAWAY_REASON)]
+    assert reader.checkpoint.end_offset == len(data) - len(b'{"partial":')
+    assert reader.checkpoint.next_line == len(lines) + 1
