@@ -52,12 +52,12 @@ _BOUNDED_FIELDS = ("run_id", "node_id", "session_id", "phase", "outcome", "verdi
 _KEY_PATTERN = re.compile(rb'"\s*:')
 TOO_DEEP = object()
 # The fast path's view of the fields check_event types (see _plain_engine_event).
+_TEXT, _COST, _COUNTER, _FLAG, _USAGE, _SCHEMA = range(6)
+_FIELD_CODES = {**dict.fromkeys(_STRING_FIELDS, _TEXT), "event": _TEXT, "ts": _TEXT, "cost_usd": _COST,
+                "retries": _COUNTER, "round": _COUNTER, "cost_unknown": _FLAG, "usage": _USAGE,
+                "schema": _SCHEMA}
 _BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
-_STRING_SET = frozenset(_STRING_FIELDS)
-_COUNTER_SET = frozenset(("retries", "round"))
 _TOKEN_SET = frozenset(TOKEN_FIELDS)
-_TYPED_FIELDS = _STRING_SET | _COUNTER_SET | {"schema", "event", "ts", "cost_usd", "cost_unknown", "usage"}
-_TEXT_FIELDS = _STRING_SET | {"event", "ts"}
 
 
 class Event:
@@ -166,49 +166,36 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
     """True only when the general path would find nothing wrong with the fields and no
     duplicate key: a line of the engine's own shape at a schema this code reads. False
     means "not sure": the general path decides, so every reason text comes from one
-    place. One pass over the fields present.
+    place. One pass over the fields present, one lookup each.
     """
     schema, event = data.get("schema"), data.get("event")
     if type(schema) is not int or type(event) is not str or event not in EVENTS_OF_SCHEMA.get(schema, ()) \
             or type(data.get("ts")) is not str:
         return False
     for name, value in data.items():
+        code = _FIELD_CODES.get(name)
+        if code is None:
+            continue  # a field this ledger does not read: anything
         kind = type(value)
-        if kind is str:
-            if name in _TEXT_FIELDS:
-                if name in _BOUNDED_SET and len(value) > MAX_ID_CHARS:
-                    return False
-            elif name in _TYPED_FIELDS:
+        if code == _TEXT:
+            if kind is not str or (len(value) > MAX_ID_CHARS and name in _BOUNDED_SET):
                 return False
-        elif kind is int:
-            if name in _COUNTER_SET:
-                if not 0 <= value <= MAX_COUNTER:
-                    return False
-            elif name == "cost_usd":
-                if not 0 <= value <= MAX_COST_USD:
-                    return False
-            elif name != "schema" and name in _TYPED_FIELDS:
-                return False
-        elif kind is float:
+        elif code == _COST:
             # NaN fails both comparisons and infinity the cap: only finite costs pass.
-            if name == "cost_usd":
-                if not 0 <= value <= MAX_COST_USD:
+            if (kind is not float and kind is not int) or not 0 <= value <= MAX_COST_USD:
+                return False
+        elif code == _COUNTER:
+            if kind is not int or not 0 <= value <= MAX_COUNTER:
+                return False
+        elif code == _FLAG:
+            if kind is not bool:
+                return False
+        elif code == _USAGE:
+            if kind is not dict:
+                return False
+            for token, count in value.items():
+                if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in _TOKEN_SET:
                     return False
-            elif name in _TYPED_FIELDS:
-                return False
-        elif kind is dict:
-            if name == "usage":
-                for token in _TOKEN_SET.intersection(value):
-                    count = value[token]
-                    if type(count) is not int or not 0 <= count <= MAX_TOKENS:
-                        return False
-            elif name in _TYPED_FIELDS:
-                return False
-        elif kind is bool:
-            if name != "cost_unknown" and name in _TYPED_FIELDS:
-                return False
-        elif name in _TYPED_FIELDS:  # None, or a list, is no typed field's value
-            return False
     if event in NODE_EVENTS and not data.get("node_id"):
         return False
     return written_as_serialized(line, data)

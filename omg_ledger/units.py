@@ -58,10 +58,10 @@ def instant_in_range(us: int) -> bool:
 _ENGINE_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z")
 # The same shape in ASCII digits only (\d above also takes other scripts' digits).
 _ASCII_ENGINE_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z\Z")
-# The last minute the fast path converted ("YYYY-MM-DDTHH:MM") and its epoch
-# microseconds: a stream's lines come in bursts within a minute, and one entry is all
-# the memory this takes.
-_last_minute: tuple[str, int] = ("", 0)
+# The last second the fast path converted ("YYYY-MM-DDTHH:MM:SS") and its epoch
+# microseconds: a stream's lines come in bursts, and one entry is all the memory this
+# takes.
+_last_second: tuple[str, int] = ("", 0)
 
 
 def _days_from_civil(year: int, month: int, day: int) -> int:
@@ -131,27 +131,25 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
 def _engine_timestamp(text: str, check_range: bool) -> tuple[str, int] | None:
     """The engine's shape in ASCII digits, by slicing: the same result as the general
     path below, or None for an impossible date or time (the general path words it)."""
-    global _last_minute
-    minute_text = text[:16]
-    if minute_text == _last_minute[0]:
-        base = _last_minute[1]
+    global _last_second
+    second_text = text[:19]
+    if second_text == _last_second[0]:
+        base = _last_second[1]
     else:
         year, month, day = int(text[:4]), int(text[5:7]), int(text[8:10])
-        hour, minute = int(text[11:13]), int(text[14:16])
-        if not (1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60):
+        hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+        if not (1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60
+                and second < 60):
             return None
-        base = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60) * 1_000_000
-        _last_minute = (minute_text, base)
-    second = int(text[17:19])
-    if second >= 60:
-        return None
+        base = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000
+        _last_second = (second_text, base)
     if len(text) >= 27:  # six fraction digits or more: the rest is cut
-        at_us = base + second * 1_000_000 + int(text[20:26])
+        at_us = base + int(text[20:26])
         normalized = text[:26] + "Z"
     else:
         micros = int(text[20:-1].ljust(6, "0"))  # "" without a fraction
-        at_us = base + second * 1_000_000 + micros
-        normalized = f"{text[:19]}.{micros:06d}Z"
+        at_us = base + micros
+        normalized = f"{second_text}.{micros:06d}Z"
     if check_range and not MIN_INSTANT_US <= at_us < MAX_INSTANT_US:
         raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
     return normalized, at_us

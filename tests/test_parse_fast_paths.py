@@ -291,9 +291,9 @@ def test_no_fraction_and_offsets():
 
 
 def test_consecutive_timestamps_across_minutes_days_and_years():
-    # The fast path remembers the last minute it converted: each must still be its own.
+    # The fast path remembers the last second it converted: each must still be its own.
     texts = ["2026-12-31T23:59:59.999999Z", "2026-12-31T23:59:00Z", "2027-01-01T00:00:00.000001Z",
-             "2026-12-31T23:59:30Z", "2026-12-31T23:58:30Z", "2026-12-31T22:58:30Z", "2024-02-29T12:00:00Z", "2024-03-01T12:00:00Z", "2024-02-29T12:00:01Z"]
+             "2026-12-31T23:59:30Z", "2026-12-31T23:58:30Z", "2026-12-31T22:58:30Z", "2026-12-31T22:58:31.5Z", "2026-12-31T22:58:31.25Z", "2024-02-29T12:00:00Z", "2024-03-01T12:00:00Z", "2024-02-29T12:00:01Z"]
     for text in texts:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         expected = utc_us(moment.year, moment.month, moment.day, moment.hour, moment.minute, moment.second,
@@ -340,7 +340,7 @@ def test_digits_of_other_scripts_keep_the_general_paths_answer():
 def test_the_minute_memory_holds_one_entry():
     parse_timestamp("2026-11-29T18:15:12Z")
     parse_timestamp("2025-01-02T03:04:05Z")
-    assert units._last_minute[0] == "2025-01-02T03:04"
+    assert units._last_second[0] == "2025-01-02T03:04:05"
 
 
 # --- state.json -----------------------------------------------------------------------
