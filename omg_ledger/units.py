@@ -82,10 +82,38 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
     An instant outside INSTANT_RANGE is refused unless ``check_range`` is false (for
     re-reading what an older omg-ledger already stored).
     """
+    global _last_second
     if type(text) is str and _ASCII_ENGINE_TS.match(text) is not None:
-        fast = _engine_timestamp(text, check_range)
-        if fast is not None:
-            return fast
+        # The engine's shape in ASCII digits, by slicing (its own function would cost a
+        # call a line); an impossible date or time goes on to the general path.
+        second_text = text[:19]
+        if second_text == _last_second[0]:
+            base = _last_second[1]
+        else:
+            year, month, day = int(text[:4]), int(text[5:7]), int(text[8:10])
+            hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+            if 1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60 \
+                    and second < 60:
+                base = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60
+                        + second) * 1_000_000
+                _last_second = (second_text, base)
+            else:
+                base = None
+        if base is not None:
+            if len(text) >= 27:  # six fraction digits or more: the rest is cut
+                at_us = base + int(text[20:26])
+                normalized = text[:26] + "Z"
+            else:
+                micros = int(text[20:-1].ljust(6, "0"))  # "" without a fraction
+                at_us = base + micros
+                normalized = f"{second_text}.{micros:06d}Z"
+            if check_range and not MIN_INSTANT_US <= at_us < MAX_INSTANT_US:
+                raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
+            return normalized, at_us
+    return _parse_timestamp_general(text, check_range)
+
+
+def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
     match = _ENGINE_TS.match(text) if isinstance(text, str) else None
     if match is not None:
         # The engine's own shape (UTC, 'Z'): every line has one, so skip datetime.
@@ -126,33 +154,6 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
         except (OverflowError, ValueError) as exc:
             raise BadTimestamp(f"timestamp {text!r} has no UTC date") from exc
     return format_instant(us_to_instant(us)), us
-
-
-def _engine_timestamp(text: str, check_range: bool) -> tuple[str, int] | None:
-    """The engine's shape in ASCII digits, by slicing: the same result as the general
-    path below, or None for an impossible date or time (the general path words it)."""
-    global _last_second
-    second_text = text[:19]
-    if second_text == _last_second[0]:
-        base = _last_second[1]
-    else:
-        year, month, day = int(text[:4]), int(text[5:7]), int(text[8:10])
-        hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
-        if not (1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60
-                and second < 60):
-            return None
-        base = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000
-        _last_second = (second_text, base)
-    if len(text) >= 27:  # six fraction digits or more: the rest is cut
-        at_us = base + int(text[20:26])
-        normalized = text[:26] + "Z"
-    else:
-        micros = int(text[20:-1].ljust(6, "0"))  # "" without a fraction
-        at_us = base + micros
-        normalized = f"{second_text}.{micros:06d}Z"
-    if check_range and not MIN_INSTANT_US <= at_us < MAX_INSTANT_US:
-        raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
-    return normalized, at_us
 
 
 def _month_days(year: int, month: int) -> int:
