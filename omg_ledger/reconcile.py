@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import NamedTuple
 
 import orjson
 
 from .bounds import RUN_BOUND_REASON, RunTally
 from .feed import TOKEN_FIELDS, Event
-from .units import usd_to_nanos
+from .units import NANOS_PER_USD, usd_to_nanos
 
 PLANNING = "planning"
 RUN = "run"
@@ -111,10 +112,6 @@ class Execution:
     unrecorded_attempts: int = 0
     order: int = 0  # creation order within the run (not a column: rows are keyed by leg, node, seq)
 
-    @property
-    def closed(self) -> bool:
-        return self.outcome is not None
-
 
 @dataclass(slots=True)
 class Charge:
@@ -174,27 +171,55 @@ def artifact_name(node_id: str) -> str:
     return node_id.replace("/", "~") + ".out"
 
 
+_INPUT, _CACHED_INPUT, _OUTPUT, _REASONING_OUTPUT = TOKEN_FIELDS
+_NO_TOKENS = (0, 0, 0, 0)
+
+
 def has_accounting(data: dict) -> bool:
-    usage = data.get("usage") or {}
-    return "cost_usd" in data or bool(data.get("cost_unknown")) or any(usage.get(t) for t in TOKEN_FIELDS)
+    if "cost_usd" in data or data.get("cost_unknown"):
+        return True
+    usage = data.get("usage")
+    if not usage:
+        return False
+    return bool(usage.get(_INPUT) or usage.get(_CACHED_INPUT) or usage.get(_OUTPUT) or usage.get(_REASONING_OUTPUT))
+
+
+_NANOS_OF_FLOAT: dict[float, int] = {}
+_NANOS_KEPT = 4096
+_EXACT_INT_USD = 10**18  # below it, n * 10**9 fits Decimal's 28 digits: usd_to_nanos is plain multiplication
+
+
+def usd_nanos(value: float | int) -> int:
+    """usd_to_nanos, with its result remembered per float value: equal floats have one
+    repr (0.0 and -0.0 both give 0), so the value determines the result. A run's costs
+    repeat (a node's charge, its snapshot record, the run's sums), and Decimal is slow."""
+    kind = type(value)
+    if kind is float:
+        known = _NANOS_OF_FLOAT.get(value)
+        if known is None:
+            known = usd_to_nanos(value)
+            if len(_NANOS_OF_FLOAT) >= _NANOS_KEPT:
+                _NANOS_OF_FLOAT.clear()
+            _NANOS_OF_FLOAT[value] = known
+        return known
+    if kind is int and -_EXACT_INT_USD < value < _EXACT_INT_USD:
+        return value * NANOS_PER_USD
+    return usd_to_nanos(value)
 
 
 def _cost(data: dict) -> tuple[int | None, bool]:
     """(nano-dollars or None, unknown). cost_unknown makes any number beside it filler."""
     if data.get("cost_unknown"):
         return None, True
-    return usd_to_nanos(data.get("cost_usd", 0)), False
+    return usd_nanos(data.get("cost_usd", 0)), False
 
 
 def _tokens(usage: object) -> tuple[int, int, int, int]:
     if not isinstance(usage, dict):
-        return (0, 0, 0, 0)
-    return tuple(int(usage.get(name) or 0) for name in TOKEN_FIELDS)  # type: ignore[return-value]
-
-
-def _add_cost(total: int | None, unknown: bool, cost: int | None, cost_unknown: bool) -> tuple[int | None, bool]:
-    known = (total or 0) + (cost or 0)
-    return known, unknown or cost_unknown
+        return _NO_TOKENS
+    get = usage.get
+    return (int(get(_INPUT) or 0), int(get(_CACHED_INPUT) or 0), int(get(_OUTPUT) or 0),
+            int(get(_REASONING_OUTPUT) or 0))
 
 
 DRAIN_ROWS = 2000  # finished rows held before they go to the sink
@@ -202,6 +227,8 @@ RECENT_TERMINALS = 8  # per node, with a lookup for older ones
 
 _LEG_FIELDS = tuple(f.name for f in fields(Leg))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
+_leg_values = attrgetter(*_LEG_FIELDS)  # a leg's field values, in _LEG_FIELDS order (a tuple)
+_execution_values = attrgetter(*_EXECUTION_FIELDS)
 
 
 class _Reconciler:
@@ -257,13 +284,17 @@ class _Reconciler:
         of everything the snapshot checks after the walk change (totals, the bound's
         tally, problems, open executions), so the state is the walk's own."""
         legs = {leg.ordinal: leg for leg in (self.open_leg, self.last_leg, self.last_run_leg) if leg is not None}
-        executions = {e.order: e for e in self.open_executions.values()}
-        executions.update((e.order, e) for e in self.last_execution.values())
-        executions.update((e.order, e) for by_node in self.current.values() for e in by_node.values())
-        executions.update((e.order, e) for _, e in self.latest_terminal.values())
+        executions = dict(self.open_executions)  # by order, as every execution here is
+        for execution in self.last_execution.values():
+            executions[execution.order] = execution
+        for by_node in self.current.values():
+            for execution in by_node.values():
+                executions[execution.order] = execution
+        for _, execution in self.latest_terminal.values():
+            executions[execution.order] = execution
         return {
             "leg_kinds": self.leg_kinds,
-            "legs": [[getattr(leg, f) for f in _LEG_FIELDS] for leg in legs.values()],
+            "legs": list(map(_leg_values, legs.values())),
             "open_leg": self.open_leg.ordinal if self.open_leg else None,
             "last_leg": self.last_leg.ordinal if self.last_leg else None,
             "last_run_leg": self.last_run_leg.ordinal if self.last_run_leg else None,
@@ -271,7 +302,7 @@ class _Reconciler:
             "last_outcome": self.last_outcome,
             "last_detail": self.last_detail,
             "exec_total": self.exec_total,
-            "executions": [[getattr(e, f) for f in _EXECUTION_FIELDS] for e in executions.values()],
+            "executions": list(map(_execution_values, executions.values())),
             "open_executions": list(self.open_executions),
             "last_execution": {node: e.order for node, e in self.last_execution.items()},
             "closed_unrecorded": self.closed_unrecorded,
@@ -423,24 +454,32 @@ class _Reconciler:
         return self.open_leg.ordinal if self.open_leg is not None else 0
 
     def _new_execution(self, event: Event, node_id: str, started: bool) -> Execution:
-        ordinal = self._leg_ordinal()
-        counts = self.exec_count.setdefault(ordinal, {})
-        seq = counts.get(node_id, 0) + 1
-        counts[node_id] = seq
-        self.exec_total += 1
-        execution = Execution(ordinal, node_id, seq, int(event.data.get("round") or 0), order=self.exec_total)
+        open_leg = self.open_leg
+        ordinal = open_leg.ordinal if open_leg is not None else 0
+        counts = self.exec_count.get(ordinal)
+        if counts is None:
+            counts = self.exec_count[ordinal] = {}
+        seq = counts[node_id] = counts.get(node_id, 0) + 1
+        order = self.exec_total = self.exec_total + 1
+        data = event.data
         if started:
-            execution.started_at = event.ts
-            execution.start_line = event.line_no
-            execution.session_id = event.data.get("session_id")
-        self.open_executions[execution.order] = execution
-        self.current.setdefault(ordinal, {})[node_id] = execution
+            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), event.ts, event.line_no,
+                                  session_id=data.get("session_id"), order=order)
+        else:
+            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), order=order)
+        self.open_executions[order] = execution
+        current = self.current.get(ordinal)
+        if current is None:
+            current = self.current[ordinal] = {}
+        current[node_id] = execution
         self.last_execution[node_id] = execution
         return execution
 
     def _execution(self, event: Event, node_id: str) -> Execution:
-        execution = self.current.get(self._leg_ordinal(), {}).get(node_id)
-        if execution is None or execution.closed:
+        open_leg = self.open_leg
+        current = self.current.get(open_leg.ordinal if open_leg is not None else 0)
+        execution = current.get(node_id) if current is not None else None
+        if execution is None or execution.outcome is not None:
             execution = self._new_execution(event, node_id, started=False)
         return execution
 
@@ -448,8 +487,9 @@ class _Reconciler:
         execution.outcome = outcome
         execution.ended_at = event.ts
         execution.end_line = event.line_no
-        if event.data.get("detail") is not None:
-            execution.detail = event.data["detail"]
+        detail = event.data.get("detail")
+        if detail is not None:
+            execution.detail = detail
         # Ended: nothing later changes it (a later event for its node starts another).
         del self.open_executions[execution.order]
         self.done.rounds.append(execution)
@@ -462,11 +502,12 @@ class _Reconciler:
         self.last_started[node_id] = (event.ts, event.at_us)
 
     def node_retried(self, event: Event) -> None:
-        node_id = event.data["node_id"]
+        data = event.data
+        node_id = data["node_id"]
         execution = self._execution(event, node_id)
-        retries = int(event.data.get("retries") or 0)
-        feedback = retries == 0 and int(event.data.get("round") or 0) >= 1
-        if has_accounting(event.data):
+        retries = int(data.get("retries") or 0)
+        feedback = retries == 0 and int(data.get("round") or 0) >= 1
+        if has_accounting(data):
             self._charge_execution(event, execution, "feedback" if feedback else "retry")
         elif not feedback:
             # A plain retry's failed attempt was paid for, but the engine records its
@@ -477,27 +518,31 @@ class _Reconciler:
             self._record(node_id, event)
         else:
             execution.retries = retries
-            if event.data.get("session_id"):
-                execution.session_id = event.data["session_id"]
+            if data.get("session_id"):
+                execution.session_id = data["session_id"]
 
     def node_terminal(self, event: Event) -> None:
-        node_id = event.data["node_id"]
+        data = event.data
+        node_id = data["node_id"]
         execution = self._execution(event, node_id)
-        if "round" in event.data:
-            execution.round = int(event.data["round"])
-        execution.retries = int(event.data.get("retries") or 0)
-        execution.provenance = event.data.get("provenance")
-        if event.data.get("session_id"):
-            execution.session_id = event.data["session_id"]
-        if has_accounting(event.data):
+        if "round" in data:
+            execution.round = int(data["round"])
+        execution.retries = int(data.get("retries") or 0)
+        execution.provenance = data.get("provenance")
+        session_id = data.get("session_id")
+        if session_id:
+            execution.session_id = session_id
+        if has_accounting(data):
             self._charge_execution(event, execution, "node")
-        verdict = "PASS" if event.type == "node_passed" else "FAIL"
+        kind = data["event"]
+        verdict = "PASS" if kind == "node_passed" else "FAIL"
         self._end(execution, event, verdict)
-        terminal = _Terminal(event.type, event.line_no, verdict, int(event.data.get("round") or 0),
-                             event.data.get("session_id"))
-        self.latest_terminal[node_id] = (terminal, execution)
-        keys = self.terminal_keys.setdefault(node_id, [])
-        keys.append((verdict, terminal.round, terminal.session_id))
+        round_ = int(data.get("round") or 0)
+        self.latest_terminal[node_id] = (_Terminal(kind, event.line_no, verdict, round_, session_id), execution)
+        keys = self.terminal_keys.get(node_id)
+        if keys is None:
+            keys = self.terminal_keys[node_id] = []
+        keys.append((verdict, round_, session_id))
         if self.keep_recent and len(keys) > RECENT_TERMINALS:
             del keys[0]
         self.terminal_count[node_id] = self.terminal_count.get(node_id, 0) + 1
@@ -513,25 +558,31 @@ class _Reconciler:
     # -- money ----------------------------------------------------------------------
 
     def _charge_execution(self, event: Event, execution: Execution, kind: str) -> None:
-        charge = self._charge(event, kind, execution.leg_ordinal or None, self._leg_kind(execution.leg_ordinal),
+        ordinal = execution.leg_ordinal
+        charge = self._charge(event, kind, ordinal or None, self.leg_kinds[ordinal - 1] if ordinal else None,
                               execution.node_id, execution.round)
-        execution.cost_nano_usd, execution.cost_unknown = _add_cost(
-            execution.cost_nano_usd, execution.cost_unknown, charge.cost_nano_usd, charge.cost_unknown
-        )
+        execution.cost_nano_usd = (execution.cost_nano_usd or 0) + (charge.cost_nano_usd or 0)
+        execution.cost_unknown = execution.cost_unknown or charge.cost_unknown
 
     def _leg_kind(self, ordinal: int | None) -> str | None:
         return self.leg_kinds[ordinal - 1] if ordinal else None
 
     def _count(self, charge: Charge) -> None:
         money = self.money
-        money[0] += charge.cost_nano_usd or 0
+        cost = charge.cost_nano_usd or 0
+        money[0] += cost
         money[1] += 1
         money[2] += charge.cost_unknown
-        for i, count in enumerate(charge.tokens):
-            money[3 + i] += count
+        input_, cached, output, reasoning = charge.tokens
+        money[3] += input_
+        money[4] += cached
+        money[5] += output
+        money[6] += reasoning
         if charge.node_id is not None:
-            mine = self.node_money.setdefault(charge.node_id, [0, 0, 0])
-            mine[0] += charge.cost_nano_usd or 0
+            mine = self.node_money.get(charge.node_id)
+            if mine is None:
+                mine = self.node_money[charge.node_id] = [0, 0, 0]
+            mine[0] += cost
             mine[1] += 1
             mine[2] += charge.cost_unknown
 
@@ -554,11 +605,12 @@ class _Reconciler:
 
     def _charge(self, event: Event, kind: str, leg_ordinal: int | None, leg_kind: str | None,
                 node_id: str | None, round_: int | None) -> Charge:
-        cost, unknown = _cost(event.data)
-        cost, unknown, tokens = self._bounded(cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
+        data = event.data
+        cost, unknown = _cost(data)
+        cost, unknown, tokens = self._bounded(cost, unknown, _tokens(data.get("usage")), "events.jsonl",
                                               event.byte_offset)
-        self.charge_total += 1
-        charge = Charge(self.charge_total, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
+        seq = self.charge_total = self.charge_total + 1
+        charge = Charge(seq, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
                         event.at_us, cost, unknown, tokens, "events.jsonl",
                         event.byte_offset, event.line_no)
         self._count(charge)
@@ -585,7 +637,7 @@ class _Reconciler:
             if self.first is None:
                 self.first = (event.ts, event.at_us)
             walked += 1
-            handler = handlers.get(event.type)
+            handler = handlers.get(event.data["event"])
             if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
             if sink is not None and not walked % 256 and \
@@ -731,7 +783,7 @@ def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
         return None, True
     cost = assess.get("assess_cost_usd")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
-        return usd_to_nanos(cost), False
+        return usd_nanos(cost), False
     return None
 
 
@@ -802,7 +854,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "round": round_,
         "provenance": provenance,
         "judged": bool(record.get("judged")) if record is not None else None,
-        "budget_nano_usd": usd_to_nanos(budget) if isinstance(budget, int | float) and budget else None,
+        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, int | float) and budget else None,
         "duration_ns": record.get("duration") if record is not None else None,
         "session_id": session_id,
         "detail": detail,
@@ -822,7 +874,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
 def _record_cost(record: dict | None) -> int | None:
     if record is None or record.get("cost_unknown"):
         return None
-    return usd_to_nanos(record.get("cost_usd") or 0)
+    return usd_nanos(record.get("cost_usd") or 0)
 
 
 def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> str:
@@ -842,7 +894,7 @@ def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
     cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
     if unknown or record.get("cost_unknown"):
         return
-    theirs = usd_to_nanos(record.get("cost_usd") or 0)
+    theirs = usd_nanos(record.get("cost_usd") or 0)
     if theirs != cost:
         r.findings.append(Finding(
             "cost_mismatch", node_id, None,
@@ -863,7 +915,7 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
-    cost = None if unknown else usd_to_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
+    cost = None if unknown else usd_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
     tokens = _tokens(record.get("usage"))
     if cost is None or cost >= 0:
         cost, unknown, tokens = r._bounded(cost, unknown, tokens, "state.json", None)
@@ -923,7 +975,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     evidence = snapshot.get("build_evidence") if isinstance(snapshot.get("build_evidence"), dict) else {}
     gate = snapshot.get("gate") if isinstance(snapshot.get("gate"), dict) else {}
     planning_unknown = bool(snapshot.get("planning_cost_unknown"))
-    planning = None if planning_unknown else usd_to_nanos(snapshot.get("planning_cost_usd") or 0)
+    planning = None if planning_unknown else usd_nanos(snapshot.get("planning_cost_usd") or 0)
     snapshot_cost = (planning or 0) + sum(_record_cost(rec) or 0 for rec in records.values())
     passed = sum(1 for node_id in graph_nodes if (records.get(node_id) or {}).get("verdict") == "PASS")
     row.update({
