@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
-from typing import NamedTuple
 
 import orjson
 
@@ -50,27 +49,17 @@ class RunInput:
     terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None
 
 
-class _Terminal(NamedTuple):
-    """What the rules read back later of a terminal node event (never the event itself:
-    a run's events are walked once, and only this much of each is kept)."""
+# Plain tuples, not NamedTuples: one of each is made per node event, and a NamedTuple
+# costs a Python-level __new__ call.
+# What the rules read back later of a terminal node event (never the event itself: a
+# run's events are walked once, and only this much of each is kept):
+# (type, line_no, verdict, round, session_id).
+_Terminal = tuple[str, int, str, int, str | None]
+# A node's record as the engine's snapshot recorder has folded it so far:
+# (cost, unknown, round, verdict).
+_Recorded = tuple[int, bool, int, str]
 
-    type: str
-    line_no: int
-    verdict: str
-    round: int
-    session_id: str | None
-
-
-class _Recorded(NamedTuple):
-    """A node's record as the engine's snapshot recorder has folded it so far."""
-
-    cost: int
-    unknown: bool
-    round: int
-    verdict: str
-
-
-_NOT_RECORDED = _Recorded(0, False, -1, "")
+_NOT_RECORDED: _Recorded = (0, False, -1, "")
 
 
 @dataclass(slots=True)
@@ -227,6 +216,8 @@ RECENT_TERMINALS = 8  # per node, with a lookup for older ones
 
 _LEG_FIELDS = tuple(f.name for f in fields(Leg))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
+_ordinal = attrgetter("ordinal")
+_order = attrgetter("order")
 _leg_values = attrgetter(*_LEG_FIELDS)  # a leg's field values, in _LEG_FIELDS order (a tuple)
 _execution_values = attrgetter(*_EXECUTION_FIELDS)
 
@@ -315,7 +306,7 @@ class _Reconciler:
             "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
             "terminal_keys": self.terminal_keys,
             "terminal_count": self.terminal_count,
-            "recorded": {node: list(rec) for node, rec in self.recorded.items()},
+            "recorded": dict(self.recorded),
             "last_started": self.last_started,
             "event_count": self.event_count,
             "first": self.first,
@@ -348,11 +339,11 @@ class _Reconciler:
         self.money = list(state["money"])
         self.node_money = {node: list(m) for node, m in state["node_money"].items()}
         self.finding_total = state["finding_total"]
-        self.latest_terminal = {node: (_Terminal(*t[:5]), executions[t[5]])
+        self.latest_terminal = {node: (tuple(t[:5]), executions[t[5]])
                                 for node, t in state["latest_terminal"].items()}
         self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
         self.terminal_count = dict(state["terminal_count"])
-        self.recorded = {node: _Recorded(*r) for node, r in state["recorded"].items()}
+        self.recorded = {node: tuple(r) for node, r in state["recorded"].items()}
         self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
         self.event_count = state["event_count"]
         self.first = tuple(state["first"]) if state["first"] else None
@@ -538,7 +529,7 @@ class _Reconciler:
         verdict = "PASS" if kind == "node_passed" else "FAIL"
         self._end(execution, event, verdict)
         round_ = int(data.get("round") or 0)
-        self.latest_terminal[node_id] = (_Terminal(kind, event.line_no, verdict, round_, session_id), execution)
+        self.latest_terminal[node_id] = ((kind, event.line_no, verdict, round_, session_id), execution)
         keys = self.terminal_keys.get(node_id)
         if keys is None:
             keys = self.terminal_keys[node_id] = []
@@ -657,26 +648,30 @@ def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
     A record replaces the previous one, except that a later round (or the verdict that
     settles a feedback marker of the same round) carries the superseded spend forward.
     """
-    rec_round = int(event.data.get("round") or 0)
-    rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
-    rec_cost, rec_unknown = _cost(event.data)
+    data = event.data
+    previous_cost, previous_unknown, previous_round, previous_verdict = previous
+    rec_round = int(data.get("round") or 0)
+    kind = data["event"]
+    rec_verdict = "" if kind == "node_retried" else ("PASS" if kind == "node_passed" else "FAIL")
+    rec_cost, rec_unknown = _cost(data)
     rec_cost = rec_cost or 0
-    supersedes = previous.round >= 0 and (
-        rec_round > previous.round or (rec_round == previous.round and previous.verdict == "" and rec_verdict != "")
+    supersedes = previous_round >= 0 and (
+        rec_round > previous_round or (rec_round == previous_round and previous_verdict == "" and rec_verdict != "")
     )
     if supersedes:
-        rec_cost += previous.cost
-        rec_unknown = rec_unknown or previous.unknown
-    return _Recorded(rec_cost, rec_unknown, rec_round, rec_verdict)
+        rec_cost += previous_cost
+        rec_unknown = rec_unknown or previous_unknown
+    return rec_cost, rec_unknown, rec_round, rec_verdict
 
 
 def _any_terminal_matches(r: _Reconciler, run: RunInput, node_id: str, record: dict) -> bool:
     """Whether any terminal of the node is the one that wrote its snapshot record: the
     latest few are at hand (the record is nearly always one of them); the others are
     looked up only when none of those is."""
-    recent = r.terminal_keys.get(node_id, [])
-    if any(_record_matches(key, record) for key in recent):
-        return True
+    recent = r.terminal_keys.get(node_id, ())
+    for key in recent:
+        if _record_matches(key, record):
+            return True
     if run.terminal_lookup is None or r.terminal_count.get(node_id, 0) <= len(recent):
         return False
     return any(_record_matches(key, record) for key in run.terminal_lookup(node_id))
@@ -754,18 +749,18 @@ def reconcile(run: RunInput) -> RunRows:
     for row in node_rows:
         node_id = row["node_id"]
         row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = r.node_money.get(node_id, (0, 0, 0))
-        row["unrecorded_attempts"] = r.closed_unrecorded.get(node_id, 0) + sum(
-            e.unrecorded_attempts + (1 if _ended_without_terminal(r, e) else 0)
-            for e in open_by_node.get(node_id, ())
-        )
+        unrecorded = r.closed_unrecorded.get(node_id, 0)
+        for execution in open_by_node.get(node_id, ()):
+            unrecorded += execution.unrecorded_attempts + (1 if _ended_without_terminal(r, execution) else 0)
+        row["unrecorded_attempts"] = unrecorded
 
-    run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
+    run_row = _run_row(r, run, snapshot, graph, graph_nodes, node_rows)
     goal = _goal_cycle(run, snapshot)
     for seq, finding in enumerate(r.findings, r.finding_total + 1):
         finding.seq = seq
     done = r.drain()
-    legs = sorted(done.legs + ([r.open_leg] if r.open_leg is not None else []), key=lambda leg: leg.ordinal)
-    rounds = sorted(done.rounds + list(r.open_executions.values()), key=lambda e: e.order)
+    legs = sorted(done.legs + ([r.open_leg] if r.open_leg is not None else []), key=_ordinal)
+    rounds = sorted(done.rounds + list(r.open_executions.values()), key=_order)
     rows = RunRows(run_row, legs, node_rows, rounds, done.charges + r.late_charges, done.findings + r.findings,
                    goal, r.problems)
     rows.state = state
@@ -802,50 +797,64 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
     retries = round_ = last_leg = None
     verdict_source = None
     if latest is not None:
-        _, execution = latest
+        terminal, execution = latest
         verdict = execution.outcome
         verdict_source = "stream"
         retries, round_ = execution.retries, execution.round
         provenance, session_id, detail = execution.provenance, execution.session_id, execution.detail
         last_leg = execution.leg_ordinal or None
 
-    if record is not None and record.get("verdict") in SETTLED_VERDICTS:
-        if not _any_terminal_matches(r, run, node_id, record):
-            # The snapshot holds a terminal verdict the stream never carried: the event
-            # write was dropped (non-fatal in the engine). Recover it, flagged.
-            verdict, verdict_source = record["verdict"], "snapshot"
-            round_ = int(record.get("round") or 0)
-            provenance, session_id, detail = record.get("provenance"), record.get("session_id"), record.get("detail")
-            retries = int(record.get("retries") or 0)
-            charge = _recover(r, node_id, record, last_event)
-            if charge is not None:
-                r.add_late_charge(charge)
-            # The dropped terminal ended this node's last execution: its leg is the node's.
-            if last_execution is not None:
-                last_leg = last_execution.leg_ordinal or None
-        elif latest is not None and not _record_matches(latest[0][2:], record):
+    if record is None:
+        judged = duration = artifact_path = record_verdict = record_round = record_cost = record_unknown = None
+        if latest is not None and run.snapshot is not None:
             r.findings.append(Finding(
-                "snapshot_behind", node_id, latest[1].leg_ordinal or None,
-                f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
-                f"terminal (line {latest[0].line_no}) has no snapshot record (dropped snapshot write, or "
-                f"the snapshot has not caught up yet)",
+                "snapshot_record_missing", node_id, execution.leg_ordinal or None,
+                f"{terminal[0]} for {node_id} at line {terminal[1]} has no record in state.json "
+                f"(dropped snapshot write)",
             ))
-        else:
-            _check_cost(r, node_id, record)
-    elif latest is not None and run.snapshot is not None and record is None:
-        r.findings.append(Finding(
-            "snapshot_record_missing", node_id, latest[1].leg_ordinal or None,
-            f"{latest[0].type} for {node_id} at line {latest[0].line_no} has no record in state.json "
-            f"(dropped snapshot write)",
-        ))
+    else:
+        get = record.get
+        record_verdict = get("verdict")
+        record_round = int(get("round") or 0)
+        record_unknown = bool(get("cost_unknown"))
+        record_cost = None if record_unknown else usd_nanos(get("cost_usd") or 0)
+        judged, duration, artifact_path = bool(get("judged")), get("duration"), get("artifact_path") or None
+        if record_verdict in SETTLED_VERDICTS:
+            # The latest terminal's key is among the node's recent ones: when it is the
+            # record's, no other need be looked at.
+            latest_matches = latest is not None and _record_matches(terminal[2:], record)
+            if not latest_matches and not _any_terminal_matches(r, run, node_id, record):
+                # The snapshot holds a terminal verdict the stream never carried: the event
+                # write was dropped (non-fatal in the engine). Recover it, flagged.
+                verdict, verdict_source = record["verdict"], "snapshot"
+                round_ = record_round
+                provenance, session_id, detail = get("provenance"), get("session_id"), get("detail")
+                retries = int(get("retries") or 0)
+                charge = _recover(r, node_id, record, last_event)
+                if charge is not None:
+                    r.add_late_charge(charge)
+                # The dropped terminal ended this node's last execution: its leg is the node's.
+                if last_execution is not None:
+                    last_leg = last_execution.leg_ordinal or None
+            elif latest is not None and not latest_matches:
+                r.findings.append(Finding(
+                    "snapshot_behind", node_id, execution.leg_ordinal or None,
+                    f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
+                    f"terminal (line {terminal[1]}) has no snapshot record (dropped snapshot write, or "
+                    f"the snapshot has not caught up yet)",
+                ))
+            else:
+                _check_cost(r, node_id, record_cost)
 
     state = _node_state(r, last_execution, verdict)
     name = artifact_name(node_id)
-    has_artifact = name in run.artifacts
-    budget = (record or {}).get("budget_usd", (spec or {}).get("budget_usd"))
+    if record is not None and "budget_usd" in record:
+        budget = record["budget_usd"]
+    else:
+        budget = spec.get("budget_usd") if spec else None
     return {
         "node_id": node_id,
-        "node_type": (spec or {}).get("type"),
+        "node_type": spec.get("type") if spec else None,
         "in_graph": spec is not None,
         "verdict": verdict,
         "verdict_source": verdict_source,
@@ -853,28 +862,22 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "retries": retries,
         "round": round_,
         "provenance": provenance,
-        "judged": bool(record.get("judged")) if record is not None else None,
-        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, int | float) and budget else None,
-        "duration_ns": record.get("duration") if record is not None else None,
+        "judged": judged,
+        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, (int, float)) and budget else None,
+        "duration_ns": duration,
         "session_id": session_id,
         "detail": detail,
         "artifact_name": name,
-        "artifact_path": (record or {}).get("artifact_path") or None,
-        "has_artifact": has_artifact,
+        "artifact_path": artifact_path,
+        "has_artifact": name in run.artifacts,
         "has_failed_output": name in run.failed_outputs,
         "budget_overrun": verdict == "FAIL" and bool(_BUDGET_FAILURE.search(detail or "")),
         "last_leg": last_leg,
-        "snapshot_verdict": record.get("verdict") if record is not None else None,
-        "snapshot_round": int(record.get("round") or 0) if record is not None else None,
-        "snapshot_cost_nano_usd": _record_cost(record),
-        "snapshot_cost_unknown": bool(record.get("cost_unknown")) if record is not None else None,
+        "snapshot_verdict": record_verdict,
+        "snapshot_round": record_round,
+        "snapshot_cost_nano_usd": record_cost,
+        "snapshot_cost_unknown": record_unknown,
     }
-
-
-def _record_cost(record: dict | None) -> int | None:
-    if record is None or record.get("cost_unknown"):
-        return None
-    return usd_nanos(record.get("cost_usd") or 0)
 
 
 def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> str:
@@ -890,11 +893,11 @@ def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> 
     return "running" if leg_open else "unfinished"
 
 
-def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
+def _check_cost(r: _Reconciler, node_id: str, theirs: int | None) -> None:
+    """``theirs``: the node's snapshot record's cost (None: unknown)."""
     cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
-    if unknown or record.get("cost_unknown"):
+    if unknown or theirs is None:
         return
-    theirs = usd_nanos(record.get("cost_usd") or 0)
     if theirs != cost:
         r.findings.append(Finding(
             "cost_mismatch", node_id, None,
@@ -943,9 +946,18 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
-             records: dict, node_rows: list[dict]) -> dict:
+             node_rows: list[dict]) -> dict:
     last_leg = r.last_leg
     has_snapshot = run.snapshot is not None
+    # Every snapshot record has a node row, which holds what the run row sums of it.
+    unrecorded = records_cost = passed = 0
+    records_unknown = False
+    for node in node_rows:
+        unrecorded += node["unrecorded_attempts"]
+        records_cost += node["snapshot_cost_nano_usd"] or 0
+        records_unknown = records_unknown or node["snapshot_cost_unknown"]
+        if node["in_graph"] and node["snapshot_verdict"] == "PASS":
+            passed += 1
     tokens = r.money[3:7]
     row: dict = {
         "event_count": r.event_count,
@@ -962,7 +974,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "cost_nano_usd": r.money[0],
         "invocations": r.money[1],
         "unknown_cost_invocations": r.money[2],
-        "unrecorded_attempts": sum(n["unrecorded_attempts"] for n in node_rows),
+        "unrecorded_attempts": unrecorded,
         "input_tokens": tokens[0],
         "cached_input_tokens": tokens[1],
         "output_tokens": tokens[2],
@@ -976,8 +988,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     gate = snapshot.get("gate") if isinstance(snapshot.get("gate"), dict) else {}
     planning_unknown = bool(snapshot.get("planning_cost_unknown"))
     planning = None if planning_unknown else usd_nanos(snapshot.get("planning_cost_usd") or 0)
-    snapshot_cost = (planning or 0) + sum(_record_cost(rec) or 0 for rec in records.values())
-    passed = sum(1 for node_id in graph_nodes if (records.get(node_id) or {}).get("verdict") == "PASS")
+    snapshot_cost = (planning or 0) + records_cost
     row.update({
         "snapshot_schema": snapshot.get("schema"),
         "runtime": snapshot.get("runtime") or "claude",  # absent means claude (RUN-FEED.md)
@@ -1000,7 +1011,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "planning_cost_nano_usd": planning if ("planning_cost_usd" in snapshot or planning_unknown) else None,
         "planning_cost_unknown": planning_unknown if ("planning_cost_usd" in snapshot or planning_unknown) else None,
         "snapshot_cost_nano_usd": snapshot_cost,
-        "snapshot_cost_unknown": planning_unknown or any(bool(rec.get("cost_unknown")) for rec in records.values()),
+        "snapshot_cost_unknown": planning_unknown or bool(records_unknown),
         "nodes_passed": passed,
         "all_nodes_passed": bool(graph_nodes) and passed == len(graph_nodes),
     })
