@@ -295,19 +295,12 @@ class _Reconciler:
             "exec_total": self.exec_total,
             "executions": list(map(_execution_values, executions.values())),
             "open_executions": list(self.open_executions),
-            "last_execution": {node: e.order for node, e in self.last_execution.items()},
-            "closed_unrecorded": self.closed_unrecorded,
+            "nodes": self._node_states(),
             "current": [[leg, node, e.order] for leg, by_node in self.current.items() for node, e in by_node.items()],
             "exec_count": [[leg, node, n] for leg, by_node in self.exec_count.items() for node, n in by_node.items()],
             "charge_total": self.charge_total,
             "money": list(self.money),
-            "node_money": {node: list(m) for node, m in self.node_money.items()},
             "finding_total": self.finding_total,
-            "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
-            "terminal_keys": self.terminal_keys,
-            "terminal_count": self.terminal_count,
-            "recorded": dict(self.recorded),
-            "last_started": self.last_started,
             "event_count": self.event_count,
             "first": self.first,
             "last": self.last,
@@ -315,6 +308,58 @@ class _Reconciler:
             "tally": [self.tally.money, list(self.tally.tokens), self.tally.exhausted],
             "problems": list(self.problems),
         }
+
+    def _node_states(self) -> dict[str, list]:
+        """Per node (every node with an execution has one, and only those have any of
+        these): [its last execution's order, unrecorded attempts over its ended
+        executions, its money (a copy), its latest terminal's line and execution order,
+        its terminal keys, its terminal count, its recorder fold, its last start], None
+        where it has none. One list per node: its id is written once, not once a map.
+        The latest terminal's (verdict, round, session) is its last terminal key."""
+        closed_unrecorded, node_money, latest_terminal = self.closed_unrecorded, self.node_money, self.latest_terminal
+        terminal_keys, terminal_count, recorded, last_started = (
+            self.terminal_keys, self.terminal_count, self.recorded, self.last_started)
+        nodes = {}
+        for node, execution in self.last_execution.items():
+            money = node_money.get(node)
+            latest = latest_terminal.get(node)
+            nodes[node] = [execution.order, closed_unrecorded.get(node), list(money) if money is not None else None,
+                           latest[0][1] if latest is not None else None, latest[1].order if latest is not None else None,
+                           terminal_keys.get(node), terminal_count.get(node), recorded.get(node),
+                           last_started.get(node)]
+        return nodes
+
+    def _load_nodes(self, nodes: dict[str, list], executions: dict[int, Execution]) -> None:
+        for node, (order, unrecorded, money, latest_line, latest_order, keys, count, fold, started) in nodes.items():
+            self.last_execution[node] = executions[order]
+            if unrecorded is not None:
+                self.closed_unrecorded[node] = unrecorded
+            if money is not None:
+                self.node_money[node] = list(money)
+            if keys is not None:
+                self.terminal_keys[node] = keys = [tuple(key) for key in keys]
+                verdict, round_, session_id = keys[-1]
+                kind = "node_passed" if verdict == "PASS" else "node_failed"
+                self.latest_terminal[node] = ((kind, latest_line, verdict, round_, session_id), executions[latest_order])
+            if count is not None:
+                self.terminal_count[node] = count
+            if fold is not None:
+                self.recorded[node] = tuple(fold)
+            if started is not None:
+                self.last_started[node] = tuple(started)
+
+    def _load_node_maps(self, state: dict, executions: dict[int, Execution]) -> None:
+        """The per-node facts of a state laid out as one map per fact (states saved by
+        omg-ledger before the per-node lists; still stored at the same derivation version)."""
+        self.last_execution = {node: executions[order] for node, order in state["last_execution"].items()}
+        self.closed_unrecorded = dict(state["closed_unrecorded"])
+        self.node_money = {node: list(m) for node, m in state["node_money"].items()}
+        self.latest_terminal = {node: (tuple(t[:5]), executions[t[5]])
+                                for node, t in state["latest_terminal"].items()}
+        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
+        self.terminal_count = dict(state["terminal_count"])
+        self.recorded = {node: tuple(r) for node, r in state["recorded"].items()}
+        self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
 
     def load(self, state: dict) -> None:
         legs = {values[0]: Leg(**dict(zip(_LEG_FIELDS, values, strict=True))) for values in state["legs"]}
@@ -329,22 +374,17 @@ class _Reconciler:
             execution = Execution(**dict(zip(_EXECUTION_FIELDS, values, strict=True)))
             executions[execution.order] = execution
         self.open_executions = {order: executions[order] for order in state["open_executions"]}
-        self.last_execution = {node: executions[order] for node, order in state["last_execution"].items()}
-        self.closed_unrecorded = dict(state["closed_unrecorded"])
+        if "nodes" in state:
+            self._load_nodes(state["nodes"], executions)
+        else:
+            self._load_node_maps(state, executions)
         for leg, node, order in state["current"]:
             self.current.setdefault(leg, {})[node] = executions[order]
         for leg, node, count in state["exec_count"]:
             self.exec_count.setdefault(leg, {})[node] = count
         self.charge_total = state["charge_total"]
         self.money = list(state["money"])
-        self.node_money = {node: list(m) for node, m in state["node_money"].items()}
         self.finding_total = state["finding_total"]
-        self.latest_terminal = {node: (tuple(t[:5]), executions[t[5]])
-                                for node, t in state["latest_terminal"].items()}
-        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
-        self.terminal_count = dict(state["terminal_count"])
-        self.recorded = {node: tuple(r) for node, r in state["recorded"].items()}
-        self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
         self.event_count = state["event_count"]
         self.first = tuple(state["first"]) if state["first"] else None
         self.last = tuple(state["last"]) if state["last"] else None
