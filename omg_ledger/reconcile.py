@@ -451,7 +451,7 @@ class _Reconciler:
         leg = self._open(event, phase)
         if has_accounting(event.data):
             charge_leg = planning_leg or leg
-            self._charge(event, "planning", charge_leg.ordinal, PLANNING, None, None)
+            self._charge(event, _cost(event.data), "planning", charge_leg.ordinal, PLANNING, None, None)
 
     def run_finished(self, event: Event) -> None:
         leg = self.open_leg
@@ -467,7 +467,7 @@ class _Reconciler:
                 )
             )
             if has_accounting(event.data):
-                self._charge(event, "other", None, None, None, None)
+                self._charge(event, _cost(event.data), "other", None, None, None, None)
             return
         outcome = event.data.get("outcome")
         detail = event.data.get("detail")
@@ -477,7 +477,7 @@ class _Reconciler:
         self.last_outcome, self.last_detail = outcome, detail
         if has_accounting(event.data):
             kind = "refused" if leg.phase == PLANNING else "other"
-            self._charge(event, kind, leg.ordinal, leg.kind, None, None)
+            self._charge(event, _cost(event.data), kind, leg.ordinal, leg.kind, None, None)
 
     # -- node executions ----------------------------------------------------------
 
@@ -495,9 +495,10 @@ class _Reconciler:
         data = event.data
         if started:
             execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), event.ts, event.line_no,
-                                  session_id=data.get("session_id"), order=order)
+                                  None, None, None, 0, data.get("session_id"), None, None, None, False, 0, order)
         else:
-            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), order=order)
+            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), None, None,
+                                  None, None, None, 0, None, None, None, None, False, 0, order)
         self.open_executions[order] = execution
         current = self.current.get(ordinal)
         if current is None:
@@ -538,15 +539,16 @@ class _Reconciler:
         execution = self._execution(event, node_id)
         retries = int(data.get("retries") or 0)
         feedback = retries == 0 and int(data.get("round") or 0) >= 1
+        cost = _cost(data)
         if has_accounting(data):
-            self._charge_execution(event, execution, "feedback" if feedback else "retry")
+            self._charge_execution(event, cost, execution, "feedback" if feedback else "retry")
         elif not feedback:
             # A plain retry's failed attempt was paid for, but the engine records its
             # spend nowhere (corpus README #1). Count it; never invent a number.
             execution.unrecorded_attempts += 1
         if feedback:
             self._end(execution, event, "FEEDBACK")
-            self._record(node_id, event)
+            self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event, cost)
         else:
             execution.retries = retries
             if data.get("session_id"):
@@ -563,8 +565,9 @@ class _Reconciler:
         session_id = data.get("session_id")
         if session_id:
             execution.session_id = session_id
+        cost = _cost(data)
         if has_accounting(data):
-            self._charge_execution(event, execution, "node")
+            self._charge_execution(event, cost, execution, "node")
         kind = data["event"]
         verdict = "PASS" if kind == "node_passed" else "FAIL"
         self._end(execution, event, verdict)
@@ -577,10 +580,7 @@ class _Reconciler:
         if self.keep_recent and len(keys) > RECENT_TERMINALS:
             del keys[0]
         self.terminal_count[node_id] = self.terminal_count.get(node_id, 0) + 1
-        self._record(node_id, event)
-
-    def _record(self, node_id: str, event: Event) -> None:
-        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event)
+        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event, cost)
 
     def gate_paused(self, event: Event) -> None:
         execution = self._execution(event, event.data["node_id"])
@@ -588,9 +588,9 @@ class _Reconciler:
 
     # -- money ----------------------------------------------------------------------
 
-    def _charge_execution(self, event: Event, execution: Execution, kind: str) -> None:
+    def _charge_execution(self, event: Event, cost: tuple[int | None, bool], execution: Execution, kind: str) -> None:
         ordinal = execution.leg_ordinal
-        charge = self._charge(event, kind, ordinal or None, self.leg_kinds[ordinal - 1] if ordinal else None,
+        charge = self._charge(event, cost, kind, ordinal or None, self.leg_kinds[ordinal - 1] if ordinal else None,
                               execution.node_id, execution.round)
         execution.cost_nano_usd = (execution.cost_nano_usd or 0) + (charge.cost_nano_usd or 0)
         execution.cost_unknown = execution.cost_unknown or charge.cost_unknown
@@ -634,11 +634,10 @@ class _Reconciler:
             self.problems.append((source_file, offset, RUN_BOUND_REASON))
         return None, True, (0, 0, 0, 0)
 
-    def _charge(self, event: Event, kind: str, leg_ordinal: int | None, leg_kind: str | None,
-                node_id: str | None, round_: int | None) -> Charge:
-        data = event.data
-        cost, unknown = _cost(data)
-        cost, unknown, tokens = self._bounded(cost, unknown, _tokens(data.get("usage")), "events.jsonl",
+    def _charge(self, event: Event, cost: tuple[int | None, bool], kind: str, leg_ordinal: int | None,
+                leg_kind: str | None, node_id: str | None, round_: int | None) -> Charge:
+        """``cost``: _cost of the event (its handler may need it too)."""
+        cost, unknown, tokens = self._bounded(*cost, _tokens(event.data.get("usage")), "events.jsonl",
                                               event.byte_offset)
         seq = self.charge_total = self.charge_total + 1
         charge = Charge(seq, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
@@ -682,7 +681,7 @@ class _Reconciler:
             self.last_line = event.line_no
 
 
-def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
+def _recorder_step(previous: _Recorded, event: Event, cost: tuple[int | None, bool]) -> _Recorded:
     """Fold one event into what the engine's snapshot recorder holds for its node.
 
     A record replaces the previous one, except that a later round (or the verdict that
@@ -693,7 +692,7 @@ def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
     rec_round = int(data.get("round") or 0)
     kind = data["event"]
     rec_verdict = "" if kind == "node_retried" else ("PASS" if kind == "node_passed" else "FAIL")
-    rec_cost, rec_unknown = _cost(data)
+    rec_cost, rec_unknown = cost  # _cost of the event
     rec_cost = rec_cost or 0
     supersedes = previous_round >= 0 and (
         rec_round > previous_round or (rec_round == previous_round and previous_verdict == "" and rec_verdict != "")
