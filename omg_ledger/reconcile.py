@@ -771,11 +771,10 @@ def reconcile(run: RunInput) -> RunRows:
     open_by_node: dict[str, list[Execution]] = {}
     for execution in r.open_executions.values():
         open_by_node.setdefault(execution.node_id, []).append(execution)
-    node_ids = sorted(set(graph_nodes) | set(records) | set(r.last_execution))
-    node_rows = []
-    for node_id in node_ids:
-        node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
-                                   r.last_execution.get(node_id)))
+    last_execution = r.last_execution
+    node_rows = [_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
+                           last_execution.get(node_id))
+                 for node_id in sorted({*graph_nodes, *records, *last_execution})]
 
     assessed = _assess_cost(run.assess)
     if assessed is not None:
@@ -785,10 +784,11 @@ def reconcile(run: RunInput) -> RunRows:
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.add_late_charge(Charge(0, "assessment", None, "assessment", None, None, at, at_us,
                                  cost, unknown, tokens, "assess.json", None, None))
+    node_money, closed_unrecorded = r.node_money, r.closed_unrecorded
     for row in node_rows:
         node_id = row["node_id"]
-        row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = r.node_money.get(node_id, (0, 0, 0))
-        unrecorded = r.closed_unrecorded.get(node_id, 0)
+        row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = node_money.get(node_id, (0, 0, 0))
+        unrecorded = closed_unrecorded.get(node_id, 0)
         for execution in open_by_node.get(node_id, ()):
             unrecorded += execution.unrecorded_attempts + (1 if _ended_without_terminal(r, execution) else 0)
         row["unrecorded_attempts"] = unrecorded
