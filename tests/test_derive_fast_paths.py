@@ -162,3 +162,22 @@ def test_the_fold_state_writes_each_node_id_once():
     # In the per-node lists; the legs' and executions' rows name their node as a column.
     per_node_maps = state.count('"impl":') + state.count('"rev":')
     assert per_node_maps == 2
+
+
+def test_the_watched_stream_notes_the_first_line_and_a_nul_escape_when_it_is_seen():
+    from omg_ledger.derive import _Watched
+
+    lines = events(ev("run_started", 0), ev("node_started", 1, node_id="a"),
+                   ev("node_passed", 2, node_id="a", detail="bad\x00byte"), ev("run_finished", 3, outcome="passed"))
+    assert "\\u0000" in lines[2].raw and "\\u0000" not in lines[1].raw
+    seen = _Watched(lines)
+    walked = []
+    for event in seen:
+        walked.append((event.line_no, seen.nul))
+        if event.line_no == 2:
+            break  # a walk that stops early; iterating again goes on after it
+    walked += [(event.line_no, seen.nul) for event in seen]
+    assert walked == [(1, False), (2, False), (3, True), (4, True)]
+    assert seen.first_raw == lines[0].raw
+    resumed = _Watched(lines[1:], nul=True)  # a resumed walk that has seen one already
+    assert [e.line_no for e in resumed] == [2, 3, 4] and resumed.nul and resumed.first_raw == lines[1].raw
