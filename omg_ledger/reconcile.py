@@ -275,7 +275,7 @@ class _Reconciler:
         of everything the snapshot checks after the walk change (totals, the bound's
         tally, problems, open executions), so the state is the walk's own."""
         legs = {leg.ordinal: leg for leg in (self.open_leg, self.last_leg, self.last_run_leg) if leg is not None}
-        executions = dict(self.open_executions)  # by order, as every execution here is
+        executions = dict(self.open_executions)  # keyed by order, as the ones added below
         for execution in self.last_execution.values():
             executions[execution.order] = execution
         for by_node in self.current.values():
@@ -480,9 +480,6 @@ class _Reconciler:
             self._charge(event, _cost(event.data), kind, leg.ordinal, leg.kind, None, None)
 
     # -- node executions ----------------------------------------------------------
-
-    def _leg_ordinal(self) -> int:
-        return self.open_leg.ordinal if self.open_leg is not None else 0
 
     def _new_execution(self, event: Event, node_id: str, started: bool) -> Execution:
         open_leg = self.open_leg
