@@ -85,11 +85,16 @@ class RunTally:
         self.exhausted = False
 
     def admit(self, cost: int | None, tokens: Sequence[int] = (0, 0, 0, 0)) -> bool:
+        """``tokens``: the four token fields (feed.TOKEN_FIELDS), in their order."""
         if self.exhausted:
             return False
         money = self.money + (cost or 0)
-        counts = [have + more for have, more in zip(self.tokens, tokens, strict=False)]
-        if money > MAX_RUN_NANOS or any(count > MAX_RUN_TOKENS for count in counts):
+        # The four token fields spelled out: this runs once per charge, and a loop over
+        # them costs more than the rest of the charge's bookkeeping.
+        have = self.tokens
+        counts = [have[0] + tokens[0], have[1] + tokens[1], have[2] + tokens[2], have[3] + tokens[3]]
+        if money > MAX_RUN_NANOS or counts[0] > MAX_RUN_TOKENS or counts[1] > MAX_RUN_TOKENS \
+                or counts[2] > MAX_RUN_TOKENS or counts[3] > MAX_RUN_TOKENS:
             self.exhausted = True
             return False
         self.money, self.tokens = money, counts

@@ -101,12 +101,24 @@ class _Watched:
         self.nul = nul
 
     def __iter__(self) -> Iterator[Event]:
-        for event in self._events:
-            if self.first_raw is None:
+        # Each check stops once it is answered (per line, only what is still open is
+        # asked). Iterating again goes on where the last iteration stopped.
+        events = self._events
+        if self.first_raw is None:
+            for event in events:
                 self.first_raw = event.raw
-            if not self.nul and "\\u0000" in event.raw:
-                self.nul = True
-            yield event
+                if "\\u0000" in event.raw:
+                    self.nul = True
+                yield event
+                break
+        if not self.nul:
+            for event in events:
+                if "\\u0000" in event.raw:
+                    self.nul = True
+                    yield event
+                    break
+                yield event
+        yield from events
 
 
 def stream_identity(run_id: str, first_line: str | None) -> str:

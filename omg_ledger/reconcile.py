@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from operator import attrgetter
 
 import orjson
 
 from .bounds import RUN_BOUND_REASON, RunTally
 from .feed import TOKEN_FIELDS, Event
-from .units import usd_to_nanos
+from .units import NANOS_PER_USD, usd_to_nanos
 
 PLANNING = "planning"
 RUN = "run"
@@ -49,27 +49,17 @@ class RunInput:
     terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None
 
 
-class _Terminal(NamedTuple):
-    """What the rules read back later of a terminal node event (never the event itself:
-    a run's events are walked once, and only this much of each is kept)."""
+# Plain tuples, not NamedTuples: one of each is made per node event, and a NamedTuple
+# costs a Python-level __new__ call.
+# What the rules read back later of a terminal node event (never the event itself: a
+# run's events are walked once, and only this much of each is kept):
+# (type, line_no, verdict, round, session_id).
+_Terminal = tuple[str, int, str, int, str | None]
+# A node's record as the engine's snapshot recorder has folded it so far:
+# (cost, unknown, round, verdict).
+_Recorded = tuple[int, bool, int, str]
 
-    type: str
-    line_no: int
-    verdict: str
-    round: int
-    session_id: str | None
-
-
-class _Recorded(NamedTuple):
-    """A node's record as the engine's snapshot recorder has folded it so far."""
-
-    cost: int
-    unknown: bool
-    round: int
-    verdict: str
-
-
-_NOT_RECORDED = _Recorded(0, False, -1, "")
+_NOT_RECORDED: _Recorded = (0, False, -1, "")
 
 
 @dataclass(slots=True)
@@ -110,10 +100,6 @@ class Execution:
     cost_unknown: bool = False
     unrecorded_attempts: int = 0
     order: int = 0  # creation order within the run (not a column: rows are keyed by leg, node, seq)
-
-    @property
-    def closed(self) -> bool:
-        return self.outcome is not None
 
 
 @dataclass(slots=True)
@@ -174,27 +160,55 @@ def artifact_name(node_id: str) -> str:
     return node_id.replace("/", "~") + ".out"
 
 
+_INPUT, _CACHED_INPUT, _OUTPUT, _REASONING_OUTPUT = TOKEN_FIELDS
+_NO_TOKENS = (0, 0, 0, 0)
+
+
 def has_accounting(data: dict) -> bool:
-    usage = data.get("usage") or {}
-    return "cost_usd" in data or bool(data.get("cost_unknown")) or any(usage.get(t) for t in TOKEN_FIELDS)
+    if "cost_usd" in data or data.get("cost_unknown"):
+        return True
+    usage = data.get("usage")
+    if not usage:
+        return False
+    return bool(usage.get(_INPUT) or usage.get(_CACHED_INPUT) or usage.get(_OUTPUT) or usage.get(_REASONING_OUTPUT))
+
+
+_NANOS_OF_FLOAT: dict[float, int] = {}
+_NANOS_KEPT = 4096
+_EXACT_INT_USD = 10**18  # below it, n * 10**9 fits Decimal's 28 digits: usd_to_nanos is plain multiplication
+
+
+def usd_nanos(value: float | int) -> int:
+    """usd_to_nanos, with its result remembered per float value: equal floats have one
+    repr (0.0 and -0.0 both give 0), so the value determines the result. A run's costs
+    repeat (a node's charge, its snapshot record, the run's sums), and Decimal is slow."""
+    kind = type(value)
+    if kind is float:
+        known = _NANOS_OF_FLOAT.get(value)
+        if known is None:
+            known = usd_to_nanos(value)
+            if len(_NANOS_OF_FLOAT) >= _NANOS_KEPT:
+                _NANOS_OF_FLOAT.clear()
+            _NANOS_OF_FLOAT[value] = known
+        return known
+    if kind is int and -_EXACT_INT_USD < value < _EXACT_INT_USD:
+        return value * NANOS_PER_USD
+    return usd_to_nanos(value)
 
 
 def _cost(data: dict) -> tuple[int | None, bool]:
     """(nano-dollars or None, unknown). cost_unknown makes any number beside it filler."""
     if data.get("cost_unknown"):
         return None, True
-    return usd_to_nanos(data.get("cost_usd", 0)), False
+    return usd_nanos(data.get("cost_usd", 0)), False
 
 
 def _tokens(usage: object) -> tuple[int, int, int, int]:
     if not isinstance(usage, dict):
-        return (0, 0, 0, 0)
-    return tuple(int(usage.get(name) or 0) for name in TOKEN_FIELDS)  # type: ignore[return-value]
-
-
-def _add_cost(total: int | None, unknown: bool, cost: int | None, cost_unknown: bool) -> tuple[int | None, bool]:
-    known = (total or 0) + (cost or 0)
-    return known, unknown or cost_unknown
+        return _NO_TOKENS
+    get = usage.get
+    return (int(get(_INPUT) or 0), int(get(_CACHED_INPUT) or 0), int(get(_OUTPUT) or 0),
+            int(get(_REASONING_OUTPUT) or 0))
 
 
 DRAIN_ROWS = 2000  # finished rows held before they go to the sink
@@ -202,6 +216,10 @@ RECENT_TERMINALS = 8  # per node, with a lookup for older ones
 
 _LEG_FIELDS = tuple(f.name for f in fields(Leg))
 _EXECUTION_FIELDS = tuple(f.name for f in fields(Execution))
+_ordinal = attrgetter("ordinal")
+_order = attrgetter("order")
+_leg_values = attrgetter(*_LEG_FIELDS)  # a leg's field values, in _LEG_FIELDS order (a tuple)
+_execution_values = attrgetter(*_EXECUTION_FIELDS)
 
 
 class _Reconciler:
@@ -257,13 +275,17 @@ class _Reconciler:
         of everything the snapshot checks after the walk change (totals, the bound's
         tally, problems, open executions), so the state is the walk's own."""
         legs = {leg.ordinal: leg for leg in (self.open_leg, self.last_leg, self.last_run_leg) if leg is not None}
-        executions = {e.order: e for e in self.open_executions.values()}
-        executions.update((e.order, e) for e in self.last_execution.values())
-        executions.update((e.order, e) for by_node in self.current.values() for e in by_node.values())
-        executions.update((e.order, e) for _, e in self.latest_terminal.values())
+        executions = dict(self.open_executions)  # keyed by order, as the ones added below
+        for execution in self.last_execution.values():
+            executions[execution.order] = execution
+        for by_node in self.current.values():
+            for execution in by_node.values():
+                executions[execution.order] = execution
+        for _, execution in self.latest_terminal.values():
+            executions[execution.order] = execution
         return {
             "leg_kinds": self.leg_kinds,
-            "legs": [[getattr(leg, f) for f in _LEG_FIELDS] for leg in legs.values()],
+            "legs": list(map(_leg_values, legs.values())),
             "open_leg": self.open_leg.ordinal if self.open_leg else None,
             "last_leg": self.last_leg.ordinal if self.last_leg else None,
             "last_run_leg": self.last_run_leg.ordinal if self.last_run_leg else None,
@@ -271,21 +293,14 @@ class _Reconciler:
             "last_outcome": self.last_outcome,
             "last_detail": self.last_detail,
             "exec_total": self.exec_total,
-            "executions": [[getattr(e, f) for f in _EXECUTION_FIELDS] for e in executions.values()],
+            "executions": list(map(_execution_values, executions.values())),
             "open_executions": list(self.open_executions),
-            "last_execution": {node: e.order for node, e in self.last_execution.items()},
-            "closed_unrecorded": self.closed_unrecorded,
+            "nodes": self._node_states(),
             "current": [[leg, node, e.order] for leg, by_node in self.current.items() for node, e in by_node.items()],
             "exec_count": [[leg, node, n] for leg, by_node in self.exec_count.items() for node, n in by_node.items()],
             "charge_total": self.charge_total,
             "money": list(self.money),
-            "node_money": {node: list(m) for node, m in self.node_money.items()},
             "finding_total": self.finding_total,
-            "latest_terminal": {node: [*t, e.order] for node, (t, e) in self.latest_terminal.items()},
-            "terminal_keys": self.terminal_keys,
-            "terminal_count": self.terminal_count,
-            "recorded": {node: list(rec) for node, rec in self.recorded.items()},
-            "last_started": self.last_started,
             "event_count": self.event_count,
             "first": self.first,
             "last": self.last,
@@ -293,6 +308,58 @@ class _Reconciler:
             "tally": [self.tally.money, list(self.tally.tokens), self.tally.exhausted],
             "problems": list(self.problems),
         }
+
+    def _node_states(self) -> dict[str, list]:
+        """Per node (every node with an execution has one, and only those have any of
+        these): [its last execution's order, unrecorded attempts over its ended
+        executions, its money (a copy), its latest terminal's line and execution order,
+        its terminal keys, its terminal count, its recorder fold, its last start], None
+        where it has none. One list per node: its id is written once, not once a map.
+        The latest terminal's (verdict, round, session) is its last terminal key."""
+        closed_unrecorded, node_money, latest_terminal = self.closed_unrecorded, self.node_money, self.latest_terminal
+        terminal_keys, terminal_count, recorded, last_started = (
+            self.terminal_keys, self.terminal_count, self.recorded, self.last_started)
+        nodes = {}
+        for node, execution in self.last_execution.items():
+            money = node_money.get(node)
+            latest = latest_terminal.get(node)
+            nodes[node] = [execution.order, closed_unrecorded.get(node), list(money) if money is not None else None,
+                           latest[0][1] if latest is not None else None, latest[1].order if latest is not None else None,
+                           terminal_keys.get(node), terminal_count.get(node), recorded.get(node),
+                           last_started.get(node)]
+        return nodes
+
+    def _load_nodes(self, nodes: dict[str, list], executions: dict[int, Execution]) -> None:
+        for node, (order, unrecorded, money, latest_line, latest_order, keys, count, fold, started) in nodes.items():
+            self.last_execution[node] = executions[order]
+            if unrecorded is not None:
+                self.closed_unrecorded[node] = unrecorded
+            if money is not None:
+                self.node_money[node] = list(money)
+            if keys is not None:
+                self.terminal_keys[node] = keys = [tuple(key) for key in keys]
+                verdict, round_, session_id = keys[-1]
+                kind = "node_passed" if verdict == "PASS" else "node_failed"
+                self.latest_terminal[node] = ((kind, latest_line, verdict, round_, session_id), executions[latest_order])
+            if count is not None:
+                self.terminal_count[node] = count
+            if fold is not None:
+                self.recorded[node] = tuple(fold)
+            if started is not None:
+                self.last_started[node] = tuple(started)
+
+    def _load_node_maps(self, state: dict, executions: dict[int, Execution]) -> None:
+        """The per-node facts of a state laid out as one map per fact (states saved by
+        omg-ledger before the per-node lists; still stored at the same derivation version)."""
+        self.last_execution = {node: executions[order] for node, order in state["last_execution"].items()}
+        self.closed_unrecorded = dict(state["closed_unrecorded"])
+        self.node_money = {node: list(m) for node, m in state["node_money"].items()}
+        self.latest_terminal = {node: (tuple(t[:5]), executions[t[5]])
+                                for node, t in state["latest_terminal"].items()}
+        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
+        self.terminal_count = dict(state["terminal_count"])
+        self.recorded = {node: tuple(r) for node, r in state["recorded"].items()}
+        self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
 
     def load(self, state: dict) -> None:
         legs = {values[0]: Leg(**dict(zip(_LEG_FIELDS, values, strict=True))) for values in state["legs"]}
@@ -307,22 +374,17 @@ class _Reconciler:
             execution = Execution(**dict(zip(_EXECUTION_FIELDS, values, strict=True)))
             executions[execution.order] = execution
         self.open_executions = {order: executions[order] for order in state["open_executions"]}
-        self.last_execution = {node: executions[order] for node, order in state["last_execution"].items()}
-        self.closed_unrecorded = dict(state["closed_unrecorded"])
+        if "nodes" in state:
+            self._load_nodes(state["nodes"], executions)
+        else:
+            self._load_node_maps(state, executions)
         for leg, node, order in state["current"]:
             self.current.setdefault(leg, {})[node] = executions[order]
         for leg, node, count in state["exec_count"]:
             self.exec_count.setdefault(leg, {})[node] = count
         self.charge_total = state["charge_total"]
         self.money = list(state["money"])
-        self.node_money = {node: list(m) for node, m in state["node_money"].items()}
         self.finding_total = state["finding_total"]
-        self.latest_terminal = {node: (_Terminal(*t[:5]), executions[t[5]])
-                                for node, t in state["latest_terminal"].items()}
-        self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
-        self.terminal_count = dict(state["terminal_count"])
-        self.recorded = {node: _Recorded(*r) for node, r in state["recorded"].items()}
-        self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
         self.event_count = state["event_count"]
         self.first = tuple(state["first"]) if state["first"] else None
         self.last = tuple(state["last"]) if state["last"] else None
@@ -389,7 +451,7 @@ class _Reconciler:
         leg = self._open(event, phase)
         if has_accounting(event.data):
             charge_leg = planning_leg or leg
-            self._charge(event, "planning", charge_leg.ordinal, PLANNING, None, None)
+            self._charge(event, _cost(event.data), "planning", charge_leg.ordinal, PLANNING, None, None)
 
     def run_finished(self, event: Event) -> None:
         leg = self.open_leg
@@ -405,7 +467,7 @@ class _Reconciler:
                 )
             )
             if has_accounting(event.data):
-                self._charge(event, "other", None, None, None, None)
+                self._charge(event, _cost(event.data), "other", None, None, None, None)
             return
         outcome = event.data.get("outcome")
         detail = event.data.get("detail")
@@ -415,32 +477,38 @@ class _Reconciler:
         self.last_outcome, self.last_detail = outcome, detail
         if has_accounting(event.data):
             kind = "refused" if leg.phase == PLANNING else "other"
-            self._charge(event, kind, leg.ordinal, leg.kind, None, None)
+            self._charge(event, _cost(event.data), kind, leg.ordinal, leg.kind, None, None)
 
     # -- node executions ----------------------------------------------------------
 
-    def _leg_ordinal(self) -> int:
-        return self.open_leg.ordinal if self.open_leg is not None else 0
-
     def _new_execution(self, event: Event, node_id: str, started: bool) -> Execution:
-        ordinal = self._leg_ordinal()
-        counts = self.exec_count.setdefault(ordinal, {})
-        seq = counts.get(node_id, 0) + 1
-        counts[node_id] = seq
-        self.exec_total += 1
-        execution = Execution(ordinal, node_id, seq, int(event.data.get("round") or 0), order=self.exec_total)
+        open_leg = self.open_leg
+        ordinal = open_leg.ordinal if open_leg is not None else 0
+        counts = self.exec_count.get(ordinal)
+        if counts is None:
+            counts = self.exec_count[ordinal] = {}
+        seq = counts[node_id] = counts.get(node_id, 0) + 1
+        order = self.exec_total = self.exec_total + 1
+        data = event.data
         if started:
-            execution.started_at = event.ts
-            execution.start_line = event.line_no
-            execution.session_id = event.data.get("session_id")
-        self.open_executions[execution.order] = execution
-        self.current.setdefault(ordinal, {})[node_id] = execution
+            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), event.ts, event.line_no,
+                                  None, None, None, 0, data.get("session_id"), None, None, None, False, 0, order)
+        else:
+            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), None, None,
+                                  None, None, None, 0, None, None, None, None, False, 0, order)
+        self.open_executions[order] = execution
+        current = self.current.get(ordinal)
+        if current is None:
+            current = self.current[ordinal] = {}
+        current[node_id] = execution
         self.last_execution[node_id] = execution
         return execution
 
     def _execution(self, event: Event, node_id: str) -> Execution:
-        execution = self.current.get(self._leg_ordinal(), {}).get(node_id)
-        if execution is None or execution.closed:
+        open_leg = self.open_leg
+        current = self.current.get(open_leg.ordinal if open_leg is not None else 0)
+        execution = current.get(node_id) if current is not None else None
+        if execution is None or execution.outcome is not None:
             execution = self._new_execution(event, node_id, started=False)
         return execution
 
@@ -448,8 +516,9 @@ class _Reconciler:
         execution.outcome = outcome
         execution.ended_at = event.ts
         execution.end_line = event.line_no
-        if event.data.get("detail") is not None:
-            execution.detail = event.data["detail"]
+        detail = event.data.get("detail")
+        if detail is not None:
+            execution.detail = detail
         # Ended: nothing later changes it (a later event for its node starts another).
         del self.open_executions[execution.order]
         self.done.rounds.append(execution)
@@ -462,49 +531,53 @@ class _Reconciler:
         self.last_started[node_id] = (event.ts, event.at_us)
 
     def node_retried(self, event: Event) -> None:
-        node_id = event.data["node_id"]
+        data = event.data
+        node_id = data["node_id"]
         execution = self._execution(event, node_id)
-        retries = int(event.data.get("retries") or 0)
-        feedback = retries == 0 and int(event.data.get("round") or 0) >= 1
-        if has_accounting(event.data):
-            self._charge_execution(event, execution, "feedback" if feedback else "retry")
+        retries = int(data.get("retries") or 0)
+        feedback = retries == 0 and int(data.get("round") or 0) >= 1
+        cost = _cost(data)
+        if has_accounting(data):
+            self._charge_execution(event, cost, execution, "feedback" if feedback else "retry")
         elif not feedback:
             # A plain retry's failed attempt was paid for, but the engine records its
             # spend nowhere (corpus README #1). Count it; never invent a number.
             execution.unrecorded_attempts += 1
         if feedback:
             self._end(execution, event, "FEEDBACK")
-            self._record(node_id, event)
+            self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event, cost)
         else:
             execution.retries = retries
-            if event.data.get("session_id"):
-                execution.session_id = event.data["session_id"]
+            if data.get("session_id"):
+                execution.session_id = data["session_id"]
 
     def node_terminal(self, event: Event) -> None:
-        node_id = event.data["node_id"]
+        data = event.data
+        node_id = data["node_id"]
         execution = self._execution(event, node_id)
-        if "round" in event.data:
-            execution.round = int(event.data["round"])
-        execution.retries = int(event.data.get("retries") or 0)
-        execution.provenance = event.data.get("provenance")
-        if event.data.get("session_id"):
-            execution.session_id = event.data["session_id"]
-        if has_accounting(event.data):
-            self._charge_execution(event, execution, "node")
-        verdict = "PASS" if event.type == "node_passed" else "FAIL"
+        if "round" in data:
+            execution.round = int(data["round"])
+        execution.retries = int(data.get("retries") or 0)
+        execution.provenance = data.get("provenance")
+        session_id = data.get("session_id")
+        if session_id:
+            execution.session_id = session_id
+        cost = _cost(data)
+        if has_accounting(data):
+            self._charge_execution(event, cost, execution, "node")
+        kind = data["event"]
+        verdict = "PASS" if kind == "node_passed" else "FAIL"
         self._end(execution, event, verdict)
-        terminal = _Terminal(event.type, event.line_no, verdict, int(event.data.get("round") or 0),
-                             event.data.get("session_id"))
-        self.latest_terminal[node_id] = (terminal, execution)
-        keys = self.terminal_keys.setdefault(node_id, [])
-        keys.append((verdict, terminal.round, terminal.session_id))
+        round_ = int(data.get("round") or 0)
+        self.latest_terminal[node_id] = ((kind, event.line_no, verdict, round_, session_id), execution)
+        keys = self.terminal_keys.get(node_id)
+        if keys is None:
+            keys = self.terminal_keys[node_id] = []
+        keys.append((verdict, round_, session_id))
         if self.keep_recent and len(keys) > RECENT_TERMINALS:
             del keys[0]
         self.terminal_count[node_id] = self.terminal_count.get(node_id, 0) + 1
-        self._record(node_id, event)
-
-    def _record(self, node_id: str, event: Event) -> None:
-        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event)
+        self.recorded[node_id] = _recorder_step(self.recorded.get(node_id, _NOT_RECORDED), event, cost)
 
     def gate_paused(self, event: Event) -> None:
         execution = self._execution(event, event.data["node_id"])
@@ -512,26 +585,32 @@ class _Reconciler:
 
     # -- money ----------------------------------------------------------------------
 
-    def _charge_execution(self, event: Event, execution: Execution, kind: str) -> None:
-        charge = self._charge(event, kind, execution.leg_ordinal or None, self._leg_kind(execution.leg_ordinal),
+    def _charge_execution(self, event: Event, cost: tuple[int | None, bool], execution: Execution, kind: str) -> None:
+        ordinal = execution.leg_ordinal
+        charge = self._charge(event, cost, kind, ordinal or None, self.leg_kinds[ordinal - 1] if ordinal else None,
                               execution.node_id, execution.round)
-        execution.cost_nano_usd, execution.cost_unknown = _add_cost(
-            execution.cost_nano_usd, execution.cost_unknown, charge.cost_nano_usd, charge.cost_unknown
-        )
+        execution.cost_nano_usd = (execution.cost_nano_usd or 0) + (charge.cost_nano_usd or 0)
+        execution.cost_unknown = execution.cost_unknown or charge.cost_unknown
 
     def _leg_kind(self, ordinal: int | None) -> str | None:
         return self.leg_kinds[ordinal - 1] if ordinal else None
 
     def _count(self, charge: Charge) -> None:
         money = self.money
-        money[0] += charge.cost_nano_usd or 0
+        cost = charge.cost_nano_usd or 0
+        money[0] += cost
         money[1] += 1
         money[2] += charge.cost_unknown
-        for i, count in enumerate(charge.tokens):
-            money[3 + i] += count
+        input_, cached, output, reasoning = charge.tokens
+        money[3] += input_
+        money[4] += cached
+        money[5] += output
+        money[6] += reasoning
         if charge.node_id is not None:
-            mine = self.node_money.setdefault(charge.node_id, [0, 0, 0])
-            mine[0] += charge.cost_nano_usd or 0
+            mine = self.node_money.get(charge.node_id)
+            if mine is None:
+                mine = self.node_money[charge.node_id] = [0, 0, 0]
+            mine[0] += cost
             mine[1] += 1
             mine[2] += charge.cost_unknown
 
@@ -552,13 +631,13 @@ class _Reconciler:
             self.problems.append((source_file, offset, RUN_BOUND_REASON))
         return None, True, (0, 0, 0, 0)
 
-    def _charge(self, event: Event, kind: str, leg_ordinal: int | None, leg_kind: str | None,
-                node_id: str | None, round_: int | None) -> Charge:
-        cost, unknown = _cost(event.data)
-        cost, unknown, tokens = self._bounded(cost, unknown, _tokens(event.data.get("usage")), "events.jsonl",
+    def _charge(self, event: Event, cost: tuple[int | None, bool], kind: str, leg_ordinal: int | None,
+                leg_kind: str | None, node_id: str | None, round_: int | None) -> Charge:
+        """``cost``: _cost of the event (its handler may need it too)."""
+        cost, unknown, tokens = self._bounded(*cost, _tokens(event.data.get("usage")), "events.jsonl",
                                               event.byte_offset)
-        self.charge_total += 1
-        charge = Charge(self.charge_total, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
+        seq = self.charge_total = self.charge_total + 1
+        charge = Charge(seq, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
                         event.at_us, cost, unknown, tokens, "events.jsonl",
                         event.byte_offset, event.line_no)
         self._count(charge)
@@ -585,7 +664,7 @@ class _Reconciler:
             if self.first is None:
                 self.first = (event.ts, event.at_us)
             walked += 1
-            handler = handlers.get(event.type)
+            handler = handlers.get(event.data["event"])
             if handler is not None:  # an unknown type (stored by an older omg-ledger) derives nothing
                 handler(event)
             if sink is not None and not walked % 256 and \
@@ -599,32 +678,36 @@ class _Reconciler:
             self.last_line = event.line_no
 
 
-def _recorder_step(previous: _Recorded, event: Event) -> _Recorded:
+def _recorder_step(previous: _Recorded, event: Event, cost: tuple[int | None, bool]) -> _Recorded:
     """Fold one event into what the engine's snapshot recorder holds for its node.
 
     A record replaces the previous one, except that a later round (or the verdict that
     settles a feedback marker of the same round) carries the superseded spend forward.
     """
-    rec_round = int(event.data.get("round") or 0)
-    rec_verdict = "" if event.type == "node_retried" else ("PASS" if event.type == "node_passed" else "FAIL")
-    rec_cost, rec_unknown = _cost(event.data)
+    data = event.data
+    previous_cost, previous_unknown, previous_round, previous_verdict = previous
+    rec_round = int(data.get("round") or 0)
+    kind = data["event"]
+    rec_verdict = "" if kind == "node_retried" else ("PASS" if kind == "node_passed" else "FAIL")
+    rec_cost, rec_unknown = cost  # _cost of the event
     rec_cost = rec_cost or 0
-    supersedes = previous.round >= 0 and (
-        rec_round > previous.round or (rec_round == previous.round and previous.verdict == "" and rec_verdict != "")
+    supersedes = previous_round >= 0 and (
+        rec_round > previous_round or (rec_round == previous_round and previous_verdict == "" and rec_verdict != "")
     )
     if supersedes:
-        rec_cost += previous.cost
-        rec_unknown = rec_unknown or previous.unknown
-    return _Recorded(rec_cost, rec_unknown, rec_round, rec_verdict)
+        rec_cost += previous_cost
+        rec_unknown = rec_unknown or previous_unknown
+    return rec_cost, rec_unknown, rec_round, rec_verdict
 
 
 def _any_terminal_matches(r: _Reconciler, run: RunInput, node_id: str, record: dict) -> bool:
     """Whether any terminal of the node is the one that wrote its snapshot record: the
     latest few are at hand (the record is nearly always one of them); the others are
     looked up only when none of those is."""
-    recent = r.terminal_keys.get(node_id, [])
-    if any(_record_matches(key, record) for key in recent):
-        return True
+    recent = r.terminal_keys.get(node_id, ())
+    for key in recent:
+        if _record_matches(key, record):
+            return True
     if run.terminal_lookup is None or r.terminal_count.get(node_id, 0) <= len(recent):
         return False
     return any(_record_matches(key, record) for key in run.terminal_lookup(node_id))
@@ -685,11 +768,10 @@ def reconcile(run: RunInput) -> RunRows:
     open_by_node: dict[str, list[Execution]] = {}
     for execution in r.open_executions.values():
         open_by_node.setdefault(execution.node_id, []).append(execution)
-    node_ids = sorted(set(graph_nodes) | set(records) | set(r.last_execution))
-    node_rows = []
-    for node_id in node_ids:
-        node_rows.append(_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
-                                   r.last_execution.get(node_id)))
+    last_execution = r.last_execution
+    node_rows = [_node_row(r, run, node_id, graph_nodes.get(node_id), records.get(node_id), last_event,
+                           last_execution.get(node_id))
+                 for node_id in sorted({*graph_nodes, *records, *last_execution})]
 
     assessed = _assess_cost(run.assess)
     if assessed is not None:
@@ -699,21 +781,22 @@ def reconcile(run: RunInput) -> RunRows:
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.add_late_charge(Charge(0, "assessment", None, "assessment", None, None, at, at_us,
                                  cost, unknown, tokens, "assess.json", None, None))
+    node_money, closed_unrecorded = r.node_money, r.closed_unrecorded
     for row in node_rows:
         node_id = row["node_id"]
-        row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = r.node_money.get(node_id, (0, 0, 0))
-        row["unrecorded_attempts"] = r.closed_unrecorded.get(node_id, 0) + sum(
-            e.unrecorded_attempts + (1 if _ended_without_terminal(r, e) else 0)
-            for e in open_by_node.get(node_id, ())
-        )
+        row["cost_nano_usd"], row["invocations"], row["unknown_cost_invocations"] = node_money.get(node_id, (0, 0, 0))
+        unrecorded = closed_unrecorded.get(node_id, 0)
+        for execution in open_by_node.get(node_id, ()):
+            unrecorded += execution.unrecorded_attempts + (1 if _ended_without_terminal(r, execution) else 0)
+        row["unrecorded_attempts"] = unrecorded
 
-    run_row = _run_row(r, run, snapshot, graph, graph_nodes, records, node_rows)
+    run_row = _run_row(r, run, snapshot, graph, graph_nodes, node_rows)
     goal = _goal_cycle(run, snapshot)
     for seq, finding in enumerate(r.findings, r.finding_total + 1):
         finding.seq = seq
     done = r.drain()
-    legs = sorted(done.legs + ([r.open_leg] if r.open_leg is not None else []), key=lambda leg: leg.ordinal)
-    rounds = sorted(done.rounds + list(r.open_executions.values()), key=lambda e: e.order)
+    legs = sorted(done.legs + ([r.open_leg] if r.open_leg is not None else []), key=_ordinal)
+    rounds = sorted(done.rounds + list(r.open_executions.values()), key=_order)
     rows = RunRows(run_row, legs, node_rows, rounds, done.charges + r.late_charges, done.findings + r.findings,
                    goal, r.problems)
     rows.state = state
@@ -731,7 +814,7 @@ def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
         return None, True
     cost = assess.get("assess_cost_usd")
     if isinstance(cost, int | float) and not isinstance(cost, bool):
-        return usd_to_nanos(cost), False
+        return usd_nanos(cost), False
     return None
 
 
@@ -750,50 +833,64 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
     retries = round_ = last_leg = None
     verdict_source = None
     if latest is not None:
-        _, execution = latest
+        terminal, execution = latest
         verdict = execution.outcome
         verdict_source = "stream"
         retries, round_ = execution.retries, execution.round
         provenance, session_id, detail = execution.provenance, execution.session_id, execution.detail
         last_leg = execution.leg_ordinal or None
 
-    if record is not None and record.get("verdict") in SETTLED_VERDICTS:
-        if not _any_terminal_matches(r, run, node_id, record):
-            # The snapshot holds a terminal verdict the stream never carried: the event
-            # write was dropped (non-fatal in the engine). Recover it, flagged.
-            verdict, verdict_source = record["verdict"], "snapshot"
-            round_ = int(record.get("round") or 0)
-            provenance, session_id, detail = record.get("provenance"), record.get("session_id"), record.get("detail")
-            retries = int(record.get("retries") or 0)
-            charge = _recover(r, node_id, record, last_event)
-            if charge is not None:
-                r.add_late_charge(charge)
-            # The dropped terminal ended this node's last execution: its leg is the node's.
-            if last_execution is not None:
-                last_leg = last_execution.leg_ordinal or None
-        elif latest is not None and not _record_matches(latest[0][2:], record):
+    if record is None:
+        judged = duration = artifact_path = record_verdict = record_round = record_cost = record_unknown = None
+        if latest is not None and run.snapshot is not None:
             r.findings.append(Finding(
-                "snapshot_behind", node_id, latest[1].leg_ordinal or None,
-                f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
-                f"terminal (line {latest[0].line_no}) has no snapshot record (dropped snapshot write, or "
-                f"the snapshot has not caught up yet)",
+                "snapshot_record_missing", node_id, execution.leg_ordinal or None,
+                f"{terminal[0]} for {node_id} at line {terminal[1]} has no record in state.json "
+                f"(dropped snapshot write)",
             ))
-        else:
-            _check_cost(r, node_id, record)
-    elif latest is not None and run.snapshot is not None and record is None:
-        r.findings.append(Finding(
-            "snapshot_record_missing", node_id, latest[1].leg_ordinal or None,
-            f"{latest[0].type} for {node_id} at line {latest[0].line_no} has no record in state.json "
-            f"(dropped snapshot write)",
-        ))
+    else:
+        get = record.get
+        record_verdict = get("verdict")
+        record_round = int(get("round") or 0)
+        record_unknown = bool(get("cost_unknown"))
+        record_cost = None if record_unknown else usd_nanos(get("cost_usd") or 0)
+        judged, duration, artifact_path = bool(get("judged")), get("duration"), get("artifact_path") or None
+        if record_verdict in SETTLED_VERDICTS:
+            # The latest terminal's key is among the node's recent ones: when it is the
+            # record's, no other need be looked at.
+            latest_matches = latest is not None and _record_matches(terminal[2:], record)
+            if not latest_matches and not _any_terminal_matches(r, run, node_id, record):
+                # The snapshot holds a terminal verdict the stream never carried: the event
+                # write was dropped (non-fatal in the engine). Recover it, flagged.
+                verdict, verdict_source = record["verdict"], "snapshot"
+                round_ = record_round
+                provenance, session_id, detail = get("provenance"), get("session_id"), get("detail")
+                retries = int(get("retries") or 0)
+                charge = _recover(r, node_id, record, last_event)
+                if charge is not None:
+                    r.add_late_charge(charge)
+                # The dropped terminal ended this node's last execution: its leg is the node's.
+                if last_execution is not None:
+                    last_leg = last_execution.leg_ordinal or None
+            elif latest is not None and not latest_matches:
+                r.findings.append(Finding(
+                    "snapshot_behind", node_id, execution.leg_ordinal or None,
+                    f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
+                    f"terminal (line {terminal[1]}) has no snapshot record (dropped snapshot write, or "
+                    f"the snapshot has not caught up yet)",
+                ))
+            else:
+                _check_cost(r, node_id, record_cost)
 
     state = _node_state(r, last_execution, verdict)
     name = artifact_name(node_id)
-    has_artifact = name in run.artifacts
-    budget = (record or {}).get("budget_usd", (spec or {}).get("budget_usd"))
+    if record is not None and "budget_usd" in record:
+        budget = record["budget_usd"]
+    else:
+        budget = spec.get("budget_usd") if spec else None
     return {
         "node_id": node_id,
-        "node_type": (spec or {}).get("type"),
+        "node_type": spec.get("type") if spec else None,
         "in_graph": spec is not None,
         "verdict": verdict,
         "verdict_source": verdict_source,
@@ -801,28 +898,22 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "retries": retries,
         "round": round_,
         "provenance": provenance,
-        "judged": bool(record.get("judged")) if record is not None else None,
-        "budget_nano_usd": usd_to_nanos(budget) if isinstance(budget, int | float) and budget else None,
-        "duration_ns": record.get("duration") if record is not None else None,
+        "judged": judged,
+        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, (int, float)) and budget else None,
+        "duration_ns": duration,
         "session_id": session_id,
         "detail": detail,
         "artifact_name": name,
-        "artifact_path": (record or {}).get("artifact_path") or None,
-        "has_artifact": has_artifact,
+        "artifact_path": artifact_path,
+        "has_artifact": name in run.artifacts,
         "has_failed_output": name in run.failed_outputs,
         "budget_overrun": verdict == "FAIL" and bool(_BUDGET_FAILURE.search(detail or "")),
         "last_leg": last_leg,
-        "snapshot_verdict": record.get("verdict") if record is not None else None,
-        "snapshot_round": int(record.get("round") or 0) if record is not None else None,
-        "snapshot_cost_nano_usd": _record_cost(record),
-        "snapshot_cost_unknown": bool(record.get("cost_unknown")) if record is not None else None,
+        "snapshot_verdict": record_verdict,
+        "snapshot_round": record_round,
+        "snapshot_cost_nano_usd": record_cost,
+        "snapshot_cost_unknown": record_unknown,
     }
-
-
-def _record_cost(record: dict | None) -> int | None:
-    if record is None or record.get("cost_unknown"):
-        return None
-    return usd_to_nanos(record.get("cost_usd") or 0)
 
 
 def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> str:
@@ -838,11 +929,11 @@ def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> 
     return "running" if leg_open else "unfinished"
 
 
-def _check_cost(r: _Reconciler, node_id: str, record: dict) -> None:
+def _check_cost(r: _Reconciler, node_id: str, theirs: int | None) -> None:
+    """``theirs``: the node's snapshot record's cost (None: unknown)."""
     cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
-    if unknown or record.get("cost_unknown"):
+    if unknown or theirs is None:
         return
-    theirs = usd_to_nanos(record.get("cost_usd") or 0)
     if theirs != cost:
         r.findings.append(Finding(
             "cost_mismatch", node_id, None,
@@ -863,7 +954,7 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
-    cost = None if unknown else usd_to_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
+    cost = None if unknown else usd_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
     tokens = _tokens(record.get("usage"))
     if cost is None or cost >= 0:
         cost, unknown, tokens = r._bounded(cost, unknown, tokens, "state.json", None)
@@ -891,9 +982,18 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
 
 
 def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_nodes: dict,
-             records: dict, node_rows: list[dict]) -> dict:
+             node_rows: list[dict]) -> dict:
     last_leg = r.last_leg
     has_snapshot = run.snapshot is not None
+    # Every snapshot record has a node row, which holds what the run row sums of it.
+    unrecorded = records_cost = passed = 0
+    records_unknown = False
+    for node in node_rows:
+        unrecorded += node["unrecorded_attempts"]
+        records_cost += node["snapshot_cost_nano_usd"] or 0
+        records_unknown = records_unknown or node["snapshot_cost_unknown"]
+        if node["in_graph"] and node["snapshot_verdict"] == "PASS":
+            passed += 1
     tokens = r.money[3:7]
     row: dict = {
         "event_count": r.event_count,
@@ -910,7 +1010,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "cost_nano_usd": r.money[0],
         "invocations": r.money[1],
         "unknown_cost_invocations": r.money[2],
-        "unrecorded_attempts": sum(n["unrecorded_attempts"] for n in node_rows),
+        "unrecorded_attempts": unrecorded,
         "input_tokens": tokens[0],
         "cached_input_tokens": tokens[1],
         "output_tokens": tokens[2],
@@ -923,9 +1023,8 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     evidence = snapshot.get("build_evidence") if isinstance(snapshot.get("build_evidence"), dict) else {}
     gate = snapshot.get("gate") if isinstance(snapshot.get("gate"), dict) else {}
     planning_unknown = bool(snapshot.get("planning_cost_unknown"))
-    planning = None if planning_unknown else usd_to_nanos(snapshot.get("planning_cost_usd") or 0)
-    snapshot_cost = (planning or 0) + sum(_record_cost(rec) or 0 for rec in records.values())
-    passed = sum(1 for node_id in graph_nodes if (records.get(node_id) or {}).get("verdict") == "PASS")
+    planning = None if planning_unknown else usd_nanos(snapshot.get("planning_cost_usd") or 0)
+    snapshot_cost = (planning or 0) + records_cost
     row.update({
         "snapshot_schema": snapshot.get("schema"),
         "runtime": snapshot.get("runtime") or "claude",  # absent means claude (RUN-FEED.md)
@@ -948,7 +1047,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "planning_cost_nano_usd": planning if ("planning_cost_usd" in snapshot or planning_unknown) else None,
         "planning_cost_unknown": planning_unknown if ("planning_cost_usd" in snapshot or planning_unknown) else None,
         "snapshot_cost_nano_usd": snapshot_cost,
-        "snapshot_cost_unknown": planning_unknown or any(bool(rec.get("cost_unknown")) for rec in records.values()),
+        "snapshot_cost_unknown": planning_unknown or bool(records_unknown),
         "nodes_passed": passed,
         "all_nodes_passed": bool(graph_nodes) and passed == len(graph_nodes),
     })
