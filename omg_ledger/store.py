@@ -266,6 +266,15 @@ def create_run(conn: Connection, home_id: int, run_id: str, dir_facts: dict) -> 
         schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one(), False
 
 
+def next_run_pk(conn: Connection) -> int | None:
+    """The key the next new run gets, when this writer may assign run keys itself
+    (SQLite: the write transaction holds the database's one write lock, so nobody else
+    inserts a run meanwhile), or None (PostgreSQL: :func:`create_run` asks the database).
+    From here on the batch's foreign keys are checked at its commit, since a new run's
+    row is then written with its children (write_run's ``insert_row``), after them."""
+    return backend_of(conn).next_run_pk(conn)
+
+
 def store_while_reading(conn: Connection, run_pk: int, events: Iterable[Event],
                         pending: PendingRows | None = None) -> Iterator[Event]:
     """A new run's lines, stored a batch at a time as they pass (caller's transaction):
@@ -364,6 +373,15 @@ class _Statements:
                                 f"VALUES ({', '.join([self.mark] * len(cols))})")
         return self._cache[key]
 
+    def insert_with_id(self, table: str) -> str:
+        """The insert of rows whose surrogate id is given first (store.next_run_pk)."""
+        key = ("insert_with_id", table)
+        if key not in self._cache:
+            cols = ["id", *self.columns[table]]
+            self._cache[key] = (f"INSERT INTO {table} ({', '.join(cols)}) "
+                                f"VALUES ({', '.join([self.mark] * len(cols))})")
+        return self._cache[key]
+
     def row(self, table: str, values: dict) -> tuple:
         try:
             return self._getters[table](values)  # every column given (derived rows): no merge
@@ -441,6 +459,9 @@ class PendingRows:
 
     def flush(self, conn: Connection) -> None:
         sql = _statements(conn)
+        runs = self.rows.pop("runs", None)
+        if runs:  # new runs' rows (write_run's insert_row), before their children
+            conn.exec_driver_sql(sql.insert_with_id("runs"), runs)
         for table, rows in self.rows.items():
             if rows:
                 conn.exec_driver_sql(sql.insert(table), rows)
@@ -470,14 +491,16 @@ class RunWrite:
 
 def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
               rows: RunRows, version: int, scrub: bool = False, created: bool = False,
-              derived_cleared: bool = False, pending: PendingRows | None = None) -> int:
+              derived_cleared: bool = False, pending: PendingRows | None = None, insert_row: bool = False) -> int:
     """Store one run's new facts and replace its derived rows (caller's transaction).
 
     ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
     no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
     the two agree; events.raw keeps the exact escape. ``created``: ``run_pk`` was made
-    by :func:`create_run` in this transaction (it has no old rows); ``derived_cleared``:
+    by :func:`create_run` in this transaction (it has no old rows), or (``insert_row``)
+    given by :func:`next_run_pk`, the run's row not written yet: it is then held back in
+    ``pending`` whole, one insert and no update; ``derived_cleared``:
     the caller cleared the derived rows (clear_derived) and wrote the finished ones
     while deriving, so only ``rows`` are inserted. ``pending``: the child rows are
     added to it (the caller flushes it inside this transaction) instead of inserted at
@@ -490,7 +513,11 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
     fresh = created
-    if created:
+    if insert_row:
+        # Scrubbed whatever ``scrub`` says, as create_run's row was: without a NUL
+        # (scrub False) that changes nothing.
+        pending.add("runs", [(run_pk, *_scrub(sql.row("runs", {**run_values, "home_id": home_id, "run_id": run_id})))])
+    elif created:
         _update_run(conn, sql, run_pk, run_values, fix)
     elif run_pk is None:
         values = {**run_values, "home_id": home_id, "run_id": run_id}

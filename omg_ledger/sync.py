@@ -59,6 +59,7 @@ from .store import (
     load_derive_state,
     load_file_contents,
     load_run_facts,
+    next_run_pk,
     record_problem,
     replace_derived,
     resolve_home,
@@ -282,6 +283,7 @@ class _HomeSync:
         self._batch: contextlib.AbstractContextManager | None = None  # the open write transaction
         self._conn: Connection | None = None
         self._pending = PendingRows()
+        self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
         self._to_settle: set[str | None] = set()
         self._in_batch = 0  # run entries looked at since the last commit
         self._looked_at = 0  # run entries looked at, committed or not
@@ -428,8 +430,15 @@ class _HomeSync:
         # pass their bound, so a huge run's memory stays bounded), in the batch's one
         # transaction: the run is whole or absent, and so is the batch.
         pending = self._pending
-        run_pk, created = (known.run_pk, False) if known else create_run(
-            conn, self.home_id, run_id, read.dir_facts(path))
+        insert_row = False
+        if known is not None:
+            run_pk, created = known.run_pk, False
+        elif self._next_pk is not None:
+            # The run's row is written once, with its children (store.next_run_pk).
+            run_pk, created, insert_row = self._next_pk, True, True
+            self._next_pk += 1
+        else:
+            run_pk, created = create_run(conn, self.home_id, run_id, read.dir_facts(path))
         has_lines = stream is not None and stream.tail is not None
         # A new run's lines are stored and walked in one pass; otherwise they are stored
         # first (a stream re-read from zero is compared as it is stored), or, derived by
@@ -481,7 +490,7 @@ class _HomeSync:
         self._to_settle.add(before)
         run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
                            scrub=scrub, created=created, derived_cleared=derived is None or created,
-                           pending=pending)
+                           pending=pending, insert_row=insert_row)
         _save_state(conn, run_pk, rows, fresh=created, pending=pending)
         self._to_settle.add(rows.run["stream_identity"])
         self.report.events_derived += rows.events_walked
@@ -578,6 +587,7 @@ class _HomeSync:
         if self._batch is None:
             self._batch = write_transaction(self.engine)
             self._conn = self._batch.__enter__()
+            self._next_pk = next_run_pk(self._conn)
         return self._conn
 
     def _commit(self) -> None:
@@ -587,7 +597,7 @@ class _HomeSync:
         self._pending.flush(self._conn)
         settle_copies(self._conn, self._to_settle)
         self._to_settle.clear()
-        batch, self._batch, self._conn = self._batch, None, None
+        batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
         batch.__exit__(None, None, None)
         self._pending.restart()
         self._committed()
@@ -602,7 +612,7 @@ class _HomeSync:
         self._pending.restart()
         self._to_settle.clear()
         if self._batch is not None:
-            batch, self._batch, self._conn = self._batch, None, None
+            batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
             batch.__exit__(type(exc), exc, exc.__traceback__)
 
     # -- plans --------------------------------------------------------------------------
