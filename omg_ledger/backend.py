@@ -125,6 +125,8 @@ class Backend:
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         """Rows with explicit ids were inserted into ``tables``: new ids must come after them."""
 
+    assigns_run_ids = False  # next_run_pk gives keys (else the database assigns them)
+
     def next_run_pk(self, conn: Connection) -> int | None:
         """Inside a write transaction: the id a new run gets when this writer assigns run
         ids itself (then the transaction's foreign keys are checked at commit), or None:
@@ -143,6 +145,7 @@ class SQLiteBackend(Backend):
     name = "sqlite"
     mark = "?"
     scan_wide_windows = True
+    assigns_run_ids = True
 
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
