@@ -122,11 +122,13 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
     transaction (1: a transaction per run); ``workers``: processes that read and derive a
-    home's new runs while this one writes (None: one per CPU when there are at least
-    POOL_MIN_RUNS new runs and more than one CPU; 0, the default: none — measured on 2
-    busy CPUs, 1,000 new runs: 3.5–4.1 s without, 3.9–5.4 s with, as pickling a read
-    run back (~42 KB, ~1.2 ms to pickle and unpickle) costs about what the worker
-    saved the writer). ``progress("sync", done,
+    home's new runs and hand back their finished rows while this one only writes
+    (SQLite only: the rows take their run key from this writer; None: one per CPU when
+    there are at least POOL_MIN_RUNS new runs and more than one CPU; 0, the default:
+    none — at 10,000 new runs this process's CPU falls from ~32 s to ~15 s with 2
+    workers, but the workers' CPU (~25 s) makes the total ~25% more, and on the 2
+    shared, fully loaded CPUs it was measured on the wall time did not improve).
+    ``progress("sync", done,
     total)`` is called when runs are committed: ``done`` runs of the home's ``total``
     are in the ledger."""
     if batch_runs < 1:
