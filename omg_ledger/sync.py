@@ -51,7 +51,10 @@ from .ingest import (
 from .invocation_sync import rederive_stream, store_lines
 from .snapshot import SNAPSHOT_NAMES
 from .store import (
+    PLACEHOLDER_RUN_PK,
+    CollectedRows,
     PendingRows,
+    RowsOnly,
     RunWrite,
     clear_derived,
     create_run,
@@ -59,15 +62,18 @@ from .store import (
     load_derive_state,
     load_file_contents,
     load_run_facts,
+    next_run_pk,
     record_problem,
     replace_derived,
     resolve_home,
     resolve_problems,
+    row_of,
     save_derive_state,
     settle_copies,
     store_while_reading,
     terminal_keys,
     upsert,
+    with_run_pk,
     write_events,
     write_finished,
     write_identities,
@@ -116,11 +122,13 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
     transaction (1: a transaction per run); ``workers``: processes that read and derive a
-    home's new runs while this one writes (None: one per CPU when there are at least
-    POOL_MIN_RUNS new runs and more than one CPU; 0, the default: none — measured on 2
-    busy CPUs, 1,000 new runs: 3.5–4.1 s without, 3.9–5.4 s with, as pickling a read
-    run back (~42 KB, ~1.2 ms to pickle and unpickle) costs about what the worker
-    saved the writer). ``progress("sync", done,
+    home's new runs and hand back their finished rows while this one only writes
+    (SQLite only: the rows take their run key from this writer; None: one per CPU when
+    there are at least POOL_MIN_RUNS new runs and more than one CPU; 0, the default:
+    none — at 10,000 new runs this process's CPU falls from ~32 s to ~15 s with 2
+    workers, but the workers' CPU (~25 s) makes the total ~25% more, and on the 2
+    shared, fully loaded CPUs it was measured on the wall time did not improve).
+    ``progress("sync", done,
     total)`` is called when runs are committed: ``done`` runs of the home's ``total``
     are in the ledger."""
     if batch_runs < 1:
@@ -282,6 +290,7 @@ class _HomeSync:
         self._batch: contextlib.AbstractContextManager | None = None  # the open write transaction
         self._conn: Connection | None = None
         self._pending = PendingRows()
+        self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
         self._to_settle: set[str | None] = set()
         self._in_batch = 0  # run entries looked at since the last commit
         self._looked_at = 0  # run entries looked at, committed or not
@@ -326,7 +335,8 @@ class _HomeSync:
         pool = self._pool(len(new))
         try:
             # New runs are read and derived by the pool, in order, ahead of the writer.
-            prepared = _prefetched(pool, [(e.run_id, e.path) for e in new]) if pool is not None else iter(())
+            prepared = _prefetched(pool, [(e.run_id, e.path, self.home_id, self.source) for e in new]
+                                   ) if pool is not None else iter(())
             for entry in entries:
                 if pool is not None and entry.run_id not in known:
                     self._store_prepared(entry.run_id, entry.path, next(prepared))
@@ -388,8 +398,8 @@ class _HomeSync:
         if workers is None:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
             workers = cpus if cpus > 1 and new_runs >= POOL_MIN_RUNS else 0
-        if workers == 0 or new_runs == 0:
-            return None
+        if workers == 0 or new_runs == 0 or not backend_of(self.engine).assigns_run_ids:
+            return None  # (a worker's rows take their run's key from this writer)
         import multiprocessing
 
         # Forked: the workers start at once with every module loaded; they never touch the
@@ -397,30 +407,46 @@ class _HomeSync:
         return multiprocessing.get_context("fork").Pool(min(workers, new_runs), initializer=_worker_started)
 
     def _store_prepared(self, run_id: str, path: str, prepared) -> None:
-        """A new run as a worker read and derived it (see _prepare_new_run)."""
+        """A new run as a worker read and derived it (see _prepare_new_run): its rows
+        are added to the batch as they are, under the key this writer gives the run."""
         if prepared is None:
             return  # vanished between listing and now; the next sync marks it gone
         self.report.runs_listed += 1
         if isinstance(prepared, OSError):
             self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
             return
-        look, read, derived = prepared
-        self._store_run(run_id, path, None, read, look.dir_info, look.failed_info, derived)
+        conn = self._writer()
+        run_pk = self._next_pk
+        self._next_pk += 1
+        pending = self._pending
+        for table, rows in prepared.rows.items():
+            pending.add(table, with_run_pk(conn, table, rows, run_pk), prepared.sizes.get(table, 0))
+        pending.add("ingest_state", [row_of(conn, "ingest_state", {
+            "run_pk": run_pk, **_dir_cache(prepared.dir_info, prepared.failed_info, self.clock_ns())})])
+        pending.spill(conn)
+        self._to_settle.add(prepared.stream_identity)
+        self.report.events_derived += prepared.events_walked
+        for problem in prepared.problems:
+            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+        if self._has_open_problems_under(path):
+            resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in prepared.problems}, self.now,
+                             under=path, not_reread=prepared.not_reread)
+        self.report.runs_changed += 1
+        self.report.events_ingested += prepared.new_events
+        self.report.bytes_read += prepared.bytes_read
+        self.report.problems.extend(prepared.problems)
 
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
-                   dir_info: os.stat_result, failed_info: os.stat_result | None,
-                   derived: tuple | None = None) -> None:
-        """Write one changed run into the open batch (``derived``: its rows and scrub
-        flag, when a worker derived them already; only for a new run)."""
+                   dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
+        """Write one changed run into the open batch."""
         try:
-            self._store_read_run(run_id, path, known, read, dir_info, failed_info, derived)
+            self._store_read_run(run_id, path, known, read, dir_info, failed_info)
         finally:
             if read.stream is not None:
                 read.stream.close()
 
     def _store_read_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
-                        dir_info: os.stat_result, failed_info: os.stat_result | None,
-                        derived: tuple | None) -> None:
+                        dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
         stream = read.stream
         now_ns = self.clock_ns()
         conn = self._writer()
@@ -428,13 +454,19 @@ class _HomeSync:
         # pass their bound, so a huge run's memory stays bounded), in the batch's one
         # transaction: the run is whole or absent, and so is the batch.
         pending = self._pending
-        run_pk, created = (known.run_pk, False) if known else create_run(
-            conn, self.home_id, run_id, read.dir_facts(path))
+        insert_row = False
+        if known is not None:
+            run_pk, created = known.run_pk, False
+        elif self._next_pk is not None:
+            # The run's row is written once, with its children (store.next_run_pk).
+            run_pk, created, insert_row = self._next_pk, True, True
+            self._next_pk += 1
+        else:
+            run_pk, created = create_run(conn, self.home_id, run_id, read.dir_facts(path))
         has_lines = stream is not None and stream.tail is not None
         # A new run's lines are stored and walked in one pass; otherwise they are stored
-        # first (a stream re-read from zero is compared as it is stored), or, derived by
-        # a worker, only stored.
-        teed = created and has_lines and derived is None
+        # first (a stream re-read from zero is compared as it is stored).
+        teed = created and has_lines
         events_changed, new_events = (False, 0) if not has_lines or teed else write_events(
             conn, run_pk, stream.items, stream.replace, created, pending)
         if not teed:
@@ -448,40 +480,37 @@ class _HomeSync:
             self.report.bytes_read += stream.bytes_read if stream else 0
             return
         before = None if created else _identity(conn, run_pk)
-        if derived is not None:
-            rows, scrub = derived
+        contents = load_file_contents(conn, run_pk) if not created else {}
+        parsed = {}
+        for name, r in read.files.items():
+            contents.pop(name, None)
+            if r is not None and r.row["error"] is None and r.row["content"] is not None:
+                contents[name] = r.row["content"]
+                parsed[name] = r.parsed
+        # An append resumes the walk where the last derivation stopped (only the new
+        # lines are read back); a stream re-read with other lines is walked whole.
+        rewritten = stream is not None and stream.replace and events_changed
+        resume = None if created or rewritten else load_derive_state(conn, run_pk, derive.DERIVATION_VERSION)
+        if not created:
+            clear_derived(conn, run_pk, resume)
+        if teed:
+            events = store_while_reading(conn, run_pk, stream.items, pending)
         else:
-            contents = load_file_contents(conn, run_pk) if not created else {}
-            parsed = {}
-            for name, r in read.files.items():
-                contents.pop(name, None)
-                if r is not None and r.row["error"] is None and r.row["content"] is not None:
-                    contents[name] = r.row["content"]
-                    parsed[name] = r.parsed
-            # An append resumes the walk where the last derivation stopped (only the new
-            # lines are read back); a stream re-read with other lines is walked whole.
-            rewritten = stream is not None and stream.replace and events_changed
-            resume = None if created or rewritten else load_derive_state(conn, run_pk, derive.DERIVATION_VERSION)
-            if not created:
-                clear_derived(conn, run_pk, resume)
-            if teed:
-                events = store_while_reading(conn, run_pk, stream.items, pending)
-            else:
-                pending.flush(conn)  # the run's new lines are read back from the table
-                events = iter_events(conn, run_pk, resume["line"] if resume else 0)
-            rows, scrub = derive_run(RunFacts(
-                run_id=run_id, events=events, files=contents,
-                artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
-                sink=functools.partial(write_finished, conn, pending, run_pk), resume=resume, keep_state=True,
-                terminal_lookup=functools.partial(terminal_keys, conn, run_pk, pending=pending)), parsed)
-            if teed:
-                read.finish_stream()
-                facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
-                new_events = rows.events_walked
+            pending.flush(conn)  # the run's new lines are read back from the table
+            events = iter_events(conn, run_pk, resume["line"] if resume else 0)
+        rows, scrub = derive_run(RunFacts(
+            run_id=run_id, events=events, files=contents,
+            artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
+            sink=functools.partial(write_finished, conn, pending, run_pk), resume=resume, keep_state=True,
+            terminal_lookup=functools.partial(terminal_keys, conn, run_pk, pending=pending)), parsed)
+        if teed:
+            read.finish_stream()
+            facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
+            new_events = rows.events_walked
         self._to_settle.add(before)
         run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
-                           scrub=scrub, created=created, derived_cleared=derived is None or created,
-                           pending=pending)
+                           scrub=scrub, created=created, derived_cleared=True,
+                           pending=pending, insert_row=insert_row)
         _save_state(conn, run_pk, rows, fresh=created, pending=pending)
         self._to_settle.add(rows.run["stream_identity"])
         self.report.events_derived += rows.events_walked
@@ -498,22 +527,7 @@ class _HomeSync:
     def _facts(self, path: str, known: Known | None, read: RunDirRead, dir_info: os.stat_result,
                failed_info: os.stat_result | None, now_ns: int) -> RunWrite:
         """The run's new facts to store, once its stream's lines have been read."""
-        stream = read.stream
-        if stream is not None:
-            checkpoint = stream.checkpoint
-        else:
-            checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
-        return RunWrite(
-            dir_facts={**read.dir_facts(path),
-                       "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
-            new_events=(),  # stored as they were read
-            replace_events=False,
-            stream=(self.source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
-            dir_cache={"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
-                       "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)},
-            snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
-            run_files=read.run_files(),
-        )
+        return _run_write(self.source, path, known, read, _dir_cache(dir_info, failed_info, now_ns))
 
     @staticmethod
     def _only_identities_changed(conn: Connection, known: Known, read: RunDirRead, facts: RunWrite) -> bool:
@@ -554,14 +568,8 @@ class _HomeSync:
         whose earlier bad lines were not re-read)."""
         if not self._has_open_problems_under(path):
             return  # nothing recorded before under this run: nothing to resolve (the cold-sync case)
-        stream_path = f"{path}/events.jsonl"
-        stream = read.stream
-        stream_reread = stream is None or (stream.tail is not None and (checkpoint_before is None or stream.replace))
-        not_reread = {f"{path}/{name}" for name in SNAPSHOT_NAMES if name not in read.files}
-        if not stream_reread:
-            not_reread.add(stream_path)
         resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in read.problems}, self.now,
-                         under=path, not_reread=not_reread)
+                         under=path, not_reread=_not_reread(path, read, checkpoint_before))
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
         if self._batch is not None:
@@ -578,6 +586,7 @@ class _HomeSync:
         if self._batch is None:
             self._batch = write_transaction(self.engine)
             self._conn = self._batch.__enter__()
+            self._next_pk = next_run_pk(self._conn)
         return self._conn
 
     def _commit(self) -> None:
@@ -587,7 +596,7 @@ class _HomeSync:
         self._pending.flush(self._conn)
         settle_copies(self._conn, self._to_settle)
         self._to_settle.clear()
-        batch, self._batch, self._conn = self._batch, None, None
+        batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
         batch.__exit__(None, None, None)
         self._pending.restart()
         self._committed()
@@ -602,7 +611,7 @@ class _HomeSync:
         self._pending.restart()
         self._to_settle.clear()
         if self._batch is not None:
-            batch, self._batch, self._conn = self._batch, None, None
+            batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
             batch.__exit__(type(exc), exc, exc.__traceback__)
 
     # -- plans --------------------------------------------------------------------------
@@ -639,11 +648,47 @@ class _HomeSync:
 # -- reading and deriving runs -------------------------------------------------------
 
 
+def _dir_cache(dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int) -> dict:
+    """The run's ingest_state columns: the directory mtimes the next change check trusts."""
+    return {"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
+            "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)}
+
+
+def _run_write(source: str, path: str, known: Known | None, read: RunDirRead, dir_cache: dict) -> RunWrite:
+    """A run's new facts to store, once its stream's lines have been read."""
+    stream = read.stream
+    if stream is not None:
+        checkpoint = stream.checkpoint
+    else:
+        checkpoint = known.checkpoint.without_file() if known and known.checkpoint else None
+    return RunWrite(
+        dir_facts={**read.dir_facts(path),
+                   "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
+        new_events=(),  # stored as they were read
+        replace_events=False,
+        stream=(source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
+        dir_cache=dir_cache,
+        snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
+        run_files=read.run_files(),
+    )
+
+
+def _not_reread(path: str, read: RunDirRead, checkpoint_before: Checkpoint | None) -> set[str]:
+    """The paths under a run directory whose problems a read did not look at again (a
+    JSON file skipped as unchanged; a stream read on from its checkpoint, whose earlier
+    bad lines were not re-read)."""
+    stream = read.stream
+    stream_reread = stream is None or (stream.tail is not None and (checkpoint_before is None or stream.replace))
+    not_reread = {f"{path}/{name}" for name in SNAPSHOT_NAMES if name not in read.files}
+    if not stream_reread:
+        not_reread.add(f"{path}/events.jsonl")
+    return not_reread
+
+
 def _derive_new_run(run_id: str, read: RunDirRead):
     """In a pool worker: a new run's rows and derive state from what was read alone. Its
-    stream is read whole into a list (it is pickled back to the writer, which stores the
-    lines), so the pool is for the many small runs of a cold sync; it is off by default.
-    Returns (RunRows, scrub)."""
+    stream is read whole into a list, so the pool is for the many small runs of a cold
+    sync. Returns (RunRows, scrub)."""
     stream = read.stream
     if stream is not None and isinstance(stream.tail, TailReader):
         reader = stream.tail
@@ -670,7 +715,7 @@ def _terminal_keys_in(events: list, node_id: str) -> list[tuple[str, int, str | 
             if e.data.get("node_id") == node_id and e.data.get("event") in ("node_passed", "node_failed")]
 
 
-def _prefetched(pool, jobs: list[tuple[str, str]]) -> Iterator:
+def _prefetched(pool, jobs: list[tuple[str, str, int, str]]) -> Iterator:
     """_prepare_new_run of every job, in order, from the pool; at most two chunks per
     worker are in flight or waiting, so memory stays bounded when the writer is slower."""
     chunks = (jobs[i:i + POOL_CHUNK] for i in range(0, len(jobs), POOL_CHUNK))
@@ -684,7 +729,7 @@ def _prefetched(pool, jobs: list[tuple[str, str]]) -> Iterator:
         yield from results
 
 
-def _prepare_new_runs(jobs: list[tuple[str, str]]) -> list:
+def _prepare_new_runs(jobs: list[tuple[str, str, int, str]]) -> list:
     return [_prepare_new_run(job) for job in jobs]
 
 
@@ -701,12 +746,29 @@ def _worker_started() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def _prepare_new_run(job: tuple[str, str]):
-    """In a pool worker: a new run's change check, read and derivation (a new run's rows
-    come from what is read alone). Returns None (vanished), the OSError that kept its
-    directory from being listed, or (Look, RunDirRead, (RunRows, scrub)). What goes back
-    is pickled: the parsed JSON documents, read only by derivation, are dropped."""
-    run_id, path = job
+@dataclass
+class PreparedRun:
+    """A new run as a pool worker read, derived and turned into rows: every row it adds
+    to the ledger but its ingest_state (the writer's clock judges the directory mtimes),
+    each table's rows as tuples whose run key is a placeholder the writer fills in."""
+
+    rows: dict[str, list[tuple]]
+    sizes: dict[str, int]  # bytes of lines per table (the held-back bound)
+    dir_info: os.stat_result
+    failed_info: os.stat_result | None
+    stream_identity: str | None
+    problems: list[Problem]
+    not_reread: set[str]
+    events_walked: int
+    new_events: int
+    bytes_read: int
+
+
+def _prepare_new_run(job: tuple[str, str, int, str]):
+    """In a pool worker: a new run's change check, read, derivation and rows (a new
+    run's rows come from what is read alone). Returns None (vanished), the OSError that
+    kept its directory from being listed, or a PreparedRun."""
+    run_id, path, home_id, source = job
     look = look_at(path, None)
     if look is None:
         return None
@@ -714,11 +776,29 @@ def _prepare_new_run(job: tuple[str, str]):
         read = read_run_dir(path, None, {}, look.file_infos, look.stream_changed)
     except OSError as exc:
         return exc
-    derived = _derive_new_run(run_id, read)
-    for r in read.files.values():
-        if r is not None:
-            r.parsed = None
-    return look, read, derived
+    try:
+        rows, scrub = _derive_new_run(run_id, read)
+        stream = read.stream
+        table = RowsOnly("sqlite")
+        collected = CollectedRows()
+        new_events = 0
+        if stream is not None and stream.tail is not None:
+            _, new_events = write_events(table, PLACEHOLDER_RUN_PK, stream.items, stream.replace, True, collected)
+        read.finish_stream()
+        facts = _run_write(source, path, None, read, {})
+        write_run(table, PLACEHOLDER_RUN_PK, home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
+                  created=True, derived_cleared=True, pending=collected, insert_row=True)
+        _save_state(table, PLACEHOLDER_RUN_PK, rows, fresh=True, pending=collected)
+        del collected.rows["ingest_state"]
+        problems = read.problems + _derived_problems(path, rows)
+        return PreparedRun(
+            rows=collected.rows, sizes=collected.sizes, dir_info=look.dir_info, failed_info=look.failed_info,
+            stream_identity=rows.run["stream_identity"], problems=problems,
+            not_reread=_not_reread(path, read, None), events_walked=rows.events_walked, new_events=new_events,
+            bytes_read=stream.bytes_read if stream else 0)
+    finally:
+        if read.stream is not None:
+            read.stream.close()
 
 
 # -- runner invocation streams ----------------------------------------------------------

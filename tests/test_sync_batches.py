@@ -139,3 +139,64 @@ def test_batch_size_below_one_is_refused(tmp_path):
     with pytest.raises(ValueError, match="batch_runs"):
         sync(engine, [Home.from_path(str(CORPUS_HOME))], batch_runs=0)
     engine.dispose()
+
+
+def test_pooled_cold_sync_of_the_corpus_records_the_same_problems_as_the_inline_path(tmp_path):
+    """The corpus with bad input added (a bad line, a state.json that is not JSON, a
+    symlink in a run directory): a worker's problems are recorded by the writer under the
+    run's key, as the inline path records them."""
+    home = tmp_path / "home"
+    shutil.copytree(CORPUS_HOME / "runs", home / "runs")
+    first, second, third = sorted((home / "runs").iterdir())[:3]
+    with open(first / "events.jsonl", "a") as f:
+        f.write("{not json\n")
+    (second / "state.json").write_text("{")
+    (third / "elsewhere.json").symlink_to("/etc/hostname")
+    ledgers = {}
+    for workers in (0, 2):
+        engine = open_ledger(str(tmp_path / f"w{workers}.sqlite"))
+        report = sync(engine, [Home.from_path(str(home), "corpus")], workers=workers)
+        ledgers[workers] = (dump(engine), report)
+        engine.dispose()
+    (inline, inline_report), (pooled, pooled_report) = ledgers[0], ledgers[2]
+    assert len(inline_report.problems) == 3, inline_report.problems
+    assert pooled == inline, diff(pooled, inline)
+    assert pooled_report.problems == inline_report.problems
+    assert (pooled_report.runs_changed, pooled_report.events_ingested, pooled_report.bytes_read) == (
+        inline_report.runs_changed, inline_report.events_ingested, inline_report.bytes_read)
+
+
+def test_a_run_read_as_new_by_a_worker_resolves_the_problems_left_under_its_directory(tmp_path):
+    """A problem recorded under a run directory the ledger no longer holds a run for (its
+    row deleted: run_pk set to NULL) is resolved when a worker reads the directory again
+    and no longer sees it — and kept open when it is seen again."""
+    from .builders import ev, write_run
+
+    clock = 1_800_000_000 * 10**9
+    stream = [ev("run_started", 0, graph="g"), ev("node_started", 1, node_id="a")]
+    results = {}
+    for workers in (0, 2):
+        home = tmp_path / f"home{workers}"
+        good = write_run(home, "r1", stream)
+        bad = write_run(home, "r2", stream)
+        with open(good / "events.jsonl", "a") as f:
+            f.write("{not json\n")
+        with open(bad / "events.jsonl", "a") as f:
+            f.write("{not json\n")
+        db = str(tmp_path / f"w{workers}.sqlite")
+        engine = open_ledger(db)
+        sync(engine, [Home.from_path(str(home), "h")], clock_ns=lambda: clock)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DELETE FROM runs")  # both runs are new again; their problems stay
+        with open(good / "events.jsonl", "w") as f:  # r1's bad line is gone, r2's stays
+            f.write("".join(json.dumps({**e, "run_id": "r1"}, separators=(",", ":")) + "\n" for e in stream))
+        report = sync(engine, [Home.from_path(str(home), "h")], clock_ns=lambda: clock + 10**9, workers=workers)
+        with engine.connect() as conn:
+            open_paths = sorted(p.replace(str(home), "HOME") for (p,) in conn.exec_driver_sql(
+                "SELECT path FROM problems WHERE resolved_at IS NULL"))
+            resolved = sorted(p.replace(str(home), "HOME") for (p,) in conn.exec_driver_sql(
+                "SELECT path FROM problems WHERE resolved_at IS NOT NULL"))
+        engine.dispose()
+        assert report.runs_changed == 2
+        results[workers] = (open_paths, resolved)
+    assert results[2] == results[0] == (["HOME/runs/r2/events.jsonl"], ["HOME/runs/r1/events.jsonl"])
