@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .liveness import Liveness, probe_lock
 
@@ -25,8 +25,9 @@ FACT_COLUMNS = ("any_leg", "last_leg_open", "last_leg_phase", "last_outcome", "l
                 "has_state", "all_nodes_passed", "gate_paused_at")
 
 
-@dataclass(frozen=True)
-class StatusFacts:
+class StatusFacts(NamedTuple):
+    """A tuple, not a dataclass: `runs` makes one per run, and a tuple is built ~7x faster."""
+
     any_leg: bool
     last_leg_open: bool
     last_leg_phase: str | None
