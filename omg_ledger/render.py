@@ -82,6 +82,14 @@ def json_inert(text: str) -> str:
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _UNSAFE_IN_JSON.search(text) else text
 
 
+def json_inert_utf8(data: bytes) -> bytes:
+    """json_inert for JSON serialized as UTF-8. Only DEL and non-ASCII characters can
+    need an escape, so ASCII without DEL (nearly every listing row) is returned as it is."""
+    if data.isascii() and b"\x7f" not in data:
+        return data
+    return json_inert(data.decode()).encode()
+
+
 def money(nanos: int | None, unknown_count: int = 0) -> str:
     """Known spend, as a lower bound when some invocations have no known price."""
     if unknown_count and not nanos:
