@@ -386,13 +386,17 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
 
     from .db import RUN_TABLES_SINCE
     from .reports.runs import iter_runs
-    from .timespec import parse_since, zone_named
 
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
-    zone = zone_named(tz)
+    zone = since_us = None
+    if tz or since:  # a zone is only read for these (timespec and zoneinfo cost ~10 ms to import)
+        from .timespec import parse_since, zone_named
+
+        zone = zone_named(tz)
+        since_us = parse_since(since, _now(), zone)
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
-    rows = iter_runs(engine, since_us=parse_since(since, _now(), zone), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=since_us, statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     if limit is not None:
         rows = itertools.islice(rows, limit)

@@ -85,7 +85,7 @@ def json_inert(text: str) -> str:
 def json_inert_utf8(data: bytes) -> bytes:
     """json_inert for JSON serialized as UTF-8. Only DEL and non-ASCII characters can
     need an escape, so ASCII without DEL (nearly every listing row) is returned as it is."""
-    if data.isascii() and b"\x7f" not in data:
+    if data.isascii() and 0x7F not in data:  # an int: memchr, where b"\x7f" is a substring search
         return data
     return json_inert(data.decode()).encode()
 
