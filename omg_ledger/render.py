@@ -46,6 +46,8 @@ def inert(text: object, keep_newlines: bool = False) -> str:
     if text is None:
         return ""
     text = str(text)
+    if text.isascii() and text.isprintable():  # ASCII's unprintables are exactly its C0 controls and DEL
+        return text
     return (_UNSAFE_KEEP_NEWLINE if keep_newlines else _UNSAFE).sub(_escape, text)
 
 

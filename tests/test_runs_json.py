@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 
-from omg_ledger import cli
+from omg_ledger import cli, render
 from omg_ledger.reports.runs import LIST_COLUMNS, _money, run_summary
 from omg_ledger.status import PAUSED
 
@@ -139,3 +139,23 @@ def test_listing_row_reads_each_field_from_its_own_column():
     assert summary["cost_usd"] == 2.5 and summary["cost_nano_usd"] == 2_500_000_000
     assert summary["unrecorded_attempts"] == 3 and summary["gone"] is False and summary["has_snapshot"] is True
     assert summary["paused_for"] is None and summary["hint"] is None and summary["nodes_interrupted"] == 0
+
+
+def test_inert_escapes_every_ascii_control_and_del_and_nothing_else_ascii():
+    # By hand from render's contract: C0 controls and DEL become \xNN; printable ASCII stays;
+    # keep_newlines keeps the line feed (and only it).
+    for code in range(128):
+        ch = chr(code)
+        escaped = f"\\x{code:02x}"
+        unsafe = code < 0x20 or code == 0x7F
+        assert render.inert(f"a{ch}b") == (f"a{escaped}b" if unsafe else f"a{ch}b"), code
+        kept = unsafe and ch != "\n"
+        assert render.inert(f"a{ch}b", keep_newlines=True) == (f"a{escaped}b" if kept else f"a{ch}b"), code
+    assert render.inert("caf\u00e9 \u2014 \u202e\u0085") == "caf\u00e9 \u2014 \\u202e\\x85"
+    assert render.inert(None) == "" and render.inert(42) == "42"
+
+
+def test_json_inert_utf8_is_json_inert_on_the_text():
+    for text in ['"plain"', '"del\x7f"', '"dash \u2014"', '"rlo \u202e ls \u2028 nel \u0085"']:
+        assert render.json_inert_utf8(text.encode()) == render.json_inert(text).encode(), text
+    assert render.json_inert_utf8(b'"a\x7fb"') == b'"a\\u007fb"'
