@@ -825,8 +825,11 @@ def fitted_table(headers: list[str], rows: list[list[str]], right: set[int] = fr
             widths[i] -= min(over, widths[i] - floor)
 
     def cell(i: int, text: str, header: bool = False) -> str:
-        text = ellipsize(text, widths[i])
-        pad = " " * (widths[i] - display_width(text))
+        used = display_width(text)
+        if used > widths[i]:
+            text = ellipsize(text, widths[i])
+            used = display_width(text)
+        pad = " " * (widths[i] - used)
         code = None if header or not styles or i not in styles else styles[i](text)
         shown = f"\x1b[{code}m{text}\x1b[0m" if code else text
         return pad + shown if i in right else shown + pad
