@@ -430,7 +430,10 @@ def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(fields)
-    for row in [*rows, *([total] if total is not None else [])]:
+    import itertools
+
+    # Rows are written as they come: a long listing (runs --csv) is never held whole.
+    for row in itertools.chain(rows, [total] if total is not None else []):
         row = money_cells(row)
         writer.writerow([csv_cell(row.get(f)) for f in fields])
     return out.getvalue()
