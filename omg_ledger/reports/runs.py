@@ -16,6 +16,7 @@ from ..backend import bind_list, reading
 from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
+    FACT_COLUMNS,
     NOT_KNOWN_YET,
     PAUSED,
     PLANNING,
@@ -34,13 +35,14 @@ if TYPE_CHECKING:
 
 # What a listing needs (the status facts and the summary), not every snapshot column:
 # over 10,000 runs, fetching the rest cost more than everything else `runs` does.
-# _facts and _summary read a row by position: they unpack it in this order.
-LIST_COLUMNS = (
-    "id", "run_id", "dir_path", "gone", "snapshot_schema", "runtime", "graph_name", "node_count", "nodes_passed",
-    "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
-    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
-    "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
-    "last_detail", "has_state", "all_nodes_passed")
+# A row is read by position: _summary unpacks the summary columns, then the status facts
+# (status.FACT_COLUMNS, in their order), then the home label.
+_SUMMARY_COLUMNS = (
+    "id", "run_id", "dir_path", "gone", "runtime", "graph_name", "node_count", "nodes_passed", "leg_count",
+    "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "input_tokens",
+    "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at", "last_event_at")
+LIST_COLUMNS = _SUMMARY_COLUMNS + FACT_COLUMNS
+_FACTS = slice(len(_SUMMARY_COLUMNS), len(LIST_COLUMNS))
 _LIST_SQL = ("SELECT " + ", ".join(f"r.{name}" for name in LIST_COLUMNS) + ", h.label"
              " FROM runs r JOIN homes h ON h.id = r.home_id")
 _PK, _DIR_PATH = LIST_COLUMNS.index("id"), LIST_COLUMNS.index("dir_path")
@@ -68,23 +70,13 @@ def could_be_sql(status: str) -> str:
     return "(NOT r.last_leg_open AND (r.last_outcome IS NULL OR r.last_outcome <> 'paused'))"  # PASS, FAIL
 
 
-def _facts(row: tuple) -> StatusFacts:
-    """StatusFacts.from_row for a tuple of LIST_COLUMNS (+ label), read by position."""
-    (_pk, _run_id, _dir_path, _gone, snapshot_schema, _runtime, _graph, _nodes, _passed, _legs, _cost, _calls,
-     _unknown, _unrecorded, _input, _cached, _output, _reasoning, _first, _last, gate_paused_at, any_leg,
-     last_leg_open, last_leg_phase, last_outcome, last_detail, has_state, all_nodes_passed, _label) = row
-    has_snapshot = snapshot_schema is not None
-    return StatusFacts(bool(any_leg), bool(last_leg_open), last_leg_phase, last_outcome, has_snapshot,
-                       bool(all_nodes_passed), bool(has_state) and not has_snapshot, last_detail, gate_paused_at)
-
-
 def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts) -> dict:
     """One run's listing row from a tuple of LIST_COLUMNS (+ label), read by position:
     `runs` builds 10,000 of them, and a dict per fetched row cost more than this does."""
-    (_pk, run_id, _dir_path, gone, _schema, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
+    (_pk, run_id, _dir_path, gone, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
      invocations, unknown_cost_invocations, unrecorded, input_tokens, cached_input_tokens, output_tokens,
-     reasoning_output_tokens, first_event_at, last_event_at, gate_paused_at, _any_leg, _open, _phase, _outcome, _detail,
-     _has_state, _all_passed, home_label) = row
+     reasoning_output_tokens, first_event_at, last_event_at, _any_leg, _open, _phase, _outcome, _detail, _schema,
+     _has_state, _all_passed, gate_paused_at, home_label) = row
     return {
         "run_id": run_id,
         "home": home_label,
@@ -120,7 +112,7 @@ def run_summary(row, status: str, home_label: str, left_running: int = 0, facts:
     ``facts``: the row's StatusFacts when the caller has them already."""
     m = row._mapping if hasattr(row, "_mapping") else row
     values = (*(m[name] for name in LIST_COLUMNS), home_label)
-    return _summary(values, status, left_running, facts or _facts(values))
+    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]))
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -136,9 +128,10 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     if statuses:
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
+    from_columns = StatusFacts.from_columns
     with reading(engine) as reader:
         for row in reader.rows(query, params):
-            facts = _facts(row)
+            facts = from_columns(*row[_FACTS])
             status = status_of(facts, row[_DIR_PATH])
             if statuses and status not in statuses:
                 continue
