@@ -84,13 +84,32 @@ def _emit_json(value: object) -> None:
     sys.stdout.write(render.json_inert(text) + "\n")
 
 
-def _emit_json_array(items) -> None:
-    """One JSON array, written item by item: a long listing is never all in memory."""
+JSON_ARRAY_CHUNK_BYTES = 1 << 18  # written at once: few writes, memory flat in the listing's length
+
+
+def _emit_json_array(items, chunk_bytes: int = JSON_ARRAY_CHUNK_BYTES) -> None:
+    """One JSON array, one item a line, written a chunk at a time: a long listing is
+    never all in memory, and a write per item (a system call each when stdout is
+    unbuffered) is not paid."""
+    dumps, option, inert = orjson.dumps, orjson.OPT_NON_STR_KEYS, render.json_inert_utf8
     out = sys.stdout
-    out.write("[")
-    for n, item in enumerate(items):
-        out.write(("," if n else "") + "\n  " + render.json_inert(orjson.dumps(item, option=orjson.OPT_NON_STR_KEYS).decode()))
-    out.write("\n]\n")
+    binary = getattr(out, "buffer", None) if (out.encoding or "").lower().replace("-", "") == "utf8" else None
+    if binary is not None:
+        out.flush()  # the text layer may hold earlier output: keep the order
+    write = binary.write if binary is not None else (lambda data: out.write(data.decode()))
+    # Each item is appended as soon as it is serialized (orjson's result holds a buffer
+    # far larger than its text: a list of them would not stay small).
+    chunk = bytearray(b"[")
+    separator = b"\n  "
+    for item in items:
+        chunk += separator
+        chunk += inert(dumps(item, option=option))
+        separator = b",\n  "
+        if len(chunk) >= chunk_bytes:
+            write(chunk)
+            chunk = bytearray()
+    chunk += b"\n]\n"
+    write(chunk)
 
 
 def tz_option(f: Callable) -> Callable:
@@ -367,13 +386,17 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
 
     from .db import RUN_TABLES_SINCE
     from .reports.runs import iter_runs
-    from .timespec import parse_since, zone_named
 
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
-    zone = zone_named(tz)
+    zone = since_us = None
+    if tz or since:  # a zone is only read for these (timespec and zoneinfo cost ~10 ms to import)
+        from .timespec import parse_since, zone_named
+
+        zone = zone_named(tz)
+        since_us = parse_since(since, _now(), zone)
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
-    rows = iter_runs(engine, since_us=parse_since(since, _now(), zone), statuses=tuple(s.upper() for s in statuses),
+    rows = iter_runs(engine, since_us=since_us, statuses=tuple(s.upper() for s in statuses),
                      home_labels=home_labels)
     if limit is not None:
         rows = itertools.islice(rows, limit)

@@ -46,6 +46,8 @@ def inert(text: object, keep_newlines: bool = False) -> str:
     if text is None:
         return ""
     text = str(text)
+    if text.isascii() and text.isprintable():  # ASCII's unprintables are exactly its C0 controls and DEL
+        return text
     return (_UNSAFE_KEEP_NEWLINE if keep_newlines else _UNSAFE).sub(_escape, text)
 
 
@@ -80,6 +82,14 @@ def json_inert(text: str) -> str:
     document decodes to exactly the same value.
     """
     return _UNSAFE_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _UNSAFE_IN_JSON.search(text) else text
+
+
+def json_inert_utf8(data: bytes) -> bytes:
+    """json_inert for JSON serialized as UTF-8. Only DEL and non-ASCII characters can
+    need an escape, so ASCII without DEL (nearly every listing row) is returned as it is."""
+    if data.isascii() and 0x7F not in data:  # an int: memchr, where b"\x7f" is a substring search
+        return data
+    return json_inert(data.decode()).encode()
 
 
 def money(nanos: int | None, unknown_count: int = 0) -> str:
@@ -420,7 +430,10 @@ def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(fields)
-    for row in [*rows, *([total] if total is not None else [])]:
+    import itertools
+
+    # Rows are written as they come: a long listing (runs --csv) is never held whole.
+    for row in itertools.chain(rows, [total] if total is not None else []):
         row = money_cells(row)
         writer.writerow([csv_cell(row.get(f)) for f in fields])
     return out.getvalue()
@@ -815,8 +828,11 @@ def fitted_table(headers: list[str], rows: list[list[str]], right: set[int] = fr
             widths[i] -= min(over, widths[i] - floor)
 
     def cell(i: int, text: str, header: bool = False) -> str:
-        text = ellipsize(text, widths[i])
-        pad = " " * (widths[i] - display_width(text))
+        used = display_width(text)
+        if used > widths[i]:
+            text = ellipsize(text, widths[i])
+            used = display_width(text)
+        pad = " " * (widths[i] - used)
         code = None if header or not styles or i not in styles else styles[i](text)
         shown = f"\x1b[{code}m{text}\x1b[0m" if code else text
         return pad + shown if i in right else shown + pad

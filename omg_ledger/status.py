@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .liveness import Liveness, probe_lock
 
@@ -25,8 +25,9 @@ FACT_COLUMNS = ("any_leg", "last_leg_open", "last_leg_phase", "last_outcome", "l
                 "has_state", "all_nodes_passed", "gate_paused_at")
 
 
-@dataclass(frozen=True)
-class StatusFacts:
+class StatusFacts(NamedTuple):
+    """A tuple, not a dataclass: `runs` makes one per run, and a tuple is built ~7x faster."""
+
     any_leg: bool
     last_leg_open: bool
     last_leg_phase: str | None
@@ -40,10 +41,15 @@ class StatusFacts:
     @classmethod
     def from_row(cls, row) -> StatusFacts:
         m = row._mapping if hasattr(row, "_mapping") else row
-        has_snapshot = m["snapshot_schema"] is not None
-        return cls(bool(m["any_leg"]), bool(m["last_leg_open"]), m["last_leg_phase"], m["last_outcome"],
-                   has_snapshot, bool(m["all_nodes_passed"]), bool(m["has_state"]) and not has_snapshot,
-                   m["last_detail"], m["gate_paused_at"])
+        return cls.from_columns(*(m[name] for name in FACT_COLUMNS))
+
+    @classmethod
+    def from_columns(cls, any_leg, last_leg_open, last_leg_phase, last_outcome, last_detail, snapshot_schema,
+                     has_state, all_nodes_passed, gate_paused_at) -> StatusFacts:
+        """From the FACT_COLUMNS of a `runs` row, in that order."""
+        has_snapshot = snapshot_schema is not None
+        return cls(bool(any_leg), bool(last_leg_open), last_leg_phase, last_outcome, has_snapshot,
+                   bool(all_nodes_passed), bool(has_state) and not has_snapshot, last_detail, gate_paused_at)
 
     @property
     def spoken(self) -> bool:

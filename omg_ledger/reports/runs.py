@@ -16,6 +16,7 @@ from ..backend import bind_list, reading
 from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
+    FACT_COLUMNS,
     NOT_KNOWN_YET,
     PAUSED,
     PLANNING,
@@ -27,25 +28,32 @@ from ..status import (
     status_of,
     unrecorded_attempts,
 )
-from ..units import nanos_to_usd
+from ..units import NANOS_PER_USD, nanos_to_usd
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 # What a listing needs (the status facts and the summary), not every snapshot column:
 # over 10,000 runs, fetching the rest cost more than everything else `runs` does.
-LIST_COLUMNS = (
-    "id", "run_id", "dir_path", "gone", "snapshot_schema", "runtime", "graph_name", "node_count", "nodes_passed",
-    "leg_count", "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts",
-    "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at",
-    "last_event_at", "gate_paused_at", "any_leg", "last_leg_open", "last_leg_phase", "last_outcome",
-    "last_detail", "has_state", "all_nodes_passed")
+# A row is read by position: _summary unpacks the summary columns, then the status facts
+# (status.FACT_COLUMNS, in their order), then the home label.
+_SUMMARY_COLUMNS = (
+    "id", "run_id", "dir_path", "gone", "runtime", "graph_name", "node_count", "nodes_passed", "leg_count",
+    "cost_nano_usd", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "input_tokens",
+    "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "first_event_at", "last_event_at")
+LIST_COLUMNS = _SUMMARY_COLUMNS + FACT_COLUMNS
+_FACTS = slice(len(_SUMMARY_COLUMNS), len(LIST_COLUMNS))
 _LIST_SQL = ("SELECT " + ", ".join(f"r.{name}" for name in LIST_COLUMNS) + ", h.label"
              " FROM runs r JOIN homes h ON h.id = r.home_id")
+_PK, _DIR_PATH = LIST_COLUMNS.index("id"), LIST_COLUMNS.index("dir_path")
 _LEFT_RUNNING_SQL = "SELECT COUNT(*) FROM nodes WHERE run_pk = :run_pk AND state = 'running'"
 
 
 def _money(nanos: int | None) -> float | None:
+    if type(nanos) is int:
+        # int / int is correctly rounded in Python, as float(Decimal(nanos) / 10**9) is:
+        # the same float, without a Decimal per run.
+        return nanos / NANOS_PER_USD
     value = nanos_to_usd(nanos)
     return None if value is None else float(value)
 
@@ -62,40 +70,49 @@ def could_be_sql(status: str) -> str:
     return "(NOT r.last_leg_open AND (r.last_outcome IS NULL OR r.last_outcome <> 'paused'))"  # PASS, FAIL
 
 
+def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts) -> dict:
+    """One run's listing row from a tuple of LIST_COLUMNS (+ label), read by position:
+    `runs` builds 10,000 of them, and a dict per fetched row cost more than this does."""
+    (_pk, run_id, _dir_path, gone, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
+     invocations, unknown_cost_invocations, unrecorded, input_tokens, cached_input_tokens, output_tokens,
+     reasoning_output_tokens, first_event_at, last_event_at, _any_leg, _open, _phase, _outcome, _detail, _schema,
+     _has_state, _all_passed, gate_paused_at, home_label) = row
+    return {
+        "run_id": run_id,
+        "home": home_label,
+        "graph": graph_name,
+        "runtime": runtime,
+        "status": status,
+        "nodes_total": node_count,
+        "nodes_passed": nodes_passed,
+        "leg_count": leg_count,  # as the engine counts (unphased legs); show's "legs" lists them all
+        "cost_usd": _money(cost_nano_usd),
+        "cost_nano_usd": cost_nano_usd,
+        "invocations": invocations,
+        "unknown_cost_invocations": unknown_cost_invocations,
+        "unrecorded_attempts": unrecorded_attempts(unrecorded, left_running, status),
+        "input_tokens": input_tokens,
+        "cached_input_tokens": cached_input_tokens,
+        "output_tokens": output_tokens,
+        "reasoning_output_tokens": reasoning_output_tokens,
+        "started_at": first_event_at,
+        "last_event_at": last_event_at,
+        "gone": bool(gone),
+        "has_snapshot": facts.has_snapshot,
+        "paused_for": pause_reason(facts) if status == PAUSED else None,
+        "gate": gate_paused_at,
+        "nodes_interrupted": left_running if status == ABANDONED else 0,  # killed calls, unrecorded
+        "hint": hint(status, run_id, facts),
+    }
+
+
 def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None) -> dict:
     """One run's listing row. ``left_running``: nodes the stream leaves running in the
     open leg (only read when the run is ABANDONED: their killed calls are unrecorded).
     ``facts``: the row's StatusFacts when the caller has them already."""
     m = row._mapping if hasattr(row, "_mapping") else row
-    facts = facts or StatusFacts.from_row(row)
-    has_snapshot = facts.has_snapshot
-    return {
-        "run_id": m["run_id"],
-        "home": home_label,
-        "graph": m["graph_name"],
-        "runtime": m["runtime"],
-        "status": status,
-        "nodes_total": m["node_count"],
-        "nodes_passed": m["nodes_passed"],
-        "leg_count": m["leg_count"],  # as the engine counts (unphased legs); show's "legs" lists them all
-        "cost_usd": _money(m["cost_nano_usd"]),
-        "cost_nano_usd": m["cost_nano_usd"],
-        "invocations": m["invocations"],
-        "unknown_cost_invocations": m["unknown_cost_invocations"],
-        "unrecorded_attempts": unrecorded_attempts(m["unrecorded_attempts"], left_running, status),
-        "input_tokens": m["input_tokens"],
-        "cached_input_tokens": m["cached_input_tokens"],
-        "output_tokens": m["output_tokens"],
-        "reasoning_output_tokens": m["reasoning_output_tokens"],
-        "started_at": m["first_event_at"],
-        "last_event_at": m["last_event_at"],
-        "gone": bool(m["gone"]),
-        "has_snapshot": has_snapshot,
-        "paused_for": pause_reason(facts) if status == PAUSED else None,
-        "gate": m["gate_paused_at"],
-        "nodes_interrupted": left_running if status == ABANDONED else 0,  # killed calls, unrecorded
-        "hint": hint(status, m["run_id"], facts),
-    }
+    values = (*(m[name] for name in LIST_COLUMNS), home_label)
+    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]))
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -111,14 +128,15 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     if statuses:
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
+    from_columns = StatusFacts.from_columns
     with reading(engine) as reader:
-        for row in reader.dicts(query, params):
-            facts = StatusFacts.from_row(row)
-            status = status_of(facts, row["dir_path"])
+        for row in reader.rows(query, params):
+            facts = from_columns(*row[_FACTS])
+            status = status_of(facts, row[_DIR_PATH])
             if statuses and status not in statuses:
                 continue
-            left = int(reader.scalar(_LEFT_RUNNING_SQL, {"run_pk": row["id"]}) or 0) if status == ABANDONED else 0
-            yield run_summary(row, status, row["label"], left, facts)
+            left = int(reader.scalar(_LEFT_RUNNING_SQL, {"run_pk": row[_PK]}) or 0) if status == ABANDONED else 0
+            yield _summary(row, status, left, facts)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
