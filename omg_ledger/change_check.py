@@ -1,16 +1,17 @@
 """The change check of `omg-ledger sync`: stat calls against what the ledger remembers.
 
 What the ledger remembers about a home's runs (their ingest cache, stream checkpoint
-and JSON file identities) is read through the DB-API in two plain queries and kept as
-row tuples (a Checkpoint or a file row dict is built only for a run that changed), so
-its memory grows little with the number of runs.
+and JSON file identities) is read through the DB-API as row tuples (a Checkpoint or a
+file row dict is built only for a run that changed), a few hundred listed runs at a
+time (:func:`known_in_chunks`) or streamed in run id order (:func:`known_in_order`), so
+memory does not grow with the number of runs.
 
-:func:`unchanged_sync` is the cron case: a SQLite ledger at the migration head where
-nothing changed. It checks that with ``sqlite3`` alone — no SQLAlchemy, no schema
-module — and records only the homes' last sync time. Anything it is not sure is a
-no-op (a changed, new or vanished run, a problem to record or resolve, a plan, an
-outdated derivation, a home whose identity moved, a runner stream) makes it step aside
-for the full sync, which does the same check again and the work.
+:func:`unchanged_sync` is the cron case: a SQLite or PostgreSQL ledger at the migration
+head where nothing changed. It checks that with ``sqlite3`` or ``psycopg`` alone — no
+SQLAlchemy, no schema module — and records only the homes' last sync time. Anything it
+is not sure is a no-op (a changed, new or vanished run, a problem to record or resolve,
+a plan, an outdated derivation, a home whose identity moved, a runner stream) makes it
+step aside for the full sync, which does the same check again and the work.
 """
 
 from __future__ import annotations
@@ -289,7 +290,7 @@ class _Ledger:
 class _PostgresLedger(_Ledger):
     mark = "%s"
     run_order = 'runs.run_id COLLATE "C"'  # code point order whatever the database's collation
-    STREAM_ROWS = 2000  # rows per round trip of a server-side cursor
+    STREAM_ROWS = 500  # rows per round trip of a server-side cursor (~0.7 MiB held for both)
 
     def __init__(self, conn) -> None:
         super().__init__(conn)
