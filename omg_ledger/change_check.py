@@ -294,15 +294,20 @@ class _PostgresLedger(_Ledger):
 
     def __init__(self, conn) -> None:
         super().__init__(conn)
-        self._cursors = 0
+        self._cursors: list = []
 
     def stream(self, sql: str, params: tuple) -> Iterator[tuple]:
         # A server-side cursor: the rows are not all held by the client at once.
-        self._cursors += 1
-        cursor = self.conn.cursor(name=f"omg_ledger_noop_{self._cursors}")
+        cursor = self.conn.cursor(name=f"omg_ledger_noop_{len(self._cursors)}")
+        self._cursors.append(cursor)
         cursor.itersize = self.STREAM_ROWS
         cursor.execute(self.sql(sql), params)
         return iter(cursor)
+
+    def close_cursors(self) -> None:
+        """Close the server-side cursors (those a step-aside left unread too)."""
+        while self._cursors:
+            self._cursors.pop().close()
 
     def write(self, statements: list[tuple[str, tuple]]) -> None:
         with self.conn.transaction():
@@ -368,7 +373,10 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
                 _postgres_sync_locks(conn, homes, wait_seconds)
                 ledger = _PostgresLedger(conn)
                 with conn.transaction():
-                    home_ids = _unchanged(ledger, homes, head_revision, derivation_version, report)
+                    try:
+                        home_ids = _unchanged(ledger, homes, head_revision, derivation_version, report)
+                    finally:
+                        ledger.close_cursors()
                 if home_ids is None:
                     return None
                 _record_synced(ledger, home_ids, clock_ns)
