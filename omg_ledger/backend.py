@@ -19,7 +19,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from .errors import DatabaseUnavailable, LedgerBusy
@@ -243,10 +243,10 @@ class PostgresBackend(Backend):
         """A session advisory lock per scope, so different homes sync in parallel."""
         from sqlalchemy import text
 
-        key = zlib.crc32(scope.encode()) & 0x7FFFFFFF
+        key = sync_lock_key(scope)
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            _retry_until(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()),
+            retry_until(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()),
                          wait_seconds, 0.2, f"another sync of {scope} into this ledger is running")
             try:
                 yield
@@ -303,13 +303,18 @@ def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
                 return False
             return True
 
-        _retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
+        retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
         yield
     finally:
         os.close(fd)
 
 
-def _retry_until(attempt, wait_seconds: float, pause: float, holder: str) -> None:
+def sync_lock_key(scope: str) -> int:
+    """The PostgreSQL advisory lock key (class 1) of a sync scope."""
+    return zlib.crc32(scope.encode()) & 0x7FFFFFFF
+
+
+def retry_until(attempt: Callable[[], bool], wait_seconds: float, pause: float, holder: str) -> None:
     """Call ``attempt`` until it succeeds or ``wait_seconds`` have passed (then LedgerBusy)."""
     deadline = time.monotonic() + wait_seconds
     while not attempt():

@@ -1,16 +1,17 @@
 """The change check of `omg-ledger sync`: stat calls against what the ledger remembers.
 
 What the ledger remembers about a home's runs (their ingest cache, stream checkpoint
-and JSON file identities) is read through the DB-API in two plain queries and kept as
-row tuples (a Checkpoint or a file row dict is built only for a run that changed), so
-its memory grows little with the number of runs.
+and JSON file identities) is read through the DB-API as row tuples (a Checkpoint or a
+file row dict is built only for a run that changed), a few hundred listed runs at a
+time (:func:`known_in_chunks`) or streamed in run id order (:func:`known_in_order`), so
+memory does not grow with the number of runs.
 
-:func:`unchanged_sync` is the cron case: a SQLite ledger at the migration head where
-nothing changed. It checks that with ``sqlite3`` alone — no SQLAlchemy, no schema
-module — and records only the homes' last sync time. Anything it is not sure is a
-no-op (a changed, new or vanished run, a problem to record or resolve, a plan, an
-outdated derivation, a home whose identity moved, a runner stream) makes it step aside
-for the full sync, which does the same check again and the work.
+:func:`unchanged_sync` is the cron case: a SQLite or PostgreSQL ledger at the migration
+head where nothing changed. It checks that with ``sqlite3`` or ``psycopg`` alone — no
+SQLAlchemy, no schema module — and records only the homes' last sync time. Anything it
+is not sure is a no-op (a changed, new or vanished run, a problem to record or resolve,
+a plan, an outdated derivation, a home whose identity moved, a runner stream) makes it
+step aside for the full sync, which does the same check again and the work.
 """
 
 from __future__ import annotations
@@ -115,14 +116,21 @@ def _known(row: tuple) -> Known:
                  tuple(row[7:]) if row[6] is not None else None)
 
 
-def load_known(fetch: Fetch, mark: str, home_id: int) -> dict[str, Known]:
-    """Everything the change check compares, for every run of a home, in two queries."""
+KNOWN_CHUNK = 500  # listed runs whose Known is read per pair of queries
+
+
+def load_known(fetch: Fetch, mark: str, home_id: int, run_ids: Sequence[str]) -> dict[str, Known]:
+    """Everything the change check compares, for those of these runs the ledger has, in
+    two queries."""
     known: dict[str, Known] = {}
+    if not run_ids:
+        return known
     by_pk: dict[int, Known] = {}
-    for row in fetch(_runs_sql(mark), (home_id,)):
+    among = f" AND runs.run_id IN ({', '.join([mark] * len(run_ids))})"
+    for row in fetch(_runs_sql(mark) + among, (home_id, *run_ids)):
         known[row[1]] = by_pk[row[0]] = _known(row)
     files: dict[int, list[tuple]] = {}
-    for row in fetch(_files_sql(mark), (home_id,)):
+    for row in fetch(_files_sql(mark) + among, (home_id, *run_ids)):
         files.setdefault(row[0], []).append(tuple(row))
     for run_pk, file_rows in files.items():
         if run_pk in by_pk:
@@ -130,12 +138,30 @@ def load_known(fetch: Fetch, mark: str, home_id: int) -> dict[str, Known]:
     return known
 
 
-def known_in_order(conn: sqlite3.Connection, home_id: int) -> Iterator[tuple[str, Known]]:
-    """(run id, Known) of every run of a home in run id order, streamed from two ordered
-    cursors merged: memory does not grow with the number of runs."""
-    runs = conn.execute(_runs_sql("?") + " ORDER BY runs.run_id", (home_id,))
-    files = conn.execute(_files_sql("?").replace("SELECT f.run_pk,", "SELECT runs.run_id,")
-                         + " ORDER BY runs.run_id, f.name", (home_id,))
+def known_in_chunks(fetch: Fetch, mark: str, home_id: int, run_ids: Sequence[str],
+                    chunk: int | None = None) -> Iterator[Known | None]:
+    """The Known of each of ``run_ids`` in their order (None: a run the ledger does not
+    have), read ``chunk`` runs at a time when the first of them is asked for: memory does
+    not grow with the number of runs, and a run's rows are read before anything the
+    caller writes about it."""
+    chunk = chunk or KNOWN_CHUNK
+    for start in range(0, len(run_ids), chunk):
+        some = run_ids[start:start + chunk]
+        known = load_known(fetch, mark, home_id, some)
+        for run_id in some:
+            yield known.get(run_id)
+
+
+Stream = Callable[[str, tuple], Iterator[tuple]]  # DB-API: rows of a query, read as they are consumed
+
+
+def known_in_order(stream: Stream, mark: str, home_id: int, order: str = "runs.run_id") -> Iterator[tuple[str, Known]]:
+    """(run id, Known) of every run of a home in run id order (``order``: the run id in
+    the code point order Python sorts by), streamed from two ordered cursors merged:
+    memory does not grow with the number of runs."""
+    runs = stream(_runs_sql(mark) + f" ORDER BY {order}", (home_id,))
+    files = stream(_files_sql(mark).replace("SELECT f.run_pk,", "SELECT runs.run_id,")
+                   + f" ORDER BY {order}, f.name", (home_id,))
     file_row = next(files, None)
     for row in runs:
         item = _known(row)
@@ -224,11 +250,69 @@ def plans_to_write(rows: list[dict], existing: dict[str, dict]) -> tuple[list[di
     return changed, gone
 
 
-# -- the no-op sync, through sqlite3 ---------------------------------------------------
+# -- the no-op sync, through the DB-API ------------------------------------------------
+
+
+# The lock scope of the derivation step (sync.DERIVE_SCOPE, which imports SQLAlchemy).
+DERIVE_SCOPE = "derive"
 
 
 class _NotSure(Exception):
     """Something the full sync must look at: step aside for it."""
+
+
+class _Ledger:
+    """The no-op check's reads and its one write, on a DB-API connection (SQL written
+    with ``?`` placeholders)."""
+
+    mark = "?"
+    run_order = "runs.run_id"  # SQLite's BINARY collation: UTF-8 byte order = code point order
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+
+    def sql(self, text: str) -> str:
+        return text if self.mark == "?" else text.replace("?", self.mark)
+
+    def fetch(self, sql: str, params: tuple = ()) -> list[tuple]:
+        return self.conn.execute(self.sql(sql), params).fetchall()
+
+    def stream(self, sql: str, params: tuple) -> Iterator[tuple]:
+        return iter(self.conn.execute(self.sql(sql), params))
+
+    def write(self, statements: list[tuple[str, tuple]]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        for sql, params in statements:
+            self.conn.execute(sql, params)
+        self.conn.execute("COMMIT")
+
+
+class _PostgresLedger(_Ledger):
+    mark = "%s"
+    run_order = 'runs.run_id COLLATE "C"'  # code point order whatever the database's collation
+    STREAM_ROWS = 500  # rows per round trip of a server-side cursor (~0.7 MiB held for both)
+
+    def __init__(self, conn) -> None:
+        super().__init__(conn)
+        self._cursors: list = []
+
+    def stream(self, sql: str, params: tuple) -> Iterator[tuple]:
+        # A server-side cursor: the rows are not all held by the client at once.
+        cursor = self.conn.cursor(name=f"omg_ledger_noop_{len(self._cursors)}")
+        self._cursors.append(cursor)
+        cursor.itersize = self.STREAM_ROWS
+        cursor.execute(self.sql(sql), params)
+        return iter(cursor)
+
+    def close_cursors(self) -> None:
+        """Close the server-side cursors (those a step-aside left unread too)."""
+        while self._cursors:
+            self._cursors.pop().close()
+
+    def write(self, statements: list[tuple[str, tuple]]) -> None:
+        with self.conn.transaction():
+            for sql, params in statements:
+                self.conn.execute(self.sql(sql), params)
 
 
 def sqlite_file(db: str) -> str | None:
@@ -247,39 +331,95 @@ def sqlite_file(db: str) -> str | None:
     return path if header == SQLITE_HEADER else None
 
 
+def postgres_conninfo(db: str) -> str | None:
+    """The libpq URI of a ledger given as a postgres:// or postgresql[+psycopg]:// URL
+    (a URL libpq does not take fails to connect, and the full sync takes over)."""
+    scheme, sep, rest = db.partition("://")
+    if not sep or scheme.lower() not in ("postgres", "postgresql", "postgresql+psycopg"):
+        return None
+    return "postgresql://" + rest
+
+
 def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, derivation_version: int,
                    wait_seconds: float = 60.0, clock_ns: Callable[[], int] = time.time_ns) -> SyncReport | None:
     """The report of a sync that finds nothing to do, having recorded the homes' sync
-    time — or None when the full sync is needed (or this is not a SQLite ledger file at
-    ``head_revision``). Waits for another sync's lock like the full sync does. It draws no
-    progress: it takes a fraction of a second, and when it steps aside the full sync's
-    progress starts from the beginning."""
-    path = sqlite_file(db)
-    if path is None:
-        return None
+    time — or None when the full sync is needed (or this is not a SQLite ledger file or a
+    PostgreSQL ledger at ``head_revision``). Waits for another sync's lock like the full
+    sync does. It draws no progress: it takes a fraction of a second, and when it steps
+    aside the full sync's progress starts from the beginning."""
     report = SyncReport()
     started = time.monotonic()
-    try:
-        with _sync_lock(path, wait_seconds), contextlib.closing(_connect(path)) as conn:
-            def fetch(sql: str, params: tuple = ()) -> list[tuple]:
-                return conn.execute(sql, params).fetchall()
-
-            if fetch("SELECT version_num FROM alembic_version") != [(head_revision,)]:
-                return None
-            if fetch("SELECT 1 FROM runs WHERE derivation_version < ? LIMIT 1", (derivation_version,)) or fetch(
-                    "SELECT 1 FROM streams WHERE kind = 'invocations' AND derivation_version < ? LIMIT 1",
-                    (derivation_version,)):
-                return None
-            synced = [(_unchanged_home(conn, fetch, home, report), home) for home in homes]
-            conn.execute("BEGIN IMMEDIATE")
-            for home_id, _home in synced:
-                finished = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
-                conn.execute("UPDATE homes SET last_synced_at = ? WHERE id = ?", (finished, home_id))
-            conn.execute("COMMIT")
-    except (_NotSure, sqlite3.Error):
-        return None  # the full sync looks again, and words any database trouble
+    path = sqlite_file(db)
+    if path is not None:
+        try:
+            with _sync_lock(path, wait_seconds), contextlib.closing(_connect(path)) as conn:
+                ledger = _Ledger(conn)
+                home_ids = _unchanged(ledger, homes, head_revision, derivation_version, report)
+                if home_ids is None:
+                    return None
+                _record_synced(ledger, home_ids, clock_ns)
+        except (_NotSure, sqlite3.Error):
+            return None  # the full sync looks again, and words any database trouble
+    else:
+        conninfo = postgres_conninfo(db)
+        if conninfo is None:
+            return None
+        try:
+            import psycopg
+        except ImportError:
+            return None  # the full sync says what to install
+        try:
+            with contextlib.closing(psycopg.connect(conninfo, autocommit=True)) as conn:
+                _postgres_sync_locks(conn, homes, wait_seconds)
+                ledger = _PostgresLedger(conn)
+                with conn.transaction():
+                    try:
+                        home_ids = _unchanged(ledger, homes, head_revision, derivation_version, report)
+                    finally:
+                        ledger.close_cursors()
+                if home_ids is None:
+                    return None
+                _record_synced(ledger, home_ids, clock_ns)
+        except (_NotSure, psycopg.Error):
+            return None
     report.seconds = time.monotonic() - started
     return report
+
+
+def _unchanged(ledger: _Ledger, homes: Sequence[Home], head_revision: str, derivation_version: int,
+               report: SyncReport) -> list[int] | None:
+    """The keys of ``homes`` when nothing under them needs a write but their sync time;
+    None (or _NotSure) when something does."""
+    fetch = ledger.fetch
+    if fetch("SELECT version_num FROM alembic_version") != [(head_revision,)]:
+        return None
+    if fetch("SELECT 1 FROM runs WHERE derivation_version < ? LIMIT 1", (derivation_version,)) or fetch(
+            "SELECT 1 FROM streams WHERE kind = 'invocations' AND derivation_version < ? LIMIT 1",
+            (derivation_version,)):
+        return None
+    return [_unchanged_home(ledger, home, report) for home in homes]
+
+
+def _record_synced(ledger: _Ledger, home_ids: list[int], clock_ns: Callable[[], int]) -> None:
+    statements = []
+    for home_id in home_ids:
+        finished = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
+        statements.append(("UPDATE homes SET last_synced_at = ? WHERE id = ?", (finished, home_id)))
+    ledger.write(statements)
+
+
+def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> None:
+    """The session advisory locks the full sync takes (backend.PostgresBackend.sync_lock):
+    each home's, then the derivation's, waited for within ``wait_seconds`` in all. Held
+    until the connection closes."""
+    from .backend import retry_until, sync_lock_key
+
+    deadline = time.monotonic() + wait_seconds
+    for scope in [*(home.label for home in homes), DERIVE_SCOPE]:
+        key = sync_lock_key(scope)
+        retry_until(lambda k=key: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
+                     max(0.0, deadline - time.monotonic()), 0.2,
+                     f"another sync of {scope} into this ledger is running")
 
 
 @contextlib.contextmanager
@@ -304,8 +444,9 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def _unchanged_home(conn: sqlite3.Connection, fetch: Fetch, home: Home, report: SyncReport) -> int:
+def _unchanged_home(ledger: _Ledger, home: Home, report: SyncReport) -> int:
     """The home's key when nothing under it needs a write but its sync time; else _NotSure."""
+    fetch = ledger.fetch
     if not os.path.isdir(home.path):
         raise _NotSure
     identity = home_identity(home.path)
@@ -334,7 +475,7 @@ def _unchanged_home(conn: sqlite3.Connection, fetch: Fetch, home: Home, report: 
         if not path.startswith(prefix) or "/" not in path[len(prefix):]:
             raise _NotSure
     # The listing (sorted by name) and the ledger's runs (ordered by run id) side by side.
-    known = known_in_order(conn, home_id)
+    known = known_in_order(ledger.stream, ledger.mark, home_id, ledger.run_order)
     current = next(known, None)
     previous = None
     for entry in runs.entries:

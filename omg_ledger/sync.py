@@ -31,7 +31,15 @@ from sqlalchemy.exc import OperationalError
 from . import derive, schema
 from .backend import backend_of
 from .bounds import bounded_path
-from .change_check import ABSENT, Known, SyncReport, load_known, look_at, plans_to_write, read_plans
+from .change_check import (
+    ABSENT,
+    Known,
+    SyncReport,
+    known_in_chunks,
+    look_at,
+    plans_to_write,
+    read_plans,
+)
 from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, derive_run
@@ -308,8 +316,6 @@ class _HomeSync:
             self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit,
                                         home_identity(self.home.path), self.relabel)
         self.source = f"home:{self.home_id}"
-        with self.engine.connect() as conn:
-            known = self._load_known(conn)
         runs_dir = os.path.join(self.home.path, "runs")
         if not os.path.isdir(self.home.path):
             self._problem_now(None, self.home.path, 0, "home directory does not exist or is not a directory")
@@ -331,17 +337,25 @@ class _HomeSync:
         self._total = len(entries)
         if self.progress is not None:
             self.progress("sync", 0, self._total)  # a batch may take a while: say how many there are
-        new = [entry for entry in entries if entry.run_id not in known]
+        # Read before anything is written: the runs the ledger has that are not gone (to
+        # find the vanished ones without holding every run), and, for a pool, their ids.
+        not_gone = self._count_not_gone()
+        known_ids = self._known_run_ids() if self.workers != 0 else frozenset()
+        new = [entry for entry in entries if entry.run_id not in known_ids] if self.workers != 0 else []
         pool = self._pool(len(new))
+        listed_not_gone = 0
         try:
             # New runs are read and derived by the pool, in order, ahead of the writer.
-            prepared = _prefetched(pool, [(e.run_id, e.path, self.home_id, self.source) for e in new]
-                                   ) if pool is not None else iter(())
-            for entry in entries:
-                if pool is not None and entry.run_id not in known:
+            prepared = _prefetched(pool, [(e.run_id, e.path, self.home_id, self.source) for e in new]) if pool is not None else iter(())
+            known_runs = known_in_chunks(self._fetch, backend_of(self.engine).mark, self.home_id,
+                                         [entry.run_id for entry in entries])
+            for entry, known in zip(entries, known_runs, strict=True):
+                if known is not None and not known.gone:
+                    listed_not_gone += 1
+                if pool is not None and entry.run_id not in known_ids:
                     self._store_prepared(entry.run_id, entry.path, next(prepared))
                 else:
-                    self._sync_run(entry.run_id, entry.path, known.get(entry.run_id))
+                    self._sync_run(entry.run_id, entry.path, known)
                 self.report.runs_seen += 1
                 self._looked_at += 1
                 self._in_batch += 1
@@ -357,8 +371,7 @@ class _HomeSync:
             if pool is not None:
                 pool.terminate()
                 pool.join()
-        seen = {entry.run_id for entry in entries}
-        vanished = [k.run_pk for run_id, k in known.items() if run_id not in seen and not k.gone]
+        vanished = self._vanished({entry.run_id for entry in entries}) if not_gone > listed_not_gone else []
         if vanished:
             # History is kept: a run whose directory is gone stays, marked gone.
             with write_transaction(self.engine) as conn:
@@ -371,9 +384,27 @@ class _HomeSync:
             finished = format_instant(datetime.fromtimestamp(self.clock_ns() / 1e9, UTC))
             conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=finished))
 
-    def _load_known(self, conn: Connection) -> dict[str, Known]:
-        return load_known(lambda sql, params: conn.exec_driver_sql(sql, params).fetchall(), backend_of(conn).mark,
-                          self.home_id)
+    def _fetch(self, sql: str, params: tuple) -> list[tuple]:
+        # A short read of its own: nothing holds a read transaction (or a WAL snapshot)
+        # open across the batches written meanwhile.
+        with self.engine.connect() as conn:
+            return conn.exec_driver_sql(sql, params).fetchall()
+
+    def _count_not_gone(self) -> int:
+        mark = backend_of(self.engine).mark
+        return self._fetch(f"SELECT COUNT(*) FROM runs WHERE home_id = {mark} AND NOT gone", (self.home_id,))[0][0]
+
+    def _known_run_ids(self) -> frozenset[str]:
+        mark = backend_of(self.engine).mark
+        return frozenset(row[0] for row in self._fetch(f"SELECT run_id FROM runs WHERE home_id = {mark}",
+                                                       (self.home_id,)))
+
+    def _vanished(self, listed: set[str]) -> list[int]:
+        """The keys of the home's runs, not gone, whose directories are not listed."""
+        mark = backend_of(self.engine).mark
+        return [run_pk for run_pk, run_id in self._fetch(
+            f"SELECT id, run_id FROM runs WHERE home_id = {mark} AND NOT gone", (self.home_id,))
+            if run_id not in listed]
 
     # -- one run ----------------------------------------------------------------------
 

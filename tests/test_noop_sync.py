@@ -1,20 +1,24 @@
-"""`omg-ledger sync` with nothing to do reads through sqlite3 alone (no SQLAlchemy) and
-writes only the homes' last sync time; anything that is not a no-op still gets the
-full sync, with the same result as before this shortcut existed."""
+"""`omg-ledger sync` with nothing to do reads through the DB-API alone (sqlite3 or
+psycopg, no SQLAlchemy) and writes only the homes' last sync time; anything that is not
+a no-op still gets the full sync, with the same result as before this shortcut existed.
+Every test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
-from omg_ledger.db import open_ledger
+from omg_ledger.backend import sync_lock_key
+from omg_ledger.db import database_url, open_ledger
 from omg_ledger.sync import Home, sync
 
 from .builders import ev, graph, write_run
@@ -25,9 +29,10 @@ LABEL = "corpus"
 
 
 def cli(*args: object, importtime: bool = False) -> subprocess.CompletedProcess:
+    # Resource warnings shown: a server-side cursor left open by the check would say so.
     flags = ["-X", "importtime"] if importtime else []
-    return subprocess.run([sys.executable, *flags, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-W", "always::ResourceWarning", *flags, "-m", "omg_ledger.cli",
+                           *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
 def _age(tree: Path, seconds_ago: int = 3600) -> None:
@@ -50,21 +55,45 @@ def home(tmp_path) -> Path:
     return home
 
 
-def _sync(db: Path, home: Path, **kwargs) -> dict:
+@pytest.fixture
+def db(db_url) -> str:
+    return db_url
+
+
+@pytest.fixture
+def clean_db(db_url, tmp_path, request) -> str:
+    """A second, empty ledger on the same backend."""
+    if db_url.startswith("sqlite"):
+        return f"sqlite:///{tmp_path / 'clean.sqlite'}"
+    server = request.getfixturevalue("pg_server")
+    name = f"clean_{tmp_path.name}"[:60].lower()
+    request.addfinalizer(lambda: server.drop_database(name))
+    return server.create_database(name)
+
+
+def _rows(db: str, sql: str, params: dict | None = None) -> list[tuple]:
+    engine = create_engine(database_url(db))
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(text(sql), params or {})
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+def _sync(db: str, home: Path, **kwargs) -> dict:
     result = cli("sync", "--db", db, "--home", f"{LABEL}={home}", "--json", **kwargs)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     return result
 
 
-def _last_synced(db: Path) -> str:
-    with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT last_synced_at FROM homes WHERE label = ?", (LABEL,)).fetchone()[0]
+def _last_synced(db: str) -> str:
+    return _rows(db, "SELECT last_synced_at FROM homes WHERE label = :label", {"label": LABEL})[0][0]
 
 
-def test_a_no_op_sync_imports_no_sqlalchemy_and_writes_only_the_sync_time(home, tmp_path):
-    db = tmp_path / "ledger.sqlite"
+def test_a_no_op_sync_imports_no_sqlalchemy_and_writes_only_the_sync_time(home, db):
     _sync(db, home)
-    before, synced_before = dump(str(db), cache_hints=True), _last_synced(db)
+    before, synced_before = dump(db, cache_hints=True), _last_synced(db)
     result = _sync(db, home, importtime=True)
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "omg_ledger.change_check" in imported  # the measurement sees our modules
@@ -74,70 +103,66 @@ def test_a_no_op_sync_imports_no_sqlalchemy_and_writes_only_the_sync_time(home, 
     runs = len(list((home / "runs").iterdir()))
     assert (report["runs_seen"], report["runs_changed"], report["runs_gone"], report["runs_rederived"],
             report["events_ingested"], report["problems"]) == (runs, 0, 0, 0, 0, [])
-    after = dump(str(db), cache_hints=True)
+    after = dump(db, cache_hints=True)
     assert after == before, diff(after, before)
     assert _last_synced(db) > synced_before  # metrics' last-sync gauge reads it
 
 
-def _append(home: Path, db: Path) -> dict:
+def _append(home: Path, db: str) -> dict:
     with open(home / "runs" / "r-extra" / "events.jsonl", "a") as f:
         f.write(json.dumps({**ev("node_started", 1, node_id="a"), "run_id": "r-extra"}, separators=(",", ":")) + "\n")
     return {"runs_changed": 1, "events_ingested": 1}
 
 
-def _new_run(home: Path, db: Path) -> dict:
+def _new_run(home: Path, db: str) -> dict:
     write_run(home, "r-new", [ev("run_started")])
     return {"runs_changed": 1, "events_ingested": 1}
 
 
-def _new_plan(home: Path, db: Path) -> dict:
+def _new_plan(home: Path, db: str) -> dict:
     (home / "plans" / "p-new").mkdir(parents=True)
     (home / "plans" / "p-new" / "graph.json").write_text(json.dumps(graph("a")))
     return {"runs_changed": 0}
 
 
-def _outdated(home: Path, db: Path) -> dict:
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE runs SET derivation_version = derivation_version - 1 WHERE run_id = 'r-extra'")
+def _outdated(home: Path, db: str) -> dict:
+    _rows(db, "UPDATE runs SET derivation_version = derivation_version - 1 WHERE run_id = 'r-extra'")
     return {"runs_rederived": 1}
 
 
 @pytest.mark.parametrize("change", [_append, _new_run, _new_plan, _outdated])
-def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, tmp_path, change):
-    db = tmp_path / "ledger.sqlite"
+def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, db, clean_db, change):
     _sync(db, home)
     expected = change(home, db)
-    report = json.loads(_sync(db, home).stdout)
+    result = _sync(db, home)
+    assert "ServerCursor" not in result.stderr  # the check that stepped aside closed its cursors
+    report = json.loads(result.stdout)
     assert {k: report[k] for k in expected} == expected, report
-    clean = tmp_path / "clean.sqlite"
-    engine = open_ledger(str(clean))
+    engine = open_ledger(clean_db)
     sync(engine, [Home.from_path(str(home), LABEL)])
     engine.dispose()
-    ours, reference = dump(str(db)), dump(str(clean))
+    ours, reference = dump(db), dump(clean_db)
     assert ours == reference, diff(ours, reference)
 
 
 @pytest.mark.parametrize("which", ["first", "middle", "last"])
-def test_a_vanished_run_is_marked_gone(home, tmp_path, which):
+def test_a_vanished_run_is_marked_gone(home, db, which):
     """Wherever it sorts: the check walks the listing and the ledger's runs side by side."""
-    db = tmp_path / "ledger.sqlite"
     _sync(db, home)
     names = sorted(p.name for p in (home / "runs").iterdir())
     assert names[-1] == "r-extra"
     gone = {"first": names[0], "middle": names[len(names) // 2], "last": names[-1]}[which]
     shutil.rmtree(home / "runs" / gone)
     assert json.loads(_sync(db, home).stdout)["runs_gone"] == 1
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT run_id FROM runs WHERE gone").fetchall() == [(gone,)]
+    assert _rows(db, "SELECT run_id FROM runs WHERE gone") == [(gone,)]
     # And with it gone and marked so, the next sync is a no-op again (the quick path).
     again = _sync(db, home, importtime=True)
     assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_gone"] == 0
 
 
-def test_a_problem_in_runs_that_went_away_is_resolved(home, tmp_path):
+def test_a_problem_in_runs_that_went_away_is_resolved(home, db, tmp_path):
     """The only write a sync would make is resolving a problem (a symlink in runs/, now
     removed): that is not a no-op."""
-    db = tmp_path / "ledger.sqlite"
     link = home / "runs" / "elsewhere"
     link.symlink_to(tmp_path)
     _age(home)
@@ -145,29 +170,51 @@ def test_a_problem_in_runs_that_went_away_is_resolved(home, tmp_path):
     assert [p["path"] for p in first["problems"]] == [str(link)]
     link.unlink()  # (no _age here: touching the files' ctimes would make every stream worth a look)
     _sync(db, home)
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT path FROM problems WHERE resolved_at IS NULL").fetchall() == []
-        assert conn.execute("SELECT path FROM problems WHERE resolved_at IS NOT NULL").fetchall() == [(str(link),)]
+    assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NULL") == []
+    assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NOT NULL") == [(str(link),)]
 
 
-def test_another_label_for_an_indexed_home_is_still_refused(home, tmp_path):
-    db = tmp_path / "ledger.sqlite"
+def test_another_label_for_an_indexed_home_is_still_refused(home, db):
     _sync(db, home)
     result = cli("sync", "--db", db, "--home", f"other={home}", "--json")
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert f"already indexed as home {LABEL!r}" in result.stderr, result.stderr
 
 
-def test_a_no_op_sync_waits_for_the_lock_like_the_full_sync(home, tmp_path):
-    import fcntl
-
-    db = tmp_path / "ledger.sqlite"
+def test_a_no_op_sync_waits_for_the_lock_like_the_full_sync(home, db):
     _sync(db, home)
-    fd = os.open(f"{db}.sync-lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with _sync_lock_held(db):
         result = cli("sync", "--db", db, "--home", f"{LABEL}={home}", "--wait", "0")
-    finally:
-        os.close(fd)
     assert result.returncode == 75, (result.returncode, result.stderr)
-    assert "another sync holds this ledger" in result.stderr and "Traceback" not in result.stderr
+    holder = "another sync holds this ledger" if db.startswith("sqlite") else f"another sync of {LABEL} into"
+    assert holder in result.stderr and "Traceback" not in result.stderr
+
+
+@contextlib.contextmanager
+def _sync_lock_held(db: str) -> Iterator[None]:
+    """The lock a sync of the home holds, held by another process's connection."""
+    if db.startswith("sqlite"):
+        import fcntl
+
+        fd = os.open(db[len("sqlite:///"):] + ".sync-lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+        return
+    engine = create_engine(database_url(db), isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            key = sync_lock_key(LABEL)
+            assert conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()
+            yield
+    finally:
+        engine.dispose()
+
+
+def test_the_no_op_check_takes_the_derivation_lock_of_the_full_sync():
+    from omg_ledger import change_check
+    from omg_ledger import sync as full_sync
+
+    assert change_check.DERIVE_SCOPE == full_sync.DERIVE_SCOPE
