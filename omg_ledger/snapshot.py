@@ -201,7 +201,9 @@ def _check_graph(graph: object, where: str) -> None:
     graph_nodes = graph.get("nodes")
     if graph_nodes is None:
         return
-    if not isinstance(graph_nodes, list) or not all(
+    if type(graph_nodes) is list and _plain_graph_nodes(graph_nodes):
+        graph_nodes = []  # every node passes the per-node checks below (seen in one pass)
+    elif not isinstance(graph_nodes, list) or not all(
         isinstance(n, dict) and isinstance(n.get("id"), str) and n["id"] for n in graph_nodes
     ):
         raise BadSnapshot(f"{where} nodes must be a list of objects with string ids")
@@ -217,6 +219,24 @@ def _check_graph(graph: object, where: str) -> None:
             raise BadSnapshot(f"{where} node {shown(node['id'])} 'type' must be a string")
         if "budget_usd" in node and node["budget_usd"] is not None and not _number(node["budget_usd"]):
             raise BadSnapshot(f"{where} node {shown(node['id'])} 'budget_usd' must be a non-negative number")
+
+
+def _plain_graph_nodes(graph_nodes: list) -> bool:
+    """True only when _check_graph would find nothing wrong with any node, in one pass.
+    False means "not sure": its checks decide, in their order, and word the reason."""
+    for node in graph_nodes:
+        if type(node) is not dict:
+            return False
+        node_id, kind = node.get("id"), node.get("type")
+        if type(node_id) is not str or not node_id or len(node_id) > MAX_ID_CHARS \
+                or (kind is not None and type(kind) is not str):
+            return False
+        budget = node.get("budget_usd")
+        # NaN fails both comparisons and infinity the cap: only finite amounts pass.
+        if budget is not None and ((type(budget) is not float and type(budget) is not int)
+                                   or not 0 <= budget <= MAX_COST_USD):
+            return False
+    return True
 
 
 _RECORD_TYPED = frozenset(("verdict", "cost_usd", "budget_usd", "round", "retries", "duration", "provenance",

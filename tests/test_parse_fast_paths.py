@@ -480,3 +480,39 @@ def test_the_per_run_cost_bound_is_still_summed_when_records_can_reach_it():
     with pytest.raises(BadSnapshot) as caught:
         parse_state(indented(past))
     assert str(caught.value) == "state.json's costs add up to more than $1,000,000,000 (the ledger's per-run bound)"
+
+
+def graph_outcome(graph: dict, *, one_pass: bool, monkeypatch) -> str | None:
+    with monkeypatch.context() as patched:
+        if not one_pass:
+            patched.setattr(snapshot, "_plain_graph_nodes", lambda nodes: False)
+        try:
+            snapshot._check_graph(graph, "graph.json")
+        except BadSnapshot as exc:
+            return str(exc)
+    return None
+
+
+_GRAPH_VALUE = (st.none() | st.booleans() | st.integers(-2, 2) | st.floats(-1, 200_000) | st.just(float("nan"))
+                | st.just(float("inf")) | st.just(100_000) | st.sampled_from(["", "a", "n" * 513]))
+# Mostly nodes of the engine's shape, each field sometimes of another type or absent.
+_GRAPH_NODE = st.fixed_dictionaries(
+    {"id": st.sampled_from(["a", "b", "c"]) | _GRAPH_VALUE},
+    optional={"type": st.sampled_from(["claude-run", None]) | _GRAPH_VALUE,
+              "budget_usd": st.floats(0, 9) | _GRAPH_VALUE, "prompt": _GRAPH_VALUE}) | st.integers(0, 1)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_GRAPH_NODE, max_size=4), st.sampled_from([None, "g", 5]))
+def test_graph_nodes_seen_in_one_pass_keep_the_general_answer(monkeypatch, nodes, name):
+    graph = {"name": name, "nodes": nodes}
+    assert graph_outcome(graph, one_pass=True, monkeypatch=monkeypatch) == graph_outcome(
+        graph, one_pass=False, monkeypatch=monkeypatch)
+
+
+def test_a_plain_graph_still_has_its_name_checked():
+    graph = {"name": 5, "nodes": [{"id": "a", "type": "claude-run", "budget_usd": 0.5}]}
+    assert snapshot._plain_graph_nodes(graph["nodes"])
+    with pytest.raises(BadSnapshot) as caught:
+        snapshot._check_graph(graph, "graph.json")
+    assert str(caught.value) == "graph.json 'name' must be a string, got 5"
