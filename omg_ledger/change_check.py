@@ -199,21 +199,25 @@ def look_at(path: str, known: Known | None) -> Look | None:
     failed_info = None if not dir_changed and cache[1] == ABSENT else stat_or_none(f"{path}/failed")
     failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
     failed_changed = cache is None or cache[1] != failed_now
-    checkpoint = known.checkpoint if known else None
+    if known is None:
+        # A run never seen is read whole: the stream and the JSON files it lists are
+        # stat-ed as they are read (read_run_dir), the absent ones not at all.
+        return Look(True, dir_info, failed_info, True, {})
+    checkpoint = known.checkpoint
     stream_info = stat_or_none(f"{path}/events.jsonl")
-    stream_changed = known is None or (
-        (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(stream_info, checkpoint))
+    stream_changed = (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(
+        stream_info, checkpoint)
     file_infos = {}
     files_changed = False
     for name in SNAPSHOT_NAMES:
-        remembered = known.file_identity(name) if known is not None else None
+        remembered = known.file_identity(name)
         if not dir_changed and remembered is None:
             continue  # the directory is unchanged, so no file was created in it
         info = stat_or_none(f"{path}/{name}")
         file_infos[name] = info
         if file_identity(info) != remembered:
             files_changed = True
-    changed = known is None or known.gone or dir_changed or failed_changed or stream_changed or files_changed
+    changed = known.gone or dir_changed or failed_changed or stream_changed or files_changed
     return Look(changed, dir_info, failed_info, stream_changed, file_infos)
 
 
