@@ -9,7 +9,6 @@ what the ledger remembers comes in as arguments.
 from __future__ import annotations
 
 import errno
-import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -117,8 +116,11 @@ def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None
                     lazy: bool = False) -> StreamRead | None:
     """A run's stream; with ``run_id``, a line naming another run is refused as a problem.
     ``lazy``: read while iterated (a stream may be gigabytes: it is never held whole)."""
-    return read_stream(path, checkpoint, functools.partial(parse_stream_line, run_id=run_id), "events.jsonl",
-                       lazy)
+    def parse(line: bytes, line_no: int, offset: int) -> object:
+        # (A closure: a partial with a keyword builds a dict on every line.)
+        return parse_stream_line(line, line_no, offset, run_id)
+
+    return read_stream(path, checkpoint, parse, "events.jsonl", lazy)
 
 
 def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
