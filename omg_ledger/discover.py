@@ -173,7 +173,11 @@ def list_run_dir(path: str) -> DirListing:
     links: set[str] = set()
     damage: list[SkippedEntry] = []
     for name, kind in _scan_directory(path):
-        if kind == "link":
+        if kind == "file" and name.isascii():  # nearly every entry (an ASCII name is UTF-8)
+            names.add(name)
+            if name.endswith(".out"):
+                artifacts.add(name)
+        elif kind == "link":
             links.add(printable_path(name))
         elif not is_utf8(name):
             continue  # cannot be any file of the contract (their names are ASCII)

@@ -26,6 +26,7 @@ from sqlalchemy import select
 
 from omg_ledger import schema
 from omg_ledger.db import open_ledger
+from omg_ledger.discover import list_run_dir
 from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA
 from omg_ledger.ingest import read_run_stream
 from omg_ledger.reports.runs import list_runs
@@ -495,6 +496,22 @@ def test_run_directory_name_that_is_not_utf8(tmp_path, sqlite_url):
     engine = open_ledger(sqlite_url)
     assert len(_event_offsets(engine)["good"]) == GOOD_EVENTS.count(b"\n")
     engine.dispose()
+
+
+def test_a_run_directory_lists_its_files_by_name_and_kind(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("a.out", "\u00e9t\u00e9.out", "state.json", "notes.txt"):
+        (run / name).write_bytes(b"x")
+    (run / "sub.out").mkdir()
+    (run / "link.out").symlink_to(run / "a.out")
+    (run / "\u00e9.json").symlink_to(run / "a.out")
+    open(os.path.join(os.fsencode(run), b"bad-\xff.out"), "wb").close()  # no UTF-8 name: no file of ours
+    listing = list_run_dir(str(run))
+    assert listing.names == {"a.out", "\u00e9t\u00e9.out", "state.json", "notes.txt"}
+    assert listing.artifacts == {"a.out", "\u00e9t\u00e9.out"}
+    assert listing.symlinks == {"link.out", "\u00e9.json"}
+    assert listing.failed_outputs == frozenset() and listing.damage == ()
 
 
 # -- unreadable files: root ignores permissions, so drop its DAC capabilities ------------
