@@ -175,11 +175,12 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
 
 
 def _checker_of(data: dict) -> Callable[[bytes, dict], bool]:
-    """The check of ``data``'s shape, made now (and remembered while there is room)."""
+    """The check of a shape not seen yet: made now and remembered while there is room;
+    past that, the general loop (a hostile stream of ever new shapes compiles nothing)."""
+    if len(_SHAPE_CHECKS) >= MAX_SHAPES:
+        return _plain_fields
     shape = tuple(data)
-    check = _shape_check(shape)
-    if len(_SHAPE_CHECKS) < MAX_SHAPES:
-        _SHAPE_CHECKS[shape] = check
+    check = _SHAPE_CHECKS[shape] = _shape_check(shape)
     return check
 
 

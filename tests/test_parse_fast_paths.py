@@ -305,6 +305,10 @@ def test_past_the_remembered_shapes_every_line_still_gets_its_answer(monkeypatch
     assert len(feed._SHAPE_CHECKS) == feed.MAX_SHAPES
     assert isinstance(parsed(lines[-2]), Event)
     assert parsed(lines[-1]) == Rejected("'cost_usd' must be a non-negative number, got -1")
+    # Past the remembered shapes nothing more is compiled: a new shape takes the loop.
+    monkeypatch.setattr(feed, "_shape_check", lambda shape: pytest.fail("compiled past MAX_SHAPES"))
+    new_shape = engine_line(event="node_started", node_id="a", never_seen=1)
+    assert isinstance(parsed(new_shape), Event) and parsed(new_shape) == general(new_shape)
 
 
 # --- timestamps -----------------------------------------------------------------------
