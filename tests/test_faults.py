@@ -761,11 +761,13 @@ def _limit_file_size(limit: int):
 def test_full_disk_is_a_clear_error_and_a_later_sync_with_space_succeeds(big_home, tmp_path):
     mount = tmp_path / "small"
     clean = clean_dump(tmp_path, big_home, cache_hints=True)
-    with small_filesystem(mount, "700k") as grow:
+    # Room for a migrated empty ledger (~0.8 MB with its 16 KiB pages), not for the whole
+    # ledger of the 150 runs (~2.2 MB, and its WAL): the disk fills mid-sync.
+    with small_filesystem(mount, "1500k") as grow:
         db = mount / "ledger.sqlite"
         if grow is None:  # no tmpfs: RLIMIT_FSIZE makes writes past the limit fail (EFBIG)
             mount.mkdir(exist_ok=True)
-            result = cli("sync", "--db", db, "--home", big_home, preexec_fn=_limit_file_size(700_000))
+            result = cli("sync", "--db", db, "--home", big_home, preexec_fn=_limit_file_size(1_500_000))
         else:
             result = cli("sync", "--db", db, "--home", big_home)
         assert_clean_exit(result, 3)

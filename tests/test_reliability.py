@@ -198,14 +198,19 @@ def test_importing_the_command_line_leaves_sigint_as_it_was():
 
 # -- a corrupted ledger ------------------------------------------------------------
 
-PAGE = 4096
+def _page_size(path: Path) -> int:
+    """The file's page size, from its header (bytes 16-17, big-endian; 1 means 65536)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(18)[16:18], "big")
+    return 65536 if size == 1 else size
 
 
 def _overwrite_pages(path: Path, first: int, last: int) -> None:
+    page_size = _page_size(path)
     with open(path, "r+b") as f:
         for page in range(first, last + 1):
-            f.seek((page - 1) * PAGE)
-            f.write(b"\xa5" * PAGE)
+            f.seek((page - 1) * page_size)
+            f.write(b"\xa5" * page_size)
 
 
 @pytest.mark.parametrize("where", ["data-pages", "schema-page"])
@@ -215,14 +220,15 @@ def test_a_corrupted_ledger_says_so_and_what_to_do(tmp_path, corpus_home, comman
     db = tmp_path / "ledger.sqlite"
     first = cli("sync", "--db", str(db), "--home", str(corpus_home))
     assert first.returncode == 0, first.stderr
-    size = db.stat().st_size
-    assert size % PAGE == 0 and size // PAGE > 40  # the corpus fills well over 40 pages
+    pages, rest = divmod(db.stat().st_size, _page_size(db))
+    assert rest == 0 and pages > 40  # the corpus fills well over 40 pages
     if where == "data-pages":
         # The middle pages, and the first page of every table and index (where the pages
         # lie depends on the order rows were written in): not the schema page.
-        _overwrite_pages(db, size // PAGE // 2, size // PAGE * 3 // 4)
+        # (Roots read first: the schema itself may span pages past the first.)
         with contextlib.closing(sqlite3.connect(db)) as con:
             roots = [page for (page,) in con.execute("SELECT rootpage FROM sqlite_master WHERE rootpage > 1")]
+        _overwrite_pages(db, pages // 2, pages * 3 // 4)
         for page in roots:
             _overwrite_pages(db, page, page)
     else:

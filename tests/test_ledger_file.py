@@ -1,0 +1,49 @@
+"""The SQLite file a sync creates: its page size, read from the file's own header
+(bytes 16-17, big-endian: the SQLite file format), not from omg-ledger."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from omg_ledger.db import open_ledger
+from omg_ledger.sync import Home, sync
+
+
+def header_page_size(path: Path) -> int:
+    with open(path, "rb") as f:
+        header = f.read(100)
+    assert header[:16] == b"SQLite format 3\x00"
+    size = int.from_bytes(header[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def test_a_new_ledger_file_has_16_kib_pages(corpus_home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    engine = open_ledger(str(db))
+    try:
+        sync(engine, [Home.from_path(str(corpus_home))])
+    finally:
+        engine.dispose()
+    assert header_page_size(db) == 16384
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
+
+
+def test_an_existing_ledger_file_keeps_its_page_size(corpus_home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA page_size = 4096")
+    con.execute("CREATE TABLE made_elsewhere (x INTEGER)")  # the file now exists with 4 KiB pages
+    con.close()
+    assert header_page_size(db) == 4096
+    engine = open_ledger(str(db))
+    try:
+        sync(engine, [Home.from_path(str(corpus_home))])
+    finally:
+        engine.dispose()
+    assert header_page_size(db) == 4096
