@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 
 import orjson
 
@@ -103,9 +102,8 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
         data = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         return Rejected(f"not JSON: {exc}")
-    # (_plain_engine_event, inline: a call a line fewer. A run_id the fast path passed
-    # is a string; an absent one names no other run.)
-    if type(data) is dict and (_SHAPE_CHECKS.get(tuple(data)) or _checker_of(data))(line, data) and (
+    # (A run_id the fast path passed is a string; an absent one names no other run.)
+    if type(data) is dict and _plain_engine_event(line, data) and (
             run_id is None or data.get("run_id", run_id) == run_id):
         try:
             ts, at_us = parse_timestamp(data["ts"])
@@ -169,79 +167,8 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
     """True only when the general path would find nothing wrong with the fields and no
     duplicate key: a line of the engine's own shape at a schema this code reads. False
     means "not sure": the general path decides, so every reason text comes from one
-    place. A stream holds few shapes (key orders), so each gets straight-line code.
+    place. One pass over the fields present, one lookup each.
     """
-    return (_SHAPE_CHECKS.get(tuple(data)) or _checker_of(data))(line, data)
-
-
-def _checker_of(data: dict) -> Callable[[bytes, dict], bool]:
-    """The check of a shape not seen yet: made now and remembered while there is room;
-    past that, the general loop (a hostile stream of ever new shapes compiles nothing)."""
-    if len(_SHAPE_CHECKS) >= MAX_SHAPES:
-        return _plain_fields
-    shape = tuple(data)
-    check = _SHAPE_CHECKS[shape] = _shape_check(shape)
-    return check
-
-
-# A field's check in a shape's straight-line code, by its code; {v} is its value.
-_CHECK_SOURCE = {
-    _COST: "(type({v}) is not float and type({v}) is not int) or not 0 <= {v} <= MAX_COST_USD",
-    _COUNTER: "type({v}) is not int or not 0 <= {v} <= MAX_COUNTER",
-    _FLAG: "type({v}) is not bool",
-    _USAGE: "type({v}) is not dict or not _plain_usage({v})",
-}
-MAX_SHAPES = 256  # a hostile stream may have any number of shapes: the rest take _plain_fields
-MAX_SHAPE_FIELDS = 32
-_SHAPE_CHECKS: dict[tuple, Callable[[bytes, dict], bool]] = {}
-
-
-def _shape_check(shape: tuple) -> Callable[[bytes, dict], bool]:
-    """The fast path's check of lines whose keys are ``shape``, in its order: the values
-    unpacked at once, each field this ledger reads checked by its code. Only indices
-    and this module's constants go into the code, never a key."""
-    if not ("schema" in shape and "event" in shape and "ts" in shape) or len(shape) > MAX_SHAPE_FIELDS \
-            or not all(type(name) is str for name in shape):
-        return _plain_fields
-    names = [f"v{i}" for i in range(len(shape))]
-    schema, event = names[shape.index("schema")], names[shape.index("event")]
-    body = [f"    {', '.join(names)}, = data.values()",
-            f"    if type({schema}) is not int or type({event}) is not str "
-            f"or {event} not in EVENTS_OF_SCHEMA.get({schema}, ()):",
-            "        return False"]
-    for name, value in zip(shape, names, strict=True):
-        code = _FIELD_CODES.get(name)
-        if code == _TEXT:
-            test = f"type({value}) is not str" + (
-                f" or len({value}) > MAX_ID_CHARS" if name in _BOUNDED_SET else "")
-        elif code in _CHECK_SOURCE:
-            test = _CHECK_SOURCE[code].format(v=value)
-        else:
-            continue  # the schema (above), or a field this ledger does not read: anything
-        body += [f"    if {test}:", "        return False"]
-    node_id = names[shape.index("node_id")] if "node_id" in shape else "None"
-    body += [f"    if {event} in NODE_EVENTS and not {node_id}:", "        return False",
-             "    try:  # written_as_serialized, inline: it runs for every line",
-             "        return dumps(data) == line",
-             "    except JSONEncodeError:",
-             "        return False"]
-    source = "def check(line, data):\n" + "\n".join(body) + "\n"
-    scope = {"EVENTS_OF_SCHEMA": EVENTS_OF_SCHEMA, "NODE_EVENTS": NODE_EVENTS, "MAX_ID_CHARS": MAX_ID_CHARS,
-             "MAX_COST_USD": MAX_COST_USD, "MAX_COUNTER": MAX_COUNTER, "_plain_usage": _plain_usage,
-             "dumps": orjson.dumps, "JSONEncodeError": orjson.JSONEncodeError}
-    exec(compile(source, f"<feed shape check {len(shape)} fields>", "exec"), scope)  # noqa: S102
-    return scope["check"]
-
-
-def _plain_usage(usage: dict) -> bool:
-    for token, count in usage.items():
-        if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in _TOKEN_SET:
-            return False
-    return True
-
-
-def _plain_fields(line: bytes, data: dict) -> bool:
-    """_plain_engine_event for any shape: one pass over the fields present, one lookup each."""
     schema, event = data.get("schema"), data.get("event")
     if type(schema) is not int or type(event) is not str or event not in EVENTS_OF_SCHEMA.get(schema, ()) \
             or "ts" not in data:  # its type is checked with the other fields
@@ -264,8 +191,12 @@ def _plain_fields(line: bytes, data: dict) -> bool:
         elif code == _FLAG:
             if kind is not bool:
                 return False
-        elif code == _USAGE and (kind is not dict or not _plain_usage(value)):
-            return False
+        elif code == _USAGE:
+            if kind is not dict:
+                return False
+            for token, count in value.items():
+                if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in _TOKEN_SET:
+                    return False
     if event in NODE_EVENTS and not data.get("node_id"):
         return False
     try:  # written_as_serialized, inline: it runs for every line

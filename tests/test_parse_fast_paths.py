@@ -266,51 +266,6 @@ def test_every_corpus_line_gets_the_general_paths_answer():
         assert parsed(line, run_id=None) == general(line, run_id=None)
 
 
-def test_a_shape_seen_again_keeps_its_answer_for_every_value():
-    # One shape (the same keys in the same order), values that pass and values that fail:
-    # the shape's remembered check must judge each line by its own values.
-    good = engine_line(event="node_passed", node_id="a", cost_usd=0.5, round=2)
-    lines = [good, engine_line(event="node_passed", node_id="a", cost_usd=-0.5, round=2),
-             engine_line(event="node_passed", node_id="", cost_usd=0.5, round=2),
-             engine_line(event="node_passed", node_id="a", cost_usd=True, round=2),
-             engine_line(event="node_passed", node_id="a", cost_usd=0.5, round=2**31),
-             engine_line(event="node_passed", node_id="n" * 513, cost_usd=0.5, round=2),
-             engine_line(event="node_passed", node_id="a", cost_usd=0.5, round=2.0), good]
-    answers = [parsed(line) for line in lines]
-    assert answers == [general(line) for line in lines]
-    assert isinstance(answers[0], Event) and answers[0] == answers[-1]
-    assert [a.reason for a in answers[1:-1]] == [
-        "'cost_usd' must be a non-negative number, got -0.5", "node_passed without a node_id",
-        "'cost_usd' must be a non-negative number, got True",
-        f"'round' must be a non-negative integer (max {2**31 - 1}), got {2**31}",
-        f"'node_id' is 513 characters long (max {feed.MAX_ID_CHARS}): not an id",
-        f"'round' must be a non-negative integer (max {2**31 - 1}), got 2.0"]
-
-
-def test_keys_that_look_like_code_are_only_keys():
-    # A shape's check is compiled from indices, never from a key's text.
-    line = engine_line(event="run_started", **{"x):\n import os\n#": 1, "v0": "a", "": 2, "data": None})
-    assert parsed(line) == general(line)
-    assert isinstance(parsed(line), Event)
-
-
-def test_past_the_remembered_shapes_every_line_still_gets_its_answer(monkeypatch):
-    monkeypatch.setattr(feed, "_SHAPE_CHECKS", {})
-    lines = [engine_line(event="node_started", node_id="a", **{f"extra{i}": i}) for i in range(feed.MAX_SHAPES + 20)]
-    lines += [engine_line(event="node_started", node_id="", **{f"extra{i}": i}) for i in range(feed.MAX_SHAPES + 20)]
-    wide = {f"f{i}": i for i in range(feed.MAX_SHAPE_FIELDS + 1)}
-    lines += [engine_line(event="node_started", node_id="a", **wide),
-              engine_line(event="node_started", node_id="a", cost_usd=-1, **wide)]
-    assert [parsed(line) for line in lines] == [general(line) for line in lines]
-    assert len(feed._SHAPE_CHECKS) == feed.MAX_SHAPES
-    assert isinstance(parsed(lines[-2]), Event)
-    assert parsed(lines[-1]) == Rejected("'cost_usd' must be a non-negative number, got -1")
-    # Past the remembered shapes nothing more is compiled: a new shape takes the loop.
-    monkeypatch.setattr(feed, "_shape_check", lambda shape: pytest.fail("compiled past MAX_SHAPES"))
-    new_shape = engine_line(event="node_started", node_id="a", never_seen=1)
-    assert isinstance(parsed(new_shape), Event) and parsed(new_shape) == general(new_shape)
-
-
 # --- timestamps -----------------------------------------------------------------------
 
 def utc_us(year, month, day, hour=0, minute=0, second=0, micros=0) -> int:
