@@ -94,12 +94,10 @@ __all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
 
 DERIVE_BATCH = 100  # runs re-derived per transaction
 # Runs ingested per transaction (each run is still all-or-nothing: a batch commits whole
-# or not at all). One commit per run cost ~0.4 ms plus its fsync, and fewer, larger
-# transactions cost SQLite less per row; a batch also ends at this many rows (what one
-# transaction writes into the WAL), whichever comes first. Memory is bounded by what
-# PendingRows holds back (store.HELD_BACK_ROWS), not by the batch.
-SYNC_BATCH_RUNS = 1000
-SYNC_BATCH_ROWS = 200_000
+# or not at all). One commit per run cost ~0.4 ms plus its fsync; a batch is also bounded
+# by the rows it holds back (memory), whichever comes first.
+SYNC_BATCH_RUNS = 250
+SYNC_BATCH_ROWS = 50_000
 # New runs in one home from which reading and deriving them in worker processes (the
 # writer stays this process) pays for starting the workers.
 POOL_MIN_RUNS = 100

@@ -13,7 +13,7 @@ import pytest
 
 from omg_ledger import derive
 from omg_ledger.db import open_ledger
-from omg_ledger.sync import Home, sync
+from omg_ledger.sync import SYNC_BATCH_RUNS, Home, sync
 
 from .conftest import CORPUS, CORPUS_HOME
 from .ledger_dump import diff, dump
@@ -22,7 +22,6 @@ from .scale_digest import digest
 SCALE = CORPUS.parent / "corpus-scale"
 GOLDEN = Path(__file__).parent / "fixtures" / "scale-digest-v4.json"
 SCALE_RUNS = 305
-FAST_BATCH_RUNS = 100
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +41,9 @@ def _synced(db: str, home: Path, **options):
 @pytest.fixture(scope="module")
 def fast_and_slow(scale_home, tmp_path_factory):
     where = tmp_path_factory.mktemp("ledgers")
-    # Batches smaller than the corpus: the fast path commits full batches and a partial one.
-    assert SCALE_RUNS % FAST_BATCH_RUNS != 0
-    fast = _synced(str(where / "fast.sqlite"), scale_home, batch_runs=FAST_BATCH_RUNS)
+    # More runs than one default batch holds: the fast path commits a full batch and a partial one.
+    assert SCALE_RUNS > SYNC_BATCH_RUNS
+    fast = _synced(str(where / "fast.sqlite"), scale_home)
     slow = _synced(str(where / "slow.sqlite"), scale_home, batch_runs=1)
     yield fast, slow
     fast[0].dispose()
