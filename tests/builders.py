@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 from omg_ledger.feed import Event
@@ -71,3 +73,13 @@ def copy_run(src: Path, dst: Path) -> Path:
         stream.write_bytes(retarget(stream.read_bytes(), dst.name))
         shutil.copystat(src / "events.jsonl", stream)
     return dst
+
+
+def age_tree(root: Path, seconds: int = 3600) -> None:
+    """Move every mtime below ``root`` (links themselves, never their targets) an hour
+    back, as in a real home: a fresh mtime is 'racy' and never trusted by the change check."""
+    then = time.time() - seconds
+    for r, dirs, files in os.walk(root):
+        for n in files + dirs:
+            os.utime(os.path.join(r, n), (then, then), follow_symlinks=False)
+    os.utime(root, (then, then))

@@ -34,7 +34,7 @@ from omg_ledger import schema
 from omg_ledger.db import current_revision, head_revision, open_ledger
 from omg_ledger.sync import Home, sync
 
-from .builders import copy_run, retarget
+from .builders import age_tree, copy_run, retarget
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump, runs_of
 
@@ -64,16 +64,6 @@ def writable_tree(root: Path) -> None:
             os.chmod(os.path.join(r, n), 0o700)
         for n in files:
             os.chmod(os.path.join(r, n), 0o600)
-
-
-def age_tree(root: Path, seconds: int = 3600) -> None:
-    """Move every mtime an hour back, so no sync sees a 'racy' (too recent) directory
-    and the mtime cache hints are comparable between ledgers."""
-    then = time.time() - seconds
-    for r, dirs, files in os.walk(root, topdown=False):
-        for n in files + dirs:
-            os.utime(os.path.join(r, n), (then, then), follow_symlinks=False)
-    os.utime(root, (then, then))
 
 
 def make_home(root: Path, copies: int = 1) -> Path:

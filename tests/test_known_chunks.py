@@ -5,9 +5,7 @@ and the same report as one chunk holding every run."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -16,20 +14,12 @@ from omg_ledger import change_check
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
 
-from .builders import ev, write_run
+from .builders import age_tree, ev, write_run
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump
 
 LABEL = "corpus"
 COUNTS = ("runs_seen", "runs_changed", "runs_gone", "events_ingested")
-
-
-def _age(tree: Path, seconds_ago: int = 3600) -> None:
-    then = time.time() - seconds_ago
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            os.utime(os.path.join(root, name), (then, then), follow_symlinks=False)
-    os.utime(tree, (then, then))
 
 
 def _both(home: Path, engines: dict, monkeypatch) -> dict[int, dict]:
@@ -49,7 +39,7 @@ def _same_ledgers(engines: dict) -> None:
 def test_known_read_two_runs_at_a_time_gives_the_same_ledger(tmp_path, monkeypatch, db_url, request):
     home = tmp_path / "home"
     shutil.copytree(CORPUS_HOME, home, symlinks=True)
-    _age(home)
+    age_tree(home)
     runs = sorted(p.name for p in (home / "runs").iterdir())
     assert len(runs) == 25  # an odd number: the last chunk of two holds one run
     if db_url.startswith("sqlite"):

@@ -18,13 +18,17 @@ def header_page_size(path: Path) -> int:
     return 65536 if size == 1 else size
 
 
-def test_a_new_ledger_file_has_16_kib_pages(corpus_home, tmp_path):
-    db = tmp_path / "ledger.sqlite"
+def sync_into(db: Path, home: Path) -> None:
     engine = open_ledger(str(db))
     try:
-        sync(engine, [Home.from_path(str(corpus_home))])
+        sync(engine, [Home.from_path(str(home))])
     finally:
         engine.dispose()
+
+
+def test_a_new_ledger_file_has_16_kib_pages(corpus_home, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    sync_into(db, corpus_home)
     assert header_page_size(db) == 16384
     con = sqlite3.connect(db)
     try:
@@ -41,9 +45,5 @@ def test_an_existing_ledger_file_keeps_its_page_size(corpus_home, tmp_path):
     con.execute("CREATE TABLE made_elsewhere (x INTEGER)")  # the file now exists with 4 KiB pages
     con.close()
     assert header_page_size(db) == 4096
-    engine = open_ledger(str(db))
-    try:
-        sync(engine, [Home.from_path(str(corpus_home))])
-    finally:
-        engine.dispose()
+    sync_into(db, corpus_home)
     assert header_page_size(db) == 4096

@@ -21,7 +21,7 @@ from omg_ledger.backend import sync_lock_key
 from omg_ledger.db import database_url, open_ledger
 from omg_ledger.sync import Home, sync
 
-from .builders import ev, graph, write_run
+from .builders import age_tree, ev, graph, write_run
 from .conftest import CORPUS_HOME
 from .ledger_dump import diff, dump
 
@@ -35,23 +35,12 @@ def cli(*args: object, importtime: bool = False) -> subprocess.CompletedProcess:
                            *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
-def _age(tree: Path, seconds_ago: int = 3600) -> None:
-    """Old mtimes everywhere, as in a real home (a fresh mtime is 'racy' and never trusted)."""
-    import time
-
-    then = time.time() - seconds_ago
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            os.utime(os.path.join(root, name), (then, then), follow_symlinks=False)
-    os.utime(tree, (then, then))
-
-
 @pytest.fixture
 def home(tmp_path) -> Path:
     home = tmp_path / "home"
     shutil.copytree(CORPUS_HOME, home, symlinks=True)
     write_run(home, "r-extra", [ev("run_started")])
-    _age(home)
+    age_tree(home)
     return home
 
 
@@ -165,10 +154,10 @@ def test_a_problem_in_runs_that_went_away_is_resolved(home, db, tmp_path):
     removed): that is not a no-op."""
     link = home / "runs" / "elsewhere"
     link.symlink_to(tmp_path)
-    _age(home)
+    age_tree(home)
     first = json.loads(_sync(db, home).stdout)
     assert [p["path"] for p in first["problems"]] == [str(link)]
-    link.unlink()  # (no _age here: touching the files' ctimes would make every stream worth a look)
+    link.unlink()  # (no age_tree here: touching the files' ctimes would make every stream worth a look)
     _sync(db, home)
     assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NULL") == []
     assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NOT NULL") == [(str(link),)]

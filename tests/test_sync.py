@@ -12,7 +12,7 @@ from omg_ledger import schema
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
 
-from .builders import ev, graph, write_run
+from .builders import age_tree, ev, graph, write_run
 from .conftest import CORPUS_HOME
 
 
@@ -169,17 +169,6 @@ def test_default_home_label_names_the_host_and_path(tmp_path):
     assert home.label.endswith(f":{tmp_path}") and home.label.split(":")[0]
 
 
-def _age(tree, seconds_ago: int = 3600) -> None:
-    """Old mtimes everywhere, so the sync trusts them (a fresh mtime is 'racy')."""
-    import time
-
-    then = time.time() - seconds_ago
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            os.utime(os.path.join(root, name), (then, then))
-    os.utime(tree, (then, then))
-
-
 def test_a_new_failed_reply_is_seen_whether_or_not_failed_dir_existed(tmp_path):
     home = tmp_path / "home"
     run_dir = write_run(home, "r1", [ev("run_started"), ev("node_failed", node_id="a", cost_usd=0.1),
@@ -189,7 +178,7 @@ def test_a_new_failed_reply_is_seen_whether_or_not_failed_dir_existed(tmp_path):
                                                                    "b": {"verdict": "FAIL", "cost_usd": 0.1}}})
     engine = open_ledger(str(tmp_path / "l.sqlite"))
     homes = [Home.from_path(str(home), "h")]
-    _age(home)
+    age_tree(home)
     sync(engine, homes)
 
     def failed_outputs():
@@ -201,7 +190,7 @@ def test_a_new_failed_reply_is_seen_whether_or_not_failed_dir_existed(tmp_path):
     (run_dir / "failed" / "a.out").write_text("why a failed")
     assert sync(engine, homes).runs_changed == 1
     assert failed_outputs() == {"a": True, "b": False}
-    _age(home)
+    age_tree(home)
     assert sync(engine, homes).runs_changed == 0
     (run_dir / "failed" / "b.out").write_text("why b failed")  # only failed/'s mtime changes
     assert sync(engine, homes).runs_changed == 1
