@@ -578,28 +578,24 @@ class RunWrite:
     """The new facts of one run directory, as ingest read them."""
 
     dir_facts: dict  # dir_path, gone, has_* , stream_paused: columns of `runs`
-    new_events: Sequence[Event]
-    replace_events: bool
     stream: tuple[str, str, Checkpoint] | None  # (source, path, checkpoint); None: keep the stored one
     dir_cache: dict  # ingest_state columns
     snapshot_files: dict[str, dict | None]  # changed files only: name -> row (None: gone)
     run_files: set[tuple[str, str]] | None  # (place, name) of every '*.out'; None: unchanged
 
 
-def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, facts: RunWrite,
+def write_run(conn: Connection, run_pk: int, home_id: int, run_id: str, facts: RunWrite,
               rows: RunRows, version: int, scrub: bool = False, created: bool = False,
-              derived_cleared: bool = False, pending: PendingRows | None = None, insert_row: bool = False) -> int:
-    """Store one run's new facts and replace its derived rows (caller's transaction).
-
-    ``run_pk`` None means a run the ledger has never seen: it is inserted whole and has
-    no old rows to delete. ``scrub`` (some text of this run holds a NUL, which
+              pending: PendingRows | None = None, insert_row: bool = False) -> int:
+    """Store one run's new facts and its derived rows (caller's transaction), the
+    caller having cleared the old derived rows (clear_derived) and written the finished
+    ones while deriving, so only ``rows`` are inserted; a run's lines are stored as
+    they are read, never here. ``scrub`` (some text of this run holds a NUL, which
     PostgreSQL cannot store) turns NUL into U+FFFD in derived text on every backend, so
     the two agree; events.raw keeps the exact escape. ``created``: ``run_pk`` was made
     by :func:`create_run` in this transaction (it has no old rows), or (``insert_row``)
     given by :func:`next_run_pk`, the run's row not written yet: it is then held back in
-    ``pending`` whole, one insert and no update; ``derived_cleared``:
-    the caller cleared the derived rows (clear_derived) and wrote the finished ones
-    while deriving, so only ``rows`` are inserted. ``pending``: the child rows are
+    ``pending`` whole, one insert and no update. ``pending``: the child rows are
     added to it (the caller flushes it inside this transaction) instead of inserted at
     once. Returns the run's key.
     """
@@ -609,34 +605,19 @@ def write_run(conn: Connection, run_pk: int | None, home_id: int, run_id: str, f
         pending = PendingRows()
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
-    fresh = created
     if insert_row:
         # Scrubbed whatever ``scrub`` says, as create_run's row was: without a NUL
         # (scrub False) that changes nothing.
         pending.add("runs", [(run_pk, *_scrub(sql.row("runs", {**run_values, "home_id": home_id, "run_id": run_id})))])
     elif created:
         _update_run(conn, sql, run_pk, run_values, fix)
-    elif run_pk is None:
-        values = {**run_values, "home_id": home_id, "run_id": run_id}
-        run_pk = conn.exec_driver_sql(sql.insert_run(), fix(sql.row("runs", values))).scalar()
-        if run_pk is None:  # it existed after all (not expected under the sync lock)
-            run_pk = conn.execute(select(schema.runs.c.id).where(
-                schema.runs.c.home_id == home_id, schema.runs.c.run_id == run_id)).scalar_one()
-        else:
-            fresh = True
-    if not fresh:
+    else:
         backend_of(conn).lock_run(conn, run_pk)
         _update_run(conn, sql, run_pk, run_values, fix)
-        if facts.replace_events:
-            conn.exec_driver_sql(sql.delete_run_rows("events"), (run_pk,))
-        if not derived_cleared:
-            _delete_derived(conn, sql, run_pk)
-    if facts.new_events:
-        _add_events(conn, pending, run_pk, list(facts.new_events))
     _insert_derived(conn, pending, sql, run_pk, rows, fix)
-    write_identities(conn, run_pk, facts, fresh, pending)
+    write_identities(conn, run_pk, facts, created, pending)
     if facts.run_files is not None:
-        if not fresh:
+        if not created:
             conn.exec_driver_sql(sql.delete_run_rows("run_files"), (run_pk,))
         pending.add("run_files", [(run_pk, place, name) for place, name in sorted(facts.run_files)])
     if own:

@@ -346,7 +346,8 @@ class _HomeSync:
         listed_not_gone = 0
         try:
             # New runs are read and derived by the pool, in order, ahead of the writer.
-            prepared = _prefetched(pool, [(e.run_id, e.path, self.home_id, self.source) for e in new]) if pool is not None else iter(())
+            jobs = [(e.run_id, e.path, self.home_id, self.source) for e in new]
+            prepared = _prefetched(pool, jobs) if pool is not None else iter(())
             known_runs = known_in_chunks(self._fetch, backend_of(self.engine).mark, self.home_id,
                                          [entry.run_id for entry in entries])
             for entry, known in zip(entries, known_runs, strict=True):
@@ -540,7 +541,7 @@ class _HomeSync:
             new_events = rows.events_walked
         self._to_settle.add(before)
         run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
-                           scrub=scrub, created=created, derived_cleared=True,
+                           scrub=scrub, created=created,
                            pending=pending, insert_row=insert_row)
         _save_state(conn, run_pk, rows, fresh=created, pending=pending)
         self._to_settle.add(rows.run["stream_identity"])
@@ -695,8 +696,6 @@ def _run_write(source: str, path: str, known: Known | None, read: RunDirRead, di
     return RunWrite(
         dir_facts={**read.dir_facts(path),
                    "stream_paused": bool(checkpoint is not None and checkpoint.paused_schema is not None)},
-        new_events=(),  # stored as they were read
-        replace_events=False,
         stream=(source, bounded_path(f"{path}/events.jsonl"), checkpoint) if checkpoint is not None else None,
         dir_cache=dir_cache,
         snapshot_files={name: (r.row if r is not None else None) for name, r in read.files.items()},
@@ -818,7 +817,7 @@ def _prepare_new_run(job: tuple[str, str, int, str]):
         read.finish_stream()
         facts = _run_write(source, path, None, read, {})
         write_run(table, PLACEHOLDER_RUN_PK, home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
-                  created=True, derived_cleared=True, pending=collected, insert_row=True)
+                  created=True, pending=collected, insert_row=True)
         _save_state(table, PLACEHOLDER_RUN_PK, rows, fresh=True, pending=collected)
         del collected.rows["ingest_state"]
         problems = read.problems + _derived_problems(path, rows)
