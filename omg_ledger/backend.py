@@ -127,6 +127,10 @@ class Backend:
 
     assigns_run_ids = False  # next_run_pk gives keys (else the database assigns them)
 
+    def file_path(self, engine: Engine) -> str | None:
+        """The ledger's file, when it is one (a sync's pool works beside it), else None."""
+        return None
+
     def next_run_pk(self, conn: Connection) -> int | None:
         """Inside a write transaction: the id a new run gets when this writer assigns run
         ids itself (then the transaction's foreign keys are checked at commit), or None:
@@ -189,14 +193,18 @@ class SQLiteBackend(Backend):
 
         return sqlite.insert(table)
 
+    def file_path(self, engine: Engine) -> str | None:
+        from sqlalchemy.engine import make_url
+
+        path = make_url(str(engine.url)).database
+        return None if not path or path == ":memory:" else path
+
     @contextlib.contextmanager
     def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
         """An flock on a file beside the database (never inside a home): one writer
         per ledger file (SQLite has one writer anyway)."""
-        from sqlalchemy.engine import make_url
-
-        path = make_url(str(engine.url)).database
-        if not path or path == ":memory:":
+        path = self.file_path(engine)
+        if path is None:
             yield
             return
         try:

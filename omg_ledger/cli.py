@@ -270,8 +270,11 @@ def main() -> None:
               help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS.")
 @click.option("--relabel", is_flag=True,
               help="Let a --home LABEL=DIR whose label holds another directory point at DIR instead.")
+@click.option("--workers", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Processes that read and derive new runs beside the one writing the ledger "
+                   "(SQLite file). Default: one per CPU when a home has 100 or more new runs; 0: none.")
 @ledger_errors
-def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) -> None:
+def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, workers) -> None:
     """Index oh-my-graph run directories into the ledger.
 
     Reads <home>/runs/* and <home>/plans/* read-only; only new complete stream lines
@@ -284,7 +287,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
     Example:
       omg-ledger sync --home ~/.oh-my-graph --json
     Exit codes: 0 done; 1 done with problems (--strict only); 3 database trouble;
-    75 another sync holds the ledger for longer than --wait.
+    75 another sync holds the ledger for longer than --wait, or a worker process was
+    killed (runs committed so far are kept: sync again).
     """
     from .change_check import unchanged_sync
     from .db import HEAD_REVISION
@@ -302,7 +306,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel) ->
 
         engine = open_db(db)
         report = run_sync(engine, resolved_homes, invocation_files=list(invocation_files),
-                          wait_seconds=wait_seconds, progress=progress, relabel=relabel)
+                          wait_seconds=wait_seconds, progress=progress, relabel=relabel, workers=workers)
     if progress is not None:
         progress.close()
     for problem in report.problems:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
     from sqlalchemy import Engine
     from sqlalchemy.engine import Connection
 
+    from .workfile import WorkFiles
+
 # The newest migration this package ships. Every command compares the database's
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
@@ -131,15 +133,21 @@ def create_ledger_engine(db: str) -> Engine:
 
 
 @contextlib.contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """One write transaction (BEGIN IMMEDIATE on SQLite)."""
+def write_transaction(engine: Engine, attached: WorkFiles | None = None) -> Iterator[Connection]:
+    """One write transaction (BEGIN IMMEDIATE on SQLite). ``attached``: a sync pool's
+    work files, attached to the connection for the transaction (SQLite only)."""
     with engine.connect() as conn:
         conn.info["write"] = True
+        dbapi = conn.connection.driver_connection if attached is not None else None
+        if attached is not None:
+            attached.attach(dbapi)  # outside any transaction: SQLite's rule
         try:
             with conn.begin():
                 yield conn
         finally:
             conn.info["write"] = False
+            if attached is not None:
+                attached.detach(dbapi)
 
 
 def current_revision(conn: Connection) -> str | None:

@@ -34,6 +34,13 @@ class LedgerBusy(LedgerError):
     exit_code = 75  # EX_TEMPFAIL: cron may simply try again later
 
 
+class SyncWorkerLost(LedgerError):
+    """A process reading and deriving new runs for the sync died (killed, out of
+    memory): the open batch rolled back, runs committed before it are kept."""
+
+    exit_code = 75  # EX_TEMPFAIL: the next sync carries on
+
+
 class RunNotFound(LedgerError):
     """No run has that id or prefix: the argument names nothing (a usage error)."""
 

@@ -49,7 +49,7 @@ from .discover import (
     stat_or_none,
     trusted_mtime,
 )
-from .errors import DatabaseUnavailable, RunNotFound
+from .errors import DatabaseUnavailable, RunNotFound, SyncWorkerLost
 from .ingest import (
     Problem,
     RunDirRead,
@@ -59,7 +59,6 @@ from .ingest import (
 from .invocation_sync import rederive_stream, store_lines
 from .snapshot import SNAPSHOT_NAMES
 from .store import (
-    PLACEHOLDER_RUN_PK,
     CollectedRows,
     PendingRows,
     RowsOnly,
@@ -81,7 +80,7 @@ from .store import (
     store_while_reading,
     terminal_keys,
     upsert,
-    with_run_pk,
+    work_tables,
     write_events,
     write_finished,
     write_identities,
@@ -89,6 +88,7 @@ from .store import (
 )
 from .tail import Checkpoint, TailRead, TailReader, machine_source, needs_reading
 from .units import format_instant
+from .workfile import WorkFile, WorkFileError, WorkFiles, attaches_read_only
 
 __all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
 
@@ -102,6 +102,14 @@ SYNC_BATCH_ROWS = 50_000
 # writer stays this process) pays for starting the workers.
 POOL_MIN_RUNS = 100
 POOL_CHUNK = 8  # new runs sent to a worker at a time
+# New runs handed out ahead of the writer: enough that the workers go on while the
+# writer copies and commits a batch (a run waiting is a few hundred bytes: its rows
+# are in a work file).
+POOL_AHEAD_RUNS = 2 * SYNC_BATCH_RUNS
+POOL_MAX_WORKERS = 8  # SQLite attaches at most 10 databases to one connection
+# A new run whose stream is larger is read by the writer itself, a batch of lines at a
+# time (a worker holds a run's stream whole while it derives it).
+POOL_MAX_STREAM_BYTES = 4 << 20
 INVOCATIONS_SCOPE = "invocations:"
 DERIVE_SCOPE = "derive"
 
@@ -123,19 +131,16 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[str] = (),
          wait_seconds: float = 60.0, progress: Progress | None = None, relabel: bool = False,
          clock_ns: Callable[[], int] = time.time_ns, batch_runs: int = SYNC_BATCH_RUNS,
-         workers: int | None = 0) -> SyncReport:
+         workers: int | None = None) -> SyncReport:
     """Index every home and runner stream, then bring every outdated derivation up to
     date. Safe to run again at any time. ``wait_seconds`` bounds the whole wait for
     other syncs holding the ledger; ``relabel`` lets a label given for a directory it
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
     transaction (1: a transaction per run); ``workers``: processes that read and derive a
-    home's new runs and hand back their finished rows while this one only writes
-    (SQLite only: the rows take their run key from this writer; None: one per CPU when
-    there are at least POOL_MIN_RUNS new runs and more than one CPU; 0, the default:
-    none — at 10,000 new runs this process's CPU falls from ~32 s to ~15 s with 2
-    workers, but the workers' CPU (~25 s) makes the total ~25% more, and on the 2
-    shared, fully loaded CPUs it was measured on the wall time did not improve).
+    home's new runs into work files of their own while this one writes (workfile.py;
+    a SQLite ledger file only); None, the default: one per CPU when a home has at least
+    POOL_MIN_RUNS new runs and there is more than one CPU; 0: none, every run is read here.
     ``progress("sync", done,
     total)`` is called when runs are committed: ``done`` runs of the home's ``total``
     are in the ledger."""
@@ -166,6 +171,8 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
         raise DatabaseUnavailable(
             f"cannot write the ledger database: {exc.orig}; runs committed so far are kept, "
             f"the next sync carries on") from exc
+    except WorkFileError as exc:
+        raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
     report.seconds = time.monotonic() - started
     return report
 
@@ -299,6 +306,8 @@ class _HomeSync:
         self._conn: Connection | None = None
         self._pending = PendingRows()
         self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
+        self._work: WorkFiles | None = None  # the pool's work files, while a pool runs
+        self._received: list[tuple[str, PreparedRun, int]] = []  # the batch's runs from the pool, to write
         self._to_settle: set[str | None] = set()
         self._in_batch = 0  # run entries looked at since the last commit
         self._looked_at = 0  # run entries looked at, committed or not
@@ -340,13 +349,19 @@ class _HomeSync:
         # Read before anything is written: the runs the ledger has that are not gone (to
         # find the vanished ones without holding every run), and, for a pool, their ids.
         not_gone = self._count_not_gone()
-        known_ids = self._known_run_ids() if self.workers != 0 else frozenset()
-        new = [entry for entry in entries if entry.run_id not in known_ids] if self.workers != 0 else []
+        # (With workers=None a pool is for a home with POOL_MIN_RUNS more runs listed than
+        # held: then the held ids are read, to know which runs are new.)
+        may_pool = self.workers != 0 and (self.workers is not None or len(entries) - not_gone >= POOL_MIN_RUNS)
+        known_ids = self._known_run_ids() if may_pool else frozenset()
+        new = [entry for entry in entries if entry.run_id not in known_ids] if may_pool else []
         pool = self._pool(len(new))
         listed_not_gone = 0
         try:
-            # New runs are read and derived by the pool, in order, ahead of the writer.
-            jobs = [(e.run_id, e.path, self.home_id, self.source) for e in new]
+            # New runs are read and derived by the pool, in order, ahead of the writer,
+            # each under the key it gets now: the next free one in listing order (this
+            # sync holds the ledger's one sync lock; a run that vanishes leaves its key unused).
+            first_pk = self._free_run_pk() if pool is not None else 0
+            jobs = [(e.run_id, e.path, self.home_id, self.source, first_pk + i) for i, e in enumerate(new)]
             prepared = _prefetched(pool, jobs) if pool is not None else iter(())
             known_runs = known_in_chunks(self._fetch, backend_of(self.engine).mark, self.home_id,
                                          [entry.run_id for entry in entries])
@@ -360,7 +375,7 @@ class _HomeSync:
                 self.report.runs_seen += 1
                 self._looked_at += 1
                 self._in_batch += 1
-                if self._batch is None:
+                if self._batch is None and not self._received:
                     self._committed()  # nothing written since the last commit: these are done too
                 elif self._in_batch >= self.batch_runs or self._pending.batch_rows >= SYNC_BATCH_ROWS:
                     self._commit()
@@ -370,8 +385,9 @@ class _HomeSync:
             raise
         finally:
             if pool is not None:
-                pool.terminate()
-                pool.join()
+                pool.close()
+                self._work.remove()
+                self._work = None
         vanished = self._vanished({entry.run_id for entry in entries}) if not_gone > listed_not_gone else []
         if vanished:
             # History is kept: a run whose directory is gone stays, marked gone.
@@ -391,6 +407,9 @@ class _HomeSync:
         with self.engine.connect() as conn:
             return conn.exec_driver_sql(sql, params).fetchall()
 
+    def _free_run_pk(self) -> int:
+        return self._fetch("SELECT COALESCE(MAX(id), 0) + 1 FROM runs", ())[0][0]
+
     def _count_not_gone(self) -> int:
         mark = backend_of(self.engine).mark
         return self._fetch(f"SELECT COUNT(*) FROM runs WHERE home_id = {mark} AND NOT gone", (self.home_id,))[0][0]
@@ -409,8 +428,9 @@ class _HomeSync:
 
     # -- one run ----------------------------------------------------------------------
 
-    def _sync_run(self, run_id: str, path: str, known: Known | None) -> None:
-        """The change check: stat calls only, unless something may have changed."""
+    def _sync_run(self, run_id: str, path: str, known: Known | None, new_pk: int | None = None) -> None:
+        """The change check: stat calls only, unless something may have changed.
+        ``new_pk``: the key a new run was given beforehand (a pool's run read here)."""
         look = look_at(path, known)
         if look is None or not look.changed:
             return  # unchanged, or vanished between listing and now (the next sync marks it gone)
@@ -422,51 +442,76 @@ class _HomeSync:
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
             return
+        if new_pk is not None:
+            self._writer()
+            self._next_pk = new_pk
         self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
 
     def _pool(self, new_runs: int):
-        """Worker processes for ``new_runs`` new runs, or None when they would not pay."""
+        """Worker processes, each with its work file, for ``new_runs`` new runs, or None
+        when they would not pay."""
         workers = self.workers
         if workers is None:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
             workers = cpus if cpus > 1 and new_runs >= POOL_MIN_RUNS else 0
-        if workers == 0 or new_runs == 0 or not backend_of(self.engine).assigns_run_ids:
-            return None  # (a worker's rows take their run's key from this writer)
+        ledger = backend_of(self.engine).file_path(self.engine)
+        if workers == 0 or new_runs == 0 or ledger is None:
+            return None  # (SQLite files only: a worker's rows reach the ledger by ATTACH)
         import multiprocessing
 
-        # Forked: the workers start at once with every module loaded; they never touch the
-        # database (this process's connections are not theirs to use).
-        return multiprocessing.get_context("fork").Pool(min(workers, new_runs), initializer=_worker_started)
+        workers = min(workers, new_runs, POOL_MAX_WORKERS)
+        tables = work_tables(self.engine)
+        self._work = WorkFiles(ledger, workers, tables)
+        if not attaches_read_only(self._work.paths[0]):
+            self._work.remove()
+            self._work = None
+            return None
+        context = multiprocessing.get_context("fork")
+        paths = context.SimpleQueue()
+        for path in self._work.paths:
+            paths.put(path)
+        return _Pool(context, workers, paths, tables)
 
     def _store_prepared(self, run_id: str, path: str, prepared) -> None:
         """A new run as a worker read and derived it (see _prepare_new_run): its rows
-        are added to the batch as they are, under the key this writer gives the run."""
+        are in the worker's work file, copied into the ledger when the batch commits."""
         if prepared is None:
             return  # vanished between listing and now; the next sync marks it gone
+        if isinstance(prepared, ReadInline):
+            self._sync_run(run_id, path, None, new_pk=prepared.run_pk)
+            return
         self.report.runs_listed += 1
         if isinstance(prepared, OSError):
             self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
             return
-        conn = self._writer()
-        run_pk = self._next_pk
-        self._next_pk += 1
-        pending = self._pending
-        for table, rows in prepared.rows.items():
-            pending.add(table, with_run_pk(conn, table, rows, run_pk), prepared.sizes.get(table, 0))
-        pending.add("ingest_state", [row_of(conn, "ingest_state", {
-            "run_pk": run_pk, **_dir_cache(prepared.dir_info, prepared.failed_info, self.clock_ns())})])
-        pending.spill(conn)
+        if self._batch is not None:
+            # The open transaction sees the work files as they were at its BEGIN, which
+            # may be before this run's rows were committed there.
+            self._commit()
+        self._work.receive(prepared.work_file, prepared.ends)
+        self._received.append((path, prepared, self.clock_ns()))
         self._to_settle.add(prepared.stream_identity)
         self.report.events_derived += prepared.events_walked
-        for problem in prepared.problems:
-            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
-        if self._has_open_problems_under(path):
-            resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in prepared.problems}, self.now,
-                             under=path, not_reread=prepared.not_reread)
         self.report.runs_changed += 1
         self.report.events_ingested += prepared.new_events
         self.report.bytes_read += prepared.bytes_read
         self.report.problems.extend(prepared.problems)
+
+    def _write_received(self, conn: Connection) -> None:
+        """The batch's runs from the pool: their rows, copied from the work files in
+        SQLite, then what the writer adds to each (ingest_state by its clock, problems)."""
+        self._work.copy_received(conn.connection.driver_connection, work_tables(conn))
+        pending = self._pending
+        for path, prepared, now_ns in self._received:
+            run_pk = prepared.run_pk
+            pending.add("ingest_state", [row_of(conn, "ingest_state", {
+                "run_pk": run_pk, **_dir_cache(prepared.dir_info, prepared.failed_info, now_ns)})])
+            for problem in prepared.problems:
+                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+            if self._has_open_problems_under(path):
+                resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in prepared.problems}, self.now,
+                                 under=path, not_reread=prepared.not_reread)
+        self._received.clear()
 
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
                    dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
@@ -616,20 +661,24 @@ class _HomeSync:
     def _writer(self) -> Connection:
         """The batch's write transaction, begun at its first write."""
         if self._batch is None:
-            self._batch = write_transaction(self.engine)
+            self._batch = write_transaction(self.engine, attached=self._work)
             self._conn = self._batch.__enter__()
             self._next_pk = next_run_pk(self._conn)
         return self._conn
 
     def _commit(self) -> None:
         """Finish the batch: its held-back rows, which copy of each run is billed, commit."""
-        if self._batch is None:
+        if self._batch is None and not self._received:
             return
+        if self._received:
+            self._write_received(self._writer())
         self._pending.flush(self._conn)
         settle_copies(self._conn, self._to_settle)
         self._to_settle.clear()
         batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
         batch.__exit__(None, None, None)
+        if self._work is not None:
+            self._work.committed()
         self._pending.restart()
         self._committed()
 
@@ -642,6 +691,7 @@ class _HomeSync:
         """Roll the open batch back: a batch that did not commit leaves nothing of itself."""
         self._pending.restart()
         self._to_settle.clear()
+        self._received.clear()
         if self._batch is not None:
             batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
             batch.__exit__(type(exc), exc, exc.__traceback__)
@@ -745,27 +795,69 @@ def _terminal_keys_in(events: list, node_id: str) -> list[tuple[str, int, str | 
             if e.data.get("node_id") == node_id and e.data.get("event") in ("node_passed", "node_failed")]
 
 
-def _prefetched(pool, jobs: list[tuple[str, str, int, str]]) -> Iterator:
-    """_prepare_new_run of every job, in order, from the pool; at most two chunks per
-    worker are in flight or waiting, so memory stays bounded when the writer is slower."""
+class _Pool:
+    """The worker processes of one home's sync. Forked: they start at once with every
+    module loaded; they never touch the ledger (this process's connections are not
+    theirs to use), only their work file. A worker that dies (kill -9, the OOM killer)
+    is noticed (the executor breaks), never waited for."""
+
+    def __init__(self, context, workers: int, paths, tables: dict[str, list[str]]) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.workers = workers
+        self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started,
+                                             initargs=(paths, tables))
+
+    def submit(self, jobs: list):
+        return self._executor.submit(_prepare_new_runs, jobs)
+
+    def close(self) -> None:
+        # Work still queued is the writer's to abandon; a chunk being read is not waited for.
+        for process in list(getattr(self._executor, "_processes", {}).values()):
+            with contextlib.suppress(OSError):
+                process.kill()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iterator:
+    """_prepare_new_run of every job, in order, from the pool; at most POOL_AHEAD_RUNS
+    are in flight or waiting, so memory stays bounded when the writer is slower."""
+    from concurrent.futures.process import BrokenProcessPool
+
     chunks = (jobs[i:i + POOL_CHUNK] for i in range(0, len(jobs), POOL_CHUNK))
-    pending = collections.deque(pool.apply_async(_prepare_new_runs, (chunk,))
-                                for chunk in itertools.islice(chunks, 2 * pool._processes))
+    ahead = max(2 * pool.workers, POOL_AHEAD_RUNS // POOL_CHUNK)
+    pending = collections.deque(pool.submit(chunk) for chunk in itertools.islice(chunks, ahead))
     while pending:
-        results = pending.popleft().get()
+        try:
+            results = pending.popleft().result()
+        except BrokenProcessPool:
+            raise SyncWorkerLost("a process reading new runs for the sync died (killed or out of memory); "
+                                 "runs committed so far are kept, the next sync carries on") from None
         following = next(chunks, None)
         if following is not None:
-            pending.append(pool.apply_async(_prepare_new_runs, (following,)))
+            pending.append(pool.submit(following))
         yield from results
 
 
-def _prepare_new_runs(jobs: list[tuple[str, str, int, str]]) -> list:
-    return [_prepare_new_run(job) for job in jobs]
+def _prepare_new_runs(jobs: list[tuple[str, str, int, str, int]]) -> list:
+    """In a pool worker: a chunk of new runs, their rows added to the work file, which
+    is committed before the chunk is handed back (the writer reads only what it received)."""
+    results = [_prepare_new_run(job) for job in jobs]
+    _WORKER.work_file.commit()
+    return results
 
 
-def _worker_started() -> None:
-    """In a pool worker: Ctrl-C is the writer's to handle (it ends the pool), and a
-    worker dies with the writer (kill -9 included) instead of waiting for work forever."""
+class _Worker:
+    work_file: WorkFile
+
+
+_WORKER = _Worker()
+
+
+def _worker_started(paths, tables: dict[str, list[str]]) -> None:
+    """In a pool worker: its work file; Ctrl-C is the writer's to handle (it ends the
+    pool), and a worker dies with the writer (kill -9 included) instead of waiting for
+    work forever."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -774,16 +866,25 @@ def _worker_started() -> None:
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    _WORKER.work_file = WorkFile(paths.get(), tables)
+
+
+@dataclass
+class ReadInline:
+    """A new run a pool worker leaves to the writer (a large stream), under its key."""
+
+    run_pk: int
 
 
 @dataclass
 class PreparedRun:
-    """A new run as a pool worker read, derived and turned into rows: every row it adds
-    to the ledger but its ingest_state (the writer's clock judges the directory mtimes),
-    each table's rows as tuples whose run key is a placeholder the writer fills in."""
+    """A new run as a pool worker read and derived it: every row it adds to the ledger
+    but its ingest_state (the writer's clock judges the directory mtimes) is in
+    ``work_file``, whose tables end at ``ends`` after this run's rows."""
 
-    rows: dict[str, list[tuple]]
-    sizes: dict[str, int]  # bytes of lines per table (the held-back bound)
+    run_pk: int
+    work_file: str
+    ends: dict[str, int]
     dir_info: os.stat_result
     failed_info: os.stat_result | None
     stream_identity: str | None
@@ -794,14 +895,17 @@ class PreparedRun:
     bytes_read: int
 
 
-def _prepare_new_run(job: tuple[str, str, int, str]):
+def _prepare_new_run(job: tuple[str, str, int, str, int]):
     """In a pool worker: a new run's change check, read, derivation and rows (a new
     run's rows come from what is read alone). Returns None (vanished), the OSError that
-    kept its directory from being listed, or a PreparedRun."""
-    run_id, path, home_id, source = job
+    kept its directory from being listed, ReadInline, or a PreparedRun."""
+    run_id, path, home_id, source, run_pk = job
     look = look_at(path, None)
     if look is None:
         return None
+    stream_info = stat_or_none(f"{path}/events.jsonl")
+    if stream_info is not None and stream_info.st_size > POOL_MAX_STREAM_BYTES:
+        return ReadInline(run_pk)
     try:
         read = read_run_dir(path, None, {}, look.file_infos, look.stream_changed)
     except OSError as exc:
@@ -813,17 +917,19 @@ def _prepare_new_run(job: tuple[str, str, int, str]):
         collected = CollectedRows()
         new_events = 0
         if stream is not None and stream.tail is not None:
-            _, new_events = write_events(table, PLACEHOLDER_RUN_PK, stream.items, stream.replace, True, collected)
+            _, new_events = write_events(table, run_pk, stream.items, stream.replace, True, collected)
         read.finish_stream()
         facts = _run_write(source, path, None, read, {})
-        write_run(table, PLACEHOLDER_RUN_PK, home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
+        write_run(table, run_pk, home_id, run_id, facts, rows, derive.DERIVATION_VERSION, scrub=scrub,
                   created=True, pending=collected, insert_row=True)
-        _save_state(table, PLACEHOLDER_RUN_PK, rows, fresh=True, pending=collected)
+        _save_state(table, run_pk, rows, fresh=True, pending=collected)
         del collected.rows["ingest_state"]
+        work_file = _WORKER.work_file
+        ends = work_file.add(collected.rows)
         problems = read.problems + _derived_problems(path, rows)
         return PreparedRun(
-            rows=collected.rows, sizes=collected.sizes, dir_info=look.dir_info, failed_info=look.failed_info,
-            stream_identity=rows.run["stream_identity"], problems=problems,
+            run_pk=run_pk, work_file=work_file.path, ends=ends, dir_info=look.dir_info,
+            failed_info=look.failed_info, stream_identity=rows.run["stream_identity"], problems=problems,
             not_reread=_not_reread(path, read, None), events_walked=rows.events_walked, new_events=new_events,
             bytes_read=stream.bytes_read if stream else 0)
     finally:

@@ -43,8 +43,8 @@ def fast_and_slow(scale_home, tmp_path_factory):
     where = tmp_path_factory.mktemp("ledgers")
     # More runs than one default batch holds: the fast path commits a full batch and a partial one.
     assert SCALE_RUNS > SYNC_BATCH_RUNS
-    fast = _synced(str(where / "fast.sqlite"), scale_home)
-    slow = _synced(str(where / "slow.sqlite"), scale_home, batch_runs=1)
+    fast = _synced(str(where / "fast.sqlite"), scale_home)  # as operators sync: the pool, on 2+ CPUs
+    slow = _synced(str(where / "slow.sqlite"), scale_home, batch_runs=1, workers=0)  # the plainest path
     yield fast, slow
     fast[0].dispose()
     slow[0].dispose()
@@ -100,16 +100,20 @@ def test_batches_equal_one_transaction_per_run_with_copies_and_progress(tmp_path
     assert sum(1 for row in batched["runs"] if dict(row)["billed"]) == runs  # each run billed once
 
 
-def test_new_runs_read_and_derived_by_worker_processes_equal_the_inline_path(fast_and_slow, scale_home, tmp_path):
-    (fast, fast_report), _ = fast_and_slow
-    pooled, report = _synced(str(tmp_path / "pooled.sqlite"), scale_home, workers=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_new_runs_read_and_derived_by_worker_processes_equal_the_inline_path(fast_and_slow, scale_home, tmp_path,
+                                                                           workers):
+    """Batches of 250 read here (workers=0) or by two worker processes: the ledger of
+    one transaction per run read here."""
+    _, (slow, slow_report) = fast_and_slow
+    synced, report = _synced(str(tmp_path / "synced.sqlite"), scale_home, workers=workers)
     try:
-        pooled_dump, fast_dump = dump(pooled), dump(fast)
-        assert pooled_dump == fast_dump, diff(pooled_dump, fast_dump)
+        synced_dump, slow_dump = dump(synced), dump(slow)
+        assert synced_dump == slow_dump, diff(synced_dump, slow_dump)
         assert (report.runs_changed, report.events_ingested, report.bytes_read, report.problems) == (
-            SCALE_RUNS, fast_report.events_ingested, fast_report.bytes_read, [])
+            SCALE_RUNS, slow_report.events_ingested, slow_report.bytes_read, [])
     finally:
-        pooled.dispose()
+        synced.dispose()
 
 
 def test_rows_written_out_mid_run_equal_one_transaction_per_run(fast_and_slow, scale_home, tmp_path, monkeypatch):
@@ -123,7 +127,7 @@ def test_rows_written_out_mid_run_equal_one_transaction_per_run(fast_and_slow, s
     flush = store.PendingRows.flush
     monkeypatch.setattr(store.PendingRows, "flush", lambda self, conn: (flushes.append(self.count), flush(self, conn)))
     _, (slow, _) = fast_and_slow
-    spilled, report = _synced(str(tmp_path / "spilled.sqlite"), scale_home)
+    spilled, report = _synced(str(tmp_path / "spilled.sqlite"), scale_home, workers=0)
     try:
         spilled_dump, slow_dump = dump(spilled), dump(slow)
         assert spilled_dump == slow_dump, diff(spilled_dump, slow_dump)

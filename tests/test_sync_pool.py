@@ -1,0 +1,176 @@
+"""The sync's worker processes (sync._Pool, workfile.py), with real processes, real
+files and a real kill -9: they read and derive new runs into work files beside the
+ledger, the writer copies them in at each batch's commit. The ledger they make is the
+inline path's (tests/test_sync_batches.py compares whole dumps); here: when a pool is
+used, that its files never outlive the sync, and that a worker dying mid-sync loses
+nothing committed and leaves nothing half-written."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from omg_ledger import sync as sync_module
+from omg_ledger.cli import main
+from omg_ledger.db import open_ledger
+from omg_ledger.errors import SyncWorkerLost
+from omg_ledger.sync import POOL_MIN_RUNS, Home, sync
+
+from .conftest import CORPUS, CORPUS_HOME
+from .ledger_dump import diff, dump
+
+SCALE_RUNS = 305
+
+
+@pytest.fixture(scope="module")
+def scale_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("scale") / "home"
+    with tarfile.open(CORPUS.parent / "corpus-scale" / "home.tar.gz") as archive:
+        archive.extractall(home, filter="data")
+    return home
+
+
+@pytest.fixture(scope="module")
+def reference(scale_home, tmp_path_factory):
+    """The scale corpus synced with no worker at all."""
+    engine = open_ledger(str(tmp_path_factory.mktemp("reference") / "inline.sqlite"))
+    sync(engine, [Home.from_path(str(scale_home), "scale")], workers=0)
+    yield dump(engine)
+    engine.dispose()
+
+
+def _sync_watching_work_files(db: Path, home: Path, **options) -> tuple[list[list[str]], object]:
+    """Sync, noting the work directory's files each time a batch commits."""
+    seen: list[list[str]] = []
+    work = Path(f"{db}.sync-work")
+
+    def progress(stage, done, total):
+        if stage == "sync" and done:
+            seen.append(sorted(p.name for p in work.iterdir()) if work.is_dir() else [])
+
+    engine = open_ledger(str(db))
+    try:
+        report = sync(engine, [Home.from_path(str(home), "scale")], progress=progress, **options)
+    finally:
+        engine.dispose()
+    return seen, report
+
+
+def test_workers_write_beside_the_ledger_and_leave_nothing_behind(scale_home, reference, tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    # What a sync killed with kill -9 leaves: its work directory. The next sync (holding
+    # the sync lock, so no other sync is using it) starts it afresh.
+    stale = Path(f"{db}.sync-work")
+    stale.mkdir()
+    (stale / "worker-0.sqlite").write_bytes(b"not a database")
+    (stale / "left-over").write_text("x")
+    seen, report = _sync_watching_work_files(db, scale_home, workers=2, batch_runs=100)
+    # Batches of 100: three commits while the pool runs, each with the two workers' files.
+    assert seen[:3] == [["worker-0.sqlite", "worker-0.sqlite-shm", "worker-0.sqlite-wal",
+                         "worker-1.sqlite", "worker-1.sqlite-shm", "worker-1.sqlite-wal"]] * 3, seen
+    assert not stale.exists()
+    assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
+    engine = open_ledger(str(db))
+    try:
+        ours = dump(engine)
+    finally:
+        engine.dispose()
+    assert ours == reference, diff(ours, reference)
+
+
+def test_a_pool_is_used_by_default_for_many_new_runs_on_more_than_one_cpu(scale_home, corpus_home, tmp_path):
+    cpus = len(os.sched_getaffinity(0))
+    assert SCALE_RUNS >= POOL_MIN_RUNS > len(list((corpus_home / "runs").iterdir()))
+    seen, _ = _sync_watching_work_files(tmp_path / "scale.sqlite", scale_home, batch_runs=100)
+    assert bool(seen[0]) == (cpus > 1), (cpus, seen)
+    assert len([name for name in seen[0] if name.endswith(".sqlite")]) == (min(cpus, 8) if cpus > 1 else 0)
+    # Few new runs: read here, no worker started.
+    seen, _ = _sync_watching_work_files(tmp_path / "corpus.sqlite", corpus_home, batch_runs=5)
+    assert seen and not any(seen), seen
+    # A sync of the same home with nothing new starts none either.
+    seen, report = _sync_watching_work_files(tmp_path / "scale.sqlite", scale_home, batch_runs=100)
+    assert report.runs_changed == 0 and not any(seen), seen
+
+
+def _die_at(victim: str, ledger: Path | None = None, runs_first: int = 0):
+    """_prepare_new_run as it is, except that the worker given ``victim`` SIGKILLs
+    itself: a real kill -9 of a real worker process (forked from this one, so it has
+    this function), the way the OOM killer ends one. With ``ledger``, it first waits
+    until the writer has committed ``runs_first`` runs (every run before the victim's
+    chunk is ready, so the writer gets that far and then waits for this chunk)."""
+    prepare = sync_module._prepare_new_run
+
+    def prepare_or_die(job):
+        if job[0] == victim:
+            deadline = time.monotonic() + 120
+            while ledger is not None and _committed_runs(ledger) < runs_first and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return prepare(job)
+
+    return prepare_or_die
+
+
+def _committed_runs(ledger: Path) -> int:
+    with contextlib.closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def _runs_and_event_counts(db: Path) -> dict[str, int]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        return dict(conn.execute("SELECT r.run_id, (SELECT COUNT(*) FROM events e WHERE e.run_pk = r.id) "
+                                 "FROM runs r").fetchall())
+
+
+def test_a_worker_killed_mid_sync_loses_no_committed_run_and_the_next_sync_finishes(
+        scale_home, reference, tmp_path, monkeypatch):
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    victim = runs[200]  # the first run of the 26th chunk of 8
+    db = tmp_path / "ledger.sqlite"
+    with monkeypatch.context() as patched:
+        patched.setattr(sync_module, "_prepare_new_run", _die_at(victim, db, runs_first=200))
+        engine = open_ledger(str(db))
+        with pytest.raises(SyncWorkerLost, match="died"):
+            sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2, batch_runs=50)
+        engine.dispose()
+    assert not Path(f"{db}.sync-work").exists()
+    held = _runs_and_event_counts(db)
+    # The four batches before the victim's were committed; the one it belonged to was not.
+    assert set(held) == set(runs[:200])
+    engine = open_ledger(str(db))
+    try:
+        report = sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2)
+        assert report.runs_changed == SCALE_RUNS - len(held)
+        after = dump(engine)
+    finally:
+        engine.dispose()
+    # Every run the killed sync committed was whole, and the next sync made the same ledger.
+    assert after == reference, diff(after, reference)
+    full = _runs_and_event_counts(db)
+    assert {run: full[run] for run in held} == held
+
+
+def test_the_cli_says_a_worker_died_in_one_line_and_exits_75(scale_home, tmp_path, monkeypatch):
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    monkeypatch.setattr(sync_module, "_prepare_new_run", _die_at(runs[10]))
+    result = CliRunner().invoke(main, ["sync", "--db", str(tmp_path / "ledger.sqlite"), "--home",
+                                       str(scale_home), "--workers", "2"])
+    assert result.exit_code == 75, result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["omg-ledger: error: a process reading new runs for the sync died (killed or out of memory); "
+                     "runs committed so far are kept, the next sync carries on"], result.stderr
+
+
+def test_workers_must_be_a_count(tmp_path):
+    result = CliRunner().invoke(main, ["sync", "--db", str(tmp_path / "l.sqlite"), "--home", str(CORPUS_HOME),
+                                       "--workers", "-1"])
+    assert result.exit_code == 2 and "--workers" in result.stderr, result.stderr
