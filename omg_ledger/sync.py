@@ -308,6 +308,7 @@ class _HomeSync:
         self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
         self._work: WorkFiles | None = None  # the pool's work files, while a pool runs
         self._received: list[tuple[str, PreparedRun, int]] = []  # the batch's runs from the pool, to write
+        self._received_rows = 0  # their rows, in the work files
         self._to_settle: set[str | None] = set()
         self._in_batch = 0  # run entries looked at since the last commit
         self._looked_at = 0  # run entries looked at, committed or not
@@ -377,7 +378,7 @@ class _HomeSync:
                 self._in_batch += 1
                 if self._batch is None and not self._received:
                     self._committed()  # nothing written since the last commit: these are done too
-                elif self._in_batch >= self.batch_runs or self._pending.batch_rows >= SYNC_BATCH_ROWS:
+                elif self._in_batch >= self.batch_runs or self._batch_rows() >= SYNC_BATCH_ROWS:
                     self._commit()
             self._commit()
         except BaseException as exc:
@@ -490,6 +491,7 @@ class _HomeSync:
             self._commit()
         self._work.receive(prepared.work_file, prepared.ends)
         self._received.append((path, prepared, self.clock_ns()))
+        self._received_rows += prepared.rows
         self._to_settle.add(prepared.stream_identity)
         self.report.events_derived += prepared.events_walked
         self.report.runs_changed += 1
@@ -512,6 +514,7 @@ class _HomeSync:
                 resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in prepared.problems}, self.now,
                                  under=path, not_reread=prepared.not_reread)
         self._received.clear()
+        self._received_rows = 0
 
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
                    dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
@@ -666,6 +669,9 @@ class _HomeSync:
             self._next_pk = next_run_pk(self._conn)
         return self._conn
 
+    def _batch_rows(self) -> int:
+        return self._pending.batch_rows + self._received_rows
+
     def _commit(self) -> None:
         """Finish the batch: its held-back rows, which copy of each run is billed, commit."""
         if self._batch is None and not self._received:
@@ -692,6 +698,7 @@ class _HomeSync:
         self._pending.restart()
         self._to_settle.clear()
         self._received.clear()
+        self._received_rows = 0
         if self._batch is not None:
             batch, self._batch, self._conn, self._next_pk = self._batch, None, None, None
             batch.__exit__(type(exc), exc, exc.__traceback__)
@@ -885,6 +892,7 @@ class PreparedRun:
     run_pk: int
     work_file: str
     ends: dict[str, int]
+    rows: int  # of them, this run's
     dir_info: os.stat_result
     failed_info: os.stat_result | None
     stream_identity: str | None
@@ -926,9 +934,10 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
         del collected.rows["ingest_state"]
         work_file = _WORKER.work_file
         ends = work_file.add(collected.rows)
+        row_count = sum(len(table_rows) for table_rows in collected.rows.values())
         problems = read.problems + _derived_problems(path, rows)
         return PreparedRun(
-            run_pk=run_pk, work_file=work_file.path, ends=ends, dir_info=look.dir_info,
+            run_pk=run_pk, work_file=work_file.path, ends=ends, rows=row_count, dir_info=look.dir_info,
             failed_info=look.failed_info, stream_identity=rows.run["stream_identity"], problems=problems,
             not_reread=_not_reread(path, read, None), events_walked=rows.events_walked, new_events=new_events,
             bytes_read=stream.bytes_read if stream else 0)

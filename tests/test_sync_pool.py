@@ -174,3 +174,45 @@ def test_workers_must_be_a_count(tmp_path):
     result = CliRunner().invoke(main, ["sync", "--db", str(tmp_path / "l.sqlite"), "--home", str(CORPUS_HOME),
                                        "--workers", "-1"])
     assert result.exit_code == 2 and "--workers" in result.stderr, result.stderr
+
+
+def test_a_sync_mixing_changed_runs_new_runs_and_large_streams_equals_the_inline_path(
+        scale_home, tmp_path, monkeypatch):
+    """Every other run of the scale corpus synced first; then the rest arrive while some
+    of the first change (a bad line appended, state.json touched), so runs read here
+    and runs from the pool alternate within batches, and streams over a (lowered) size
+    bound are left to the writer. With two workers or none: the same ledger."""
+    import shutil
+
+    monkeypatch.setattr(sync_module, "POOL_MAX_STREAM_BYTES", 12_000)
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    large = [r for r in runs[1::2] if (scale_home / "runs" / r / "events.jsonl").stat().st_size > 12_000]
+    assert 5 <= len(large) < len(runs[1::2]) // 2, len(large)  # some, not most, left to the writer
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    for run in runs[::2]:
+        shutil.copytree(scale_home / "runs" / run, home / "runs" / run)
+    engines = {workers: open_ledger(str(tmp_path / f"ledger-{workers}.sqlite")) for workers in (0, 2)}
+    ledgers, reports = {}, {}
+    try:
+        for workers, engine in engines.items():
+            sync(engine, [Home.from_path(str(home), "scale")], workers=workers)
+        for run in runs[1::2]:
+            shutil.copytree(scale_home / "runs" / run, home / "runs" / run)
+        for run in runs[::2][10::20]:
+            with open(home / "runs" / run / "events.jsonl", "a") as stream:
+                stream.write("{not json\n")
+            state = home / "runs" / run / "state.json"
+            os.utime(state, ns=(state.stat().st_atime_ns, state.stat().st_mtime_ns + 10**9))
+        for workers, engine in engines.items():
+            reports[workers] = sync(engine, [Home.from_path(str(home), "scale")], workers=workers, batch_runs=40)
+            ledgers[workers] = dump(engine)
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+    inline, pooled = ledgers[0], ledgers[2]
+    assert pooled == inline, diff(pooled, inline)
+    changed = len(runs[::2][10::20])
+    assert reports[2].runs_changed == reports[0].runs_changed == len(runs[1::2]) + changed
+    assert [p.reason for p in reports[2].problems] == [p.reason for p in reports[0].problems]
+    assert len(reports[0].problems) == changed
