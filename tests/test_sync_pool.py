@@ -216,3 +216,37 @@ def test_a_sync_mixing_changed_runs_new_runs_and_large_streams_equals_the_inline
     assert reports[2].runs_changed == reports[0].runs_changed == len(runs[1::2]) + changed
     assert [p.reason for p in reports[2].problems] == [p.reason for p in reports[0].problems]
     assert len(reports[0].problems) == changed
+
+
+def test_ctrl_c_mid_sync_stops_the_workers_removes_their_files_and_keeps_whole_batches(
+        scale_home, reference, tmp_path):
+    """A real SIGINT, delivered to this process when the second batch has committed."""
+    import multiprocessing
+
+    db = tmp_path / "ledger.sqlite"
+    committed = []
+
+    def progress(stage, done, total):
+        if stage == "sync" and done:
+            committed.append(done)
+            if len(committed) == 2:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    engine = open_ledger(str(db))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2, batch_runs=50, progress=progress)
+    finally:
+        engine.dispose()
+    assert committed[:2] == [50, 100]
+    assert not Path(f"{db}.sync-work").exists()
+    assert multiprocessing.active_children() == []
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    assert set(_runs_and_event_counts(db)) == set(runs[:100])  # the interrupted third batch left nothing
+    engine = open_ledger(str(db))
+    try:
+        sync(engine, [Home.from_path(str(scale_home), "scale")])
+        after = dump(engine)
+    finally:
+        engine.dispose()
+    assert after == reference, diff(after, reference)
