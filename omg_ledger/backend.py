@@ -131,6 +131,17 @@ class Backend:
         """The ledger's file, when it is one (a sync's pool works beside it), else None."""
         return None
 
+    copies_rows = False
+
+    def copy_rows_in(self, conn: Connection, table: str, columns: Sequence[str], chunks: Iterable[list[tuple]]) -> None:
+        raise NotImplementedError
+
+    def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
+        """``count`` keys for new runs, given now, in order (a sync pool hands one to each
+        new run it reads); one left unused (a run that vanished) stays unused. The caller
+        holds the sync lock of the home."""
+        raise NotImplementedError
+
     def next_run_pk(self, conn: Connection) -> int | None:
         """Inside a write transaction: the id a new run gets when this writer assigns run
         ids itself (then the transaction's foreign keys are checked at commit), or None:
@@ -153,6 +164,12 @@ class SQLiteBackend(Backend):
 
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
+
+    def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
+        # The sync lock is the ledger's (one sync writes a SQLite file at a time) and
+        # runs.id has no AUTOINCREMENT: the keys after the largest are free until it ends.
+        first = fetch("SELECT COALESCE(MAX(id), 0) + 1 FROM runs", ())[0][0]
+        return list(range(first, first + count))
 
     def next_run_pk(self, conn: Connection) -> int | None:
         # BEGIN IMMEDIATE holds the one write lock: no other connection inserts a run
@@ -218,6 +235,32 @@ class SQLiteBackend(Backend):
 class PostgresBackend(Backend):
     name = "postgresql"
     mark = "%s"
+
+    copies_rows = True  # copy_rows_in takes rows (COPY)
+
+    def copy_rows_in(self, conn: Connection, table: str, columns: Sequence[str], chunks: Iterable[list[tuple]]) -> None:
+        """Rows into ``table`` by one COPY … FROM STDIN (the caller's transaction): the
+        server parses one statement, none per row; psycopg formats them in C. An integer
+        0/1 is what a boolean column reads as false/true. A driver error is raised as
+        SQLAlchemy's, like every other statement's."""
+        import psycopg
+        from sqlalchemy.exc import DBAPIError
+
+        statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"  # names from schema.py
+        try:
+            with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+                write_row = copy.write_row
+                for rows in chunks:
+                    for row in rows:
+                        write_row(row)
+        except psycopg.Error as exc:
+            raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
+
+    def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
+        # From the sequence that gives runs their ids: syncs of other homes may take keys
+        # meanwhile, so these need not be consecutive; they are this sync's alone.
+        return [key for (key,) in fetch("SELECT nextval(pg_get_serial_sequence('runs', 'id')) "
+                                        "FROM generate_series(1, %s) ORDER BY 1", (count,))]
 
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT table_name FROM information_schema.tables "

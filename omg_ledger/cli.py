@@ -271,8 +271,8 @@ def main() -> None:
 @click.option("--relabel", is_flag=True,
               help="Let a --home LABEL=DIR whose label holds another directory point at DIR instead.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Processes that read and derive new runs beside the one writing the ledger "
-                   "(SQLite file). Default: one per CPU when a home has 100 or more new runs; 0: none.")
+              help="Processes that read and derive new runs beside the one writing the ledger. "
+                   "Default: one per CPU when a home has 100 or more new runs; 0: none.")
 @ledger_errors
 def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, workers) -> None:
     """Index oh-my-graph run directories into the ledger.

@@ -63,8 +63,10 @@ from .store import (
     PendingRows,
     RowsOnly,
     RunWrite,
+    boolean_columns,
     clear_derived,
     create_run,
+    insert_rows,
     iter_events,
     load_derive_state,
     load_file_contents,
@@ -139,7 +141,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
     transaction (1: a transaction per run); ``workers``: processes that read and derive a
     home's new runs into work files of their own while this one writes (workfile.py;
-    a SQLite ledger file only); None, the default: one per CPU when a home has at least
+    not for an in-memory SQLite ledger); None, the default: one per CPU when a home has at least
     POOL_MIN_RUNS new runs and there is more than one CPU; 0: none, every run is read here.
     ``progress("sync", done,
     total)`` is called when runs are committed: ``done`` runs of the home's ``total``
@@ -307,6 +309,7 @@ class _HomeSync:
         self._pending = PendingRows()
         self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
         self._work: WorkFiles | None = None  # the pool's work files, while a pool runs
+        self._copy_inside = False  # whether they are attached to the ledger (SQLite) or read back
         self._received: list[tuple[str, PreparedRun, int]] = []  # the batch's runs from the pool, to write
         self._received_rows = 0  # their rows, in the work files
         self._to_settle: set[str | None] = set()
@@ -361,8 +364,8 @@ class _HomeSync:
             # New runs are read and derived by the pool, in order, ahead of the writer,
             # each under the key it gets now: the next free one in listing order (this
             # sync holds the ledger's one sync lock; a run that vanishes leaves its key unused).
-            first_pk = self._free_run_pk() if pool is not None else 0
-            jobs = [(e.run_id, e.path, self.home_id, self.source, first_pk + i) for i, e in enumerate(new)]
+            keys = backend_of(self.engine).reserve_run_keys(self._fetch, len(new)) if pool is not None else []
+            jobs = [(e.run_id, e.path, self.home_id, self.source, key) for e, key in zip(new, keys, strict=True)]
             prepared = _prefetched(pool, jobs) if pool is not None else iter(())
             known_runs = known_in_chunks(self._fetch, backend_of(self.engine).mark, self.home_id,
                                          [entry.run_id for entry in entries])
@@ -408,9 +411,6 @@ class _HomeSync:
         with self.engine.connect() as conn:
             return conn.exec_driver_sql(sql, params).fetchall()
 
-    def _free_run_pk(self) -> int:
-        return self._fetch("SELECT COALESCE(MAX(id), 0) + 1 FROM runs", ())[0][0]
-
     def _count_not_gone(self) -> int:
         mark = backend_of(self.engine).mark
         return self._fetch(f"SELECT COUNT(*) FROM runs WHERE home_id = {mark} AND NOT gone", (self.home_id,))[0][0]
@@ -455,18 +455,20 @@ class _HomeSync:
         if workers is None:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
             workers = cpus if cpus > 1 and new_runs >= POOL_MIN_RUNS else 0
-        ledger = backend_of(self.engine).file_path(self.engine)
-        if workers == 0 or new_runs == 0 or ledger is None:
-            return None  # (SQLite files only: a worker's rows reach the ledger by ATTACH)
+        backend = backend_of(self.engine)
+        ledger = backend.file_path(self.engine)
+        if workers == 0 or new_runs == 0 or (backend.name == "sqlite" and ledger is None):
+            return None  # (an in-memory SQLite ledger is this process's alone)
         import multiprocessing
 
         workers = min(workers, new_runs, POOL_MAX_WORKERS)
         tables = work_tables(self.engine)
-        self._work = WorkFiles(ledger, workers, tables)
-        if not attaches_read_only(self._work.paths[0]):
-            self._work.remove()
-            self._work = None
-            return None
+        if ledger is not None:
+            self._work = WorkFiles.beside(ledger, workers, tables)
+            self._copy_inside = attaches_read_only(self._work.paths[0])
+        else:
+            self._work = WorkFiles.temporary(workers, tables)
+            self._copy_inside = False
         context = multiprocessing.get_context("fork")
         paths = context.SimpleQueue()
         for path in self._work.paths:
@@ -479,7 +481,10 @@ class _HomeSync:
         if prepared is None:
             return  # vanished between listing and now; the next sync marks it gone
         if isinstance(prepared, ReadInline):
-            self._sync_run(run_id, path, None, new_pk=prepared.run_pk)
+            # (Where the database gives run keys, the row is inserted before its lines, as
+            # for any run read here, under a key of its own: the one given stays unused.)
+            self._sync_run(run_id, path, None,
+                           new_pk=prepared.run_pk if backend_of(self.engine).assigns_run_ids else None)
             return
         self.report.runs_listed += 1
         if isinstance(prepared, OSError):
@@ -502,7 +507,16 @@ class _HomeSync:
     def _write_received(self, conn: Connection) -> None:
         """The batch's runs from the pool: their rows, copied from the work files in
         SQLite, then what the writer adds to each (ingest_state by its clock, problems)."""
-        self._work.copy_received(conn.connection.driver_connection, work_tables(conn))
+        tables = work_tables(conn)
+        if self._copy_inside:
+            self._work.copy_attached(conn.connection.driver_connection, tables)
+        elif (backend := backend_of(conn)).copies_rows:  # PostgreSQL: COPY
+            for path, table, after, upto in self._work.not_copied(tables):
+                backend.copy_rows_in(conn, table, tables[table], self._work.row_chunks(path, table, after, upto))
+        else:  # read back here, inserted as held-back rows are
+            booleans = boolean_columns()
+            for path, table, after, upto in self._work.not_copied(tables):
+                insert_rows(conn, table, self._work.rows(path, table, after, upto, booleans.get(table, ())))
         pending = self._pending
         for path, prepared, now_ns in self._received:
             run_pk = prepared.run_pk
@@ -664,7 +678,7 @@ class _HomeSync:
     def _writer(self) -> Connection:
         """The batch's write transaction, begun at its first write."""
         if self._batch is None:
-            self._batch = write_transaction(self.engine, attached=self._work)
+            self._batch = write_transaction(self.engine, attached=self._work if self._copy_inside else None)
             self._conn = self._batch.__enter__()
             self._next_pk = next_run_pk(self._conn)
         return self._conn

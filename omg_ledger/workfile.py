@@ -4,12 +4,15 @@ Handing rows back through pipes as pickled tuples cost more CPU than deriving th
 the writer then bound every value again. A worker instead inserts its runs' rows into
 its work file (no constraints, no index, no fsync), commits after each chunk of runs,
 and hands back only where its rows end. At each batch's commit the writer copies what
-it has received into the ledger with one ``INSERT … SELECT`` per table and work file,
-inside SQLite, in the batch's transaction: the batch is still whole or absent.
+it has received into the ledger in the batch's transaction, so the batch is still whole
+or absent: into a SQLite ledger with one ``INSERT … SELECT`` per table and work file,
+inside SQLite (the files attached read-only); into PostgreSQL by one ``COPY … FROM
+STDIN`` per table and work file, the rows read back here.
 
-The work files live in ``<ledger>.sync-work/`` (never in a home), made by the writer
-under the sync lock and removed when the home's sync ends; one left by a killed sync is
-removed by the next.
+The work files live in ``<ledger>.sync-work/`` beside a SQLite ledger file, made under
+the sync lock; for PostgreSQL in a directory of the temporary directory named after the
+writer's pid. Never in a home. They are removed when the home's sync ends; those left
+by a killed sync are removed by the next.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import contextlib
 import os
 import shutil
 import sqlite3
+import tempfile
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["WorkFile", "WorkFileError", "WorkFiles"]
 
@@ -103,12 +107,10 @@ class WorkFiles:
     """The writer's side: the work files of one home's sync, what of each was received
     (handed back, committed) and what is already copied into the ledger."""
 
-    def __init__(self, ledger_path: str, count: int, tables: Mapping[str, Sequence[str]]) -> None:
-        self.dir = f"{ledger_path}.sync-work"
+    def __init__(self, work_dir: str, count: int, tables: Mapping[str, Sequence[str]]) -> None:
+        self.dir = work_dir
         self.tables = {t: list(cols) for t, cols in tables.items()}
         try:
-            shutil.rmtree(self.dir, ignore_errors=True)  # a killed sync's: we hold the sync lock
-            os.mkdir(self.dir, 0o700)
             self.paths = [os.path.join(self.dir, f"worker-{i}.sqlite") for i in range(count)]
             for path in self.paths:
                 with _connect(path) as conn:
@@ -121,11 +123,47 @@ class WorkFiles:
         self.aliases = {path: f"work{i}" for i, path in enumerate(self.paths)}
         self.received = {path: dict.fromkeys(self.tables, 0) for path in self.paths}
         self.copied = {path: dict.fromkeys(self.tables, 0) for path in self.paths}
-        self._copies = {t: (f"INSERT INTO main.{t} ({', '.join(cols)}) SELECT {', '.join(cols)} "
-                            f"FROM {{alias}}.{t} WHERE rowid > ? AND rowid <= ?") for t, cols in self.tables.items()}
+        self._readers: dict[str, sqlite3.Connection] = {}
+
+    @classmethod
+    def beside(cls, ledger_path: str, count: int, tables: Mapping[str, Sequence[str]]) -> WorkFiles:
+        """In ``<ledger>.sync-work/``: a killed sync's is removed first (the caller holds
+        the ledger's sync lock, so no other sync is using it)."""
+        work_dir = f"{ledger_path}.sync-work"
+        try:
+            shutil.rmtree(work_dir, ignore_errors=True)
+            os.mkdir(work_dir, 0o700)
+        except OSError as exc:
+            raise WorkFileError(work_dir, exc.strerror or str(exc)) from None
+        return cls(work_dir, count, tables)
+
+    @classmethod
+    def temporary(cls, count: int, tables: Mapping[str, Sequence[str]]) -> WorkFiles:
+        """In a new directory under the temporary directory (a ledger that is no file):
+        those of killed syncs, whose process is gone, are removed first."""
+        parent = tempfile.gettempdir()
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):
+                if name.startswith(_TEMPORARY_PREFIX) and not _owner_alive(name):
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        try:
+            # The owner's pid is in the name from the first instant: another sync never
+            # takes a directory being made for one that has not written a file in it yet.
+            work_dir = tempfile.mkdtemp(prefix=f"{_TEMPORARY_PREFIX}{os.getpid()}-")
+        except OSError as exc:
+            raise WorkFileError(parent, exc.strerror or str(exc)) from None
+        return cls(work_dir, count, tables)
 
     def receive(self, path: str, ends: Mapping[str, int]) -> None:
         self.received[path] = dict(ends)
+
+    def not_copied(self, order: Iterable[str]) -> Iterator[tuple[str, str, int, int]]:
+        """(work file, table, after rowid, up to rowid) of every received row not copied yet."""
+        for path in self.paths:
+            received, copied = self.received[path], self.copied[path]
+            for table in order:
+                if table in received and received[table] > copied[table]:
+                    yield path, table, copied[table], received[table]
 
     def attach(self, dbapi_conn: sqlite3.Connection) -> None:
         """Before the batch's BEGIN (SQLite attaches outside a transaction only), read
@@ -134,24 +172,75 @@ class WorkFiles:
             dbapi_conn.execute(f"ATTACH DATABASE ? AS {alias}", (read_only_uri(path),))
 
     def detach(self, dbapi_conn: sqlite3.Connection) -> None:
-        """After the batch's transaction; after one that failed, the pool discards
-        the connection anyway (what failed is what the caller hears about)."""
+        """After the batch's transaction (after one that failed, the error that ended it
+        is what the caller hears about)."""
         for alias in self.aliases.values():
             with contextlib.suppress(sqlite3.Error):
                 dbapi_conn.execute(f"DETACH DATABASE {alias}")
 
-    def copy_received(self, dbapi_conn: sqlite3.Connection, order: Iterable[str]) -> None:
-        """Every received row not copied yet, into the ledger, in the open transaction.
-        ``copied`` moves on at :meth:`committed` only: a batch rolled back copies again."""
-        for path, alias in self.aliases.items():
-            received, copied = self.received[path], self.copied[path]
-            for table in order:
-                if table in received and received[table] > copied[table]:
-                    dbapi_conn.execute(self._copies[table].format(alias=alias), (copied[table], received[table]))
+    def copy_attached(self, dbapi_conn: sqlite3.Connection, order: Iterable[str]) -> None:
+        """Into a SQLite ledger with the work files attached: every received row not
+        copied yet, in the open transaction, inside SQLite."""
+        for path, table, after, upto in self.not_copied(order):
+            cols = ", ".join(self.tables[table])
+            dbapi_conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {self.aliases[path]}.{table} "
+                               "WHERE rowid > ? AND rowid <= ?", (after, upto))
+
+    def rows(self, path: str, table: str, after: int, upto: int, booleans: Iterable[str] = ()) -> list[tuple]:
+        """Rows of one work file's table, read back (for a ledger that cannot attach
+        it). SQLite keeps a bool as 0/1: ``booleans``' columns come back as 'true'/'false'
+        (NULL as NULL), text the other database reads as its boolean."""
+        flags = set(booleans)
+        selected = ", ".join(f"CASE {c} WHEN 0 THEN 'false' WHEN 1 THEN 'true' END" if c in flags else c
+                             for c in self.tables[table])
+        try:
+            reader = self._readers.get(path)
+            if reader is None:
+                reader = self._readers[path] = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+            return reader.execute(f"SELECT {selected} FROM {table} WHERE rowid > ? AND rowid <= ?",
+                                  (after, upto)).fetchall()
+        except sqlite3.Error as exc:
+            raise WorkFileError(path, str(exc)) from None
+
+    def row_chunks(self, path: str, table: str, after: int, upto: int,
+                   rows_per_chunk: int = 5000) -> Iterator[list[tuple]]:
+        """Rows of one work file's table, read back a chunk at a time (for a ledger that
+        cannot attach it). A bool comes back as SQLite keeps it: 0/1."""
+        try:
+            reader = self._readers.get(path)
+            if reader is None:
+                reader = self._readers[path] = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+            cursor = reader.execute(f"SELECT {', '.join(self.tables[table])} FROM {table} "
+                                    "WHERE rowid > ? AND rowid <= ?", (after, upto))
+            while rows := cursor.fetchmany(rows_per_chunk):
+                yield rows
+        except sqlite3.Error as exc:
+            raise WorkFileError(path, str(exc)) from None
 
     def committed(self) -> None:
+        """The batch that copied the received rows committed: ``copied`` moves on (a
+        batch rolled back would copy them again)."""
         for path in self.paths:
             self.copied[path] = dict(self.received[path])
 
     def remove(self) -> None:
+        for reader in self._readers.values() if hasattr(self, "_readers") else ():
+            reader.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_TEMPORARY_PREFIX = "omg-ledger-sync-"
+
+def _owner_alive(name: str) -> bool:
+    """Whether the process named in a work directory's name (…-<pid>-<random>) runs."""
+    try:
+        pid = int(name[len(_TEMPORARY_PREFIX):].split("-")[0])
+    except ValueError:
+        return True  # not one of ours after all: leave it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

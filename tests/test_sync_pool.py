@@ -100,12 +100,12 @@ def test_a_pool_is_used_by_default_for_many_new_runs_on_more_than_one_cpu(scale_
     assert report.runs_changed == 0 and not any(seen), seen
 
 
-def _die_at(victim: str, ledger: Path | None = None, runs_first: int = 0):
+def _die_at(victim: str, ledger: str | None = None, runs_first: int = 0):
     """_prepare_new_run as it is, except that the worker given ``victim`` SIGKILLs
     itself: a real kill -9 of a real worker process (forked from this one, so it has
-    this function), the way the OOM killer ends one. With ``ledger``, it first waits
-    until the writer has committed ``runs_first`` runs (every run before the victim's
-    chunk is ready, so the writer gets that far and then waits for this chunk)."""
+    this function), the way the OOM killer ends one. With ``ledger`` (a path or URL),
+    it first waits until the writer has committed ``runs_first`` runs (every run before
+    the victim's chunk is ready, so the writer gets that far, then waits for this chunk)."""
     prepare = sync_module._prepare_new_run
 
     def prepare_or_die(job):
@@ -119,7 +119,17 @@ def _die_at(victim: str, ledger: Path | None = None, runs_first: int = 0):
     return prepare_or_die
 
 
-def _committed_runs(ledger: Path) -> int:
+def _committed_runs(ledger: str) -> int:
+    """Read on a connection of its own (in a worker: never one inherited from the writer)."""
+    if "://" in ledger:
+        from sqlalchemy import create_engine
+
+        engine = create_engine(ledger, poolclass=__import__("sqlalchemy.pool").pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                return conn.exec_driver_sql("SELECT COUNT(*) FROM runs").scalar()
+        finally:
+            engine.dispose()
     with contextlib.closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as conn:
         return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
@@ -137,7 +147,7 @@ def test_a_worker_killed_mid_sync_loses_no_committed_run_and_the_next_sync_finis
     victim = runs[200]  # the first run of the 26th chunk of 8
     db = tmp_path / "ledger.sqlite"
     with monkeypatch.context() as patched:
-        patched.setattr(sync_module, "_prepare_new_run", _die_at(victim, db, runs_first=200))
+        patched.setattr(sync_module, "_prepare_new_run", _die_at(victim, str(db), runs_first=200))
         engine = open_ledger(str(db))
         with pytest.raises(SyncWorkerLost, match="died"):
             sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2, batch_runs=50)
@@ -246,6 +256,61 @@ def test_ctrl_c_mid_sync_stops_the_workers_removes_their_files_and_keeps_whole_b
     engine = open_ledger(str(db))
     try:
         sync(engine, [Home.from_path(str(scale_home), "scale")])
+        after = dump(engine)
+    finally:
+        engine.dispose()
+    assert after == reference, diff(after, reference)
+
+
+def _own_temporary_work_dirs() -> list[str]:
+    import tempfile
+
+    return sorted(name for name in os.listdir(tempfile.gettempdir())
+                  if name.startswith(f"omg-ledger-sync-{os.getpid()}-"))
+
+
+@pytest.mark.postgres
+def test_on_postgresql_workers_hand_their_rows_over_through_temporary_work_files(scale_home, reference, pg_url):
+    """The same pool into a PostgreSQL ledger: the work files are in a temporary
+    directory named after this process (a ledger that is no file has no "beside"), read
+    back by the writer and inserted as held-back rows are. Same ledger as SQLite's inline
+    path; nothing left behind."""
+    import tempfile
+
+    seen = []
+
+    def progress(stage, done, total):
+        if stage == "sync" and done:
+            seen.append([sorted(f for f in os.listdir(os.path.join(tempfile.gettempdir(), d)) if f.endswith(".sqlite"))
+                         for d in _own_temporary_work_dirs()])
+
+    assert _own_temporary_work_dirs() == []
+    engine = open_ledger(pg_url)
+    try:
+        report = sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2, batch_runs=100, progress=progress)
+        ours = dump(engine)
+    finally:
+        engine.dispose()
+    assert seen[0] == [["worker-0.sqlite", "worker-1.sqlite"]], seen
+    assert _own_temporary_work_dirs() == []
+    assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
+    assert ours == reference, diff(ours, reference)
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_worker_killed_mid_sync_loses_no_committed_run(scale_home, reference, pg_url, monkeypatch):
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    engine = open_ledger(pg_url)
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(sync_module, "_prepare_new_run", _die_at(runs[200], pg_url, runs_first=200))
+            with pytest.raises(SyncWorkerLost):
+                sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2, batch_runs=50)
+        with engine.connect() as conn:
+            held = sorted(r for (r,) in conn.exec_driver_sql("SELECT run_id FROM runs"))
+        assert held == runs[:200]  # the four batches before the victim's, whole (compared below)
+        assert _own_temporary_work_dirs() == []
+        sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2)
         after = dump(engine)
     finally:
         engine.dispose()
