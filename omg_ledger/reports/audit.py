@@ -151,7 +151,7 @@ def _passes_per_run(reader) -> tuple[str, str]:
 
 def _all_weak(alias: str) -> str:
     """A run with at least one PASS, every one of them self-reported or exit-only."""
-    return (f"{alias}.passes > 0 AND {alias}.passes = {alias}.passes_self_reported + {alias}.passes_exit_only")
+    return f"{alias}.passes > 0 AND {alias}.passes = {alias}.passes_self_reported + {alias}.passes_exit_only"
 
 
 assert PROVENANCES == ("verified", "approved", "self-reported", "exit-only")  # _provenance unpacks in this order
