@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_NEW_PAGE_SIZE = 16384  # bytes per page of a ledger file this omg-ledger creates
 
@@ -239,6 +239,8 @@ def stderr_say(message: str) -> None:
 # 0007 (ix_nodes_verdict) only adds an index: audit reads an older ledger without it, slower.
 # 0008 (derive_states) is sync's own cache of where a derivation stopped: no read uses it.
 RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
+# 0010 (runs.passes*): audit reads each run's PASS counts there; before it, from the nodes.
+PASS_COUNTS_SINCE = "0010"
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
 

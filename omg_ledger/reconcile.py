@@ -988,12 +988,20 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     # Every snapshot record has a node row, which holds what the run row sums of it.
     unrecorded = records_cost = passed = 0
     records_unknown = False
+    passes = dict.fromkeys(PASS_COUNT_COLUMNS_ALL, 0)
     for node in node_rows:
         unrecorded += node["unrecorded_attempts"]
         records_cost += node["snapshot_cost_nano_usd"] or 0
         records_unknown = records_unknown or node["snapshot_cost_unknown"]
         if node["in_graph"] and node["snapshot_verdict"] == "PASS":
             passed += 1
+        if node["verdict"] == "PASS":
+            passes["passes"] += 1
+            provenance = node["provenance"] or ""
+            # Any other provenance is in `passes` alone (audit names it from the nodes).
+            column = PASS_COUNT_COLUMNS.get(provenance) if isinstance(provenance, str) else None
+            if column is not None:
+                passes[column] += 1
     tokens = r.money[3:7]
     row: dict = {
         "event_count": r.event_count,
@@ -1015,6 +1023,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "cached_input_tokens": tokens[1],
         "output_tokens": tokens[2],
         "reasoning_output_tokens": tokens[3],
+        **passes,
     }
     if not has_snapshot:
         row.update({k: None for k in SNAPSHOT_COLUMNS})
@@ -1053,6 +1062,17 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     })
     return row
 
+
+# The run's PASS nodes by the provenance of their latest verdict: the `runs` columns
+# audit reads (reports/audit.py PROVENANCES; '' is the key of absent or empty).
+PASS_COUNT_COLUMNS = {
+    "verified": "passes_verified",
+    "approved": "passes_approved",
+    "self-reported": "passes_self_reported",
+    "exit-only": "passes_exit_only",
+    "": "passes_unknown",
+}
+PASS_COUNT_COLUMNS_ALL = ("passes", *PASS_COUNT_COLUMNS.values())
 
 SNAPSHOT_COLUMNS = (
     "snapshot_schema", "runtime", "graph_name", "graph_version", "node_count", "graph_source_path",

@@ -140,6 +140,13 @@ runs = Table(
     Column("unknown_cost_invocations", Integer, nullable=False, default=0),
     Column("unrecorded_attempts", Integer, nullable=False, default=0),  # retried calls never billed
     *_tokens(),
+    # PASS nodes (latest verdict) by provenance, from the run's node rows: what audit reads
+    Column("passes", Integer, nullable=False, default=0, server_default="0"),
+    Column("passes_verified", Integer, nullable=False, default=0, server_default="0"),
+    Column("passes_approved", Integer, nullable=False, default=0, server_default="0"),
+    Column("passes_self_reported", Integer, nullable=False, default=0, server_default="0"),
+    Column("passes_exit_only", Integer, nullable=False, default=0, server_default="0"),
+    Column("passes_unknown", Integer, nullable=False, default=0, server_default="0"),  # provenance absent
     UniqueConstraint("home_id", "run_id"),
     Index("ix_runs_first_event_at_us", "first_event_at_us"),
     Index("ix_runs_last_leg_open", "last_leg_open"),
@@ -578,6 +585,13 @@ DOCS: dict[str, dict[str, str]] = {
         "unknown_cost_invocations": "Invocations with no known price (Codex, killed calls): the cost is a lower bound.",
         "unrecorded_attempts": "Retried calls the engine never billed (spend recorded nowhere).",
         **_TOKEN_DOCS,
+        "passes": "Nodes of the run whose latest verdict is PASS (nodes.verdict).",
+        "passes_verified": "PASS nodes whose provenance is verified (a success check the engine ran and judged).",
+        "passes_approved": "PASS nodes whose provenance is approved (a human approved a gate).",
+        "passes_self_reported": "PASS nodes whose provenance is self-reported (the node emitted the right words).",
+        "passes_exit_only": "PASS nodes whose provenance is exit-only (a subprocess exited 0, nothing checked).",
+        "passes_unknown": "PASS nodes with no provenance recorded (a run that predates the field). A "
+                          "provenance omg-ledger does not know is counted in passes alone.",
     },
     "legs": {
         "": "One row per leg bracket, in file order. A planning leg is closed by the run_started that "

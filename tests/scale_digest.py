@@ -18,8 +18,9 @@ from .ledger_dump import dump
 PLACE_COLUMNS = {"dev", "inode", "ctime_ns", "machine"}
 
 
-def digest(engine: Engine, home: str) -> dict[str, list]:
-    """{table: [row count, sha256 hex]} of the whole ledger, the home's path made ``<home>``."""
+def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = None) -> dict[str, list]:
+    """{table: [row count, sha256 hex]} of the whole ledger, the home's path made ``<home>``.
+    ``leave_out``: {table: columns} not digested (columns a golden digest predates)."""
     prefixes = sorted({home, os.path.realpath(home)}, key=len, reverse=True)
 
     def placeless(value):
@@ -34,6 +35,7 @@ def digest(engine: Engine, home: str) -> dict[str, list]:
     for table, rows in dump(engine).items():
         if table == "alembic_version":
             continue  # the migration head, not a sync's output
-        normal = sorted((tuple((c, placeless(v)) for c, v in row if c not in PLACE_COLUMNS) for row in rows), key=repr)
+        skip = PLACE_COLUMNS | (leave_out or {}).get(table, set())
+        normal = sorted((tuple((c, placeless(v)) for c, v in row if c not in skip) for row in rows), key=repr)
         out[table] = [len(normal), hashlib.sha256(repr(normal).encode()).hexdigest()]
     return out

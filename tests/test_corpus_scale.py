@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import tarfile
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -74,3 +75,16 @@ def test_scale_corpus_state_json_costs_match_the_engine(scale_ledger):
             assert abs(Decimal(snapshot_nanos).scaleb(-9) - Decimal(printed)) <= Decimal("0.00005"), run_id
             checked += 1
     assert checked > 250
+
+
+def test_scale_corpus_runs_hold_their_pass_counts_by_provenance(scale_ledger):
+    """Each run's passes by provenance on its row, as its nodes and its state.json count them."""
+    from .test_run_pass_counts import counted_from_nodes, counted_from_state_json, stored_counts
+
+    engine, _ = scale_ledger
+    home = Path(engine.url.database).parent / "home"
+    stored = stored_counts(engine)
+    assert len(stored) == 305
+    assert stored == counted_from_nodes(engine)
+    assert stored == counted_from_state_json(home)
+    assert sum(run["passes"] for run in stored.values()) > 1000

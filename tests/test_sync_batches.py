@@ -13,6 +13,7 @@ import pytest
 
 from omg_ledger import derive
 from omg_ledger.db import open_ledger
+from omg_ledger.reconcile import PASS_COUNT_COLUMNS_ALL
 from omg_ledger.sync import SYNC_BATCH_RUNS, Home, sync
 
 from .conftest import CORPUS, CORPUS_HOME
@@ -67,7 +68,9 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     assert derive.DERIVATION_VERSION == golden["derivation_version"] == 4, (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
-    ours = digest(fast, str(scale_home))
+    # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
+    # them out (test_corpus_scale checks their values); every other runs column is compared.
+    ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)})
     # derive_states (where each run's derivation stopped, a cache of the stored events)
     # came after the digest was taken: every run leaves one; every other table is as it was.
     states = ours.pop("derive_states")

@@ -128,58 +128,59 @@ def _counting(*values: str) -> str:
     return f"SUM(CASE WHEN n.provenance IN ({listed}) THEN 1 ELSE 0 END)"
 
 
-def _per_run_passes(since_us: int | None, params: dict, weak_only: bool = False) -> str:
+# Each run's PASS counts, named as on `runs` (reconcile.PASS_COUNT_COLUMNS), in this order.
+_PASS_COUNTS = ("passes", *(f"passes_{name.replace('-', '_')}" for name in PROVENANCES), "passes_unknown")
+
+
+def _passes_per_run(reader) -> tuple[str, str]:
+    """(FROM clause, alias of the counts) of every run's PASS counts, aliasing its run
+    ``r``: the run's own row from revision 0010 on; on an older ledger (reads never
+    migrate) counted from its nodes as derivation counts them, runs without a PASS left out."""
+    from ..db import PASS_COUNTS_SINCE
+
+    revision = str(reader.scalar("SELECT version_num FROM alembic_version") or "")
+    if revision.isdigit() and int(revision) >= int(PASS_COUNTS_SINCE):
+        return "FROM runs r", "r"
+    counts = [*(_counting(name) for name in PROVENANCES),
+              "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END)"]
     per_run = ("SELECT n.run_pk AS run_pk, COUNT(*) AS passes, "
-               + "".join(f"{_counting(name)} AS p{i}, " for i, name in enumerate(PROVENANCES))
-               + "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END) AS unknown "
-               "FROM nodes n WHERE n.verdict = 'PASS' GROUP BY n.run_pk")
-    weak = ([f"w.passes = w.p{PROVENANCES.index('self-reported')} + w.p{PROVENANCES.index('exit-only')}"]
-            if weak_only else [])
-    return ("SELECT h.label, r.run_id, r.graph_name, w.passes, "
-            + ", ".join(f"w.p{i}" for i in range(len(PROVENANCES)))
-            + f", w.unknown FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk JOIN homes h ON h.id = r.home_id"
-            f"{_where([*weak, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label")
+               + ", ".join(f"{count} AS {name}" for count, name in zip(counts, _PASS_COUNTS[1:], strict=True))
+               + " FROM nodes n WHERE n.verdict = 'PASS' GROUP BY n.run_pk")
+    return f"FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk", "w"
 
 
-_SELF_REPORTED, _EXIT_ONLY = PROVENANCES.index("self-reported"), PROVENANCES.index("exit-only")
+def _all_weak(alias: str) -> str:
+    """A run with at least one PASS, every one of them self-reported or exit-only."""
+    return f"{alias}.passes > 0 AND {alias}.passes = {alias}.passes_self_reported + {alias}.passes_exit_only"
+
+
 assert PROVENANCES == ("verified", "approved", "self-reported", "exit-only")  # _provenance unpacks in this order
 
 
-def _weak_run(label: str, run_id: str, graph: str | None, passes: int, counts: list[int]) -> dict:
-    return {"home": label, "run_id": run_id, "graph": graph, "passes": passes,
-            "self_reported": counts[_SELF_REPORTED], "exit_only": counts[_EXIT_ONLY]}
-
-
-def _weak_runs(reader, since_us: int | None) -> Iterator[dict]:
+def _weak_runs(reader, since_us: int | None, source: tuple[str, str]) -> Iterator[dict]:
     params: dict = {}
-    for label, run_id, graph, passes, *counts in reader.rows(_per_run_passes(since_us, params, True), params):
-        yield _weak_run(label, run_id, graph, int(passes), [int(c) for c in counts[:-1]])
+    from_runs, a = source
+    query = (f"SELECT h.label, r.run_id, r.graph_name, {a}.passes, {a}.passes_self_reported, {a}.passes_exit_only "
+             f"{from_runs} JOIN homes h ON h.id = r.home_id{_where([_all_weak(a), *_run_filter(since_us, params)])} "
+             "ORDER BY r.run_id, h.label")
+    for label, run_id, graph, passes, self_reported, exit_only in reader.rows(query, params):
+        yield {"home": label, "run_id": run_id, "graph": graph, "passes": int(passes),
+               "self_reported": int(self_reported), "exit_only": int(exit_only)}
 
 
 def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
-    """The PASS mix and the runs whose passes are all weak, from one pass over the PASS
-    nodes grouped per run in SQL (10,000 runs hold ~100,000 passes: they are counted where
-    they live, through ix_nodes_verdict when the ledger has it; one row per run comes back).
+    """The PASS mix and the runs whose passes are all weak, summed from the runs' own
+    PASS counts (one row per run, written when the run was derived; no node is read).
     ``lazy``: the weak runs are counted here and read again when rendered."""
     params: dict = {}
-    rows = reader.rows(_per_run_passes(since_us, params), params)
-    verified = approved = self_reported = exit_only = unknown = passes = weak_count = 0
-    weak = []
-    # By position, the least work a row: 10,000 rows (PostgreSQL's sums are Decimals: int() at the end).
-    for label, run_id, graph, run_passes, p_verified, p_approved, p_self, p_exit, p_unknown in rows:
-        verified += p_verified
-        approved += p_approved
-        self_reported += p_self
-        exit_only += p_exit
-        unknown += p_unknown
-        passes += run_passes
-        if run_passes == p_self + p_exit:
-            weak_count += 1
-            if not lazy:
-                weak.append(_weak_run(label, run_id, graph, int(run_passes),
-                                      [int(p_verified), int(p_approved), int(p_self), int(p_exit)]))
-    totals = [int(verified), int(approved), int(self_reported), int(exit_only)]
-    passes, unknown = int(passes), int(unknown)
+    source = _passes_per_run(reader)
+    from_runs, a = source
+    sums = ", ".join(f"SUM({a}.{name})" for name in _PASS_COUNTS)
+    row = next(reader.rows(f"SELECT {sums}, SUM(CASE WHEN {_all_weak(a)} THEN 1 ELSE 0 END) {from_runs}"
+                           f"{_where(_run_filter(since_us, params))}", params))
+    # No run in the window: every SUM is NULL. PostgreSQL's sums may be Decimals.
+    passes, verified, approved, self_reported, exit_only, unknown, weak_count = (int(v or 0) for v in row)
+    totals = [verified, approved, self_reported, exit_only]
     others = passes - sum(totals) - unknown
     mix = {**dict(zip(PROVENANCES, totals, strict=True)), "unknown": unknown}
     if others:  # provenances this omg-ledger does not know (rare): named as written
@@ -191,7 +192,8 @@ def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
                           *_run_filter(since_us, params)]) + " GROUP BY n.provenance ORDER BY n.provenance",
                 params):
             mix[provenance] = mix.get(provenance, 0) + int(count)
-    runs = Rows(lambda: _weak_runs(reader, since_us), weak_count) if lazy else weak
+    runs = Rows(lambda: _weak_runs(reader, since_us, source), weak_count) if lazy \
+        else list(_weak_runs(reader, since_us, source))
     return {"passes": passes, "mix": mix, "runs_all_unverified": runs}
 
 
