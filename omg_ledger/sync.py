@@ -108,7 +108,10 @@ POOL_CHUNK = 8  # new runs sent to a worker at a time
 # writer copies and commits a batch (a run waiting is a few hundred bytes: its rows
 # are in a work file).
 POOL_AHEAD_RUNS = 2 * SYNC_BATCH_RUNS
-POOL_MAX_WORKERS = 8  # SQLite attaches at most 10 databases to one connection
+POOL_MAX_WORKERS = 8
+# Work files a batch copies from at most (SQLite attaches up to 10 databases to one
+# connection): a batch that would need more commits first.
+POOL_FILES_PER_BATCH = 8
 # A new run whose stream is larger is read by the writer itself, a batch of lines at a
 # time (a worker holds a run's stream whole while it derives it).
 POOL_MAX_STREAM_BYTES = 4 << 20
@@ -490,7 +493,7 @@ class _HomeSync:
         if isinstance(prepared, OSError):
             self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
             return
-        if self._batch is not None:
+        if self._batch is not None or self._work.files_to_copy(prepared.work_file) > POOL_FILES_PER_BATCH:
             # The open transaction sees the work files as they were at its BEGIN, which
             # may be before this run's rows were committed there.
             self._commit()

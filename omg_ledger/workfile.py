@@ -69,14 +69,36 @@ def attaches_read_only(path: str) -> bool:
         probe.close()
 
 
+# A worker starts a new work file after this many runs in one; the writer deletes the
+# old one once it has copied all of it, so the files of a sync stay a few hundred runs'
+# rows (not a second copy of everything the sync writes).
+RUNS_PER_FILE = 500
+
+
+def work_file_path(work_dir: str, worker: int, generation: int) -> str:
+    return os.path.join(work_dir, f"worker-{worker}.{generation}.sqlite")
+
+
+def _create(path: str, tables: Mapping[str, Sequence[str]]) -> None:
+    with contextlib.closing(_connect(path)) as conn:
+        for table, cols in tables.items():
+            conn.execute(f"CREATE TABLE {table} ({', '.join(cols)})")
+
+
 class WorkFile:
     """The worker's side: rows appended per table; a table's rowids are 1, 2, … in the
     order its rows were added, so "where a run's rows end" is a count per table."""
 
     def __init__(self, path: str, tables: Mapping[str, Sequence[str]]) -> None:
-        self.path = path
-        self.counts = dict.fromkeys(tables, 0)
+        self.tables = tables
+        self.runs_per_file = RUNS_PER_FILE
         self._inserts = {t: f"INSERT INTO {t} VALUES ({', '.join('?' * len(cols))})" for t, cols in tables.items()}
+        self._open(path)
+
+    def _open(self, path: str) -> None:
+        self.path = path
+        self.counts = dict.fromkeys(self.tables, 0)
+        self.runs = 0
         try:
             self._conn = _connect(path)
             self._conn.execute("BEGIN")
@@ -92,38 +114,47 @@ class WorkFile:
                     self.counts[table] += len(table_rows)
         except sqlite3.Error as exc:
             raise WorkFileError(self.path, str(exc)) from None
+        self.runs += 1
         return dict(self.counts)
 
     def commit(self) -> None:
-        """What was added is readable by the writer from here on."""
+        """What was added is readable by the writer from here on; past RUNS_PER_FILE
+        runs, the next ones go to a new file (worker-N.G+1)."""
         try:
             self._conn.execute("COMMIT")
-            self._conn.execute("BEGIN")
+            if self.runs < self.runs_per_file:
+                self._conn.execute("BEGIN")
+                return
+            self._conn.close()
+            directory, name = os.path.split(self.path)
+            worker, generation, _ = name.split(".")
+            following = os.path.join(directory, f"{worker}.{int(generation) + 1}.sqlite")
+            _create(following, self.tables)
         except sqlite3.Error as exc:
             raise WorkFileError(self.path, str(exc)) from None
+        self._open(following)
 
 
 class WorkFiles:
-    """The writer's side: the work files of one home's sync, what of each was received
+    """The writer's side: the work files of one home's sync (one to start with per
+    worker, made here; the workers make the following ones), what of each was received
     (handed back, committed) and what is already copied into the ledger."""
 
     def __init__(self, work_dir: str, count: int, tables: Mapping[str, Sequence[str]]) -> None:
         self.dir = work_dir
         self.tables = {t: list(cols) for t, cols in tables.items()}
+        self.received: dict[str, dict[str, int]] = {}
+        self.copied: dict[str, dict[str, int]] = {}
+        self._latest: dict[str, str] = {}  # worker → the file it writes now
+        self._attached: dict[str, str] = {}  # path → alias, during a batch
+        self._readers: dict[str, sqlite3.Connection] = {}
         try:
-            self.paths = [os.path.join(self.dir, f"worker-{i}.sqlite") for i in range(count)]
+            self.paths = [work_file_path(self.dir, i, 0) for i in range(count)]
             for path in self.paths:
-                with _connect(path) as conn:
-                    for table, cols in self.tables.items():
-                        conn.execute(f"CREATE TABLE {table} ({', '.join(cols)})")
-                conn.close()
+                _create(path, self.tables)
         except (OSError, sqlite3.Error) as exc:
             self.remove()
             raise WorkFileError(self.dir, getattr(exc, "strerror", None) or str(exc)) from None
-        self.aliases = {path: f"work{i}" for i, path in enumerate(self.paths)}
-        self.received = {path: dict.fromkeys(self.tables, 0) for path in self.paths}
-        self.copied = {path: dict.fromkeys(self.tables, 0) for path in self.paths}
-        self._readers: dict[str, sqlite3.Connection] = {}
 
     @classmethod
     def beside(cls, ledger_path: str, count: int, tables: Mapping[str, Sequence[str]]) -> WorkFiles:
@@ -155,35 +186,48 @@ class WorkFiles:
         return cls(work_dir, count, tables)
 
     def receive(self, path: str, ends: Mapping[str, int]) -> None:
+        if path not in self.received:
+            self.copied[path] = dict.fromkeys(self.tables, 0)
+            self._latest[os.path.basename(path).split(".")[0]] = path
         self.received[path] = dict(ends)
+
+    def files_to_copy(self, adding: str) -> int:
+        """The files the batch would copy from, with ``adding``'s rows received too."""
+        return len({*self._unfinished(), adding})
+
+    def _unfinished(self) -> list[str]:
+        return [path for path, received in self.received.items() if received != self.copied[path]]
 
     def not_copied(self, order: Iterable[str]) -> Iterator[tuple[str, str, int, int]]:
         """(work file, table, after rowid, up to rowid) of every received row not copied yet."""
-        for path in self.paths:
+        for path in self._unfinished():
             received, copied = self.received[path], self.copied[path]
             for table in order:
                 if table in received and received[table] > copied[table]:
                     yield path, table, copied[table], received[table]
 
     def attach(self, dbapi_conn: sqlite3.Connection) -> None:
-        """Before the batch's BEGIN (SQLite attaches outside a transaction only), read
-        only: BEGIN IMMEDIATE then locks the ledger alone, never a worker's file."""
-        for path, alias in self.aliases.items():
-            dbapi_conn.execute(f"ATTACH DATABASE ? AS {alias}", (read_only_uri(path),))
+        """Before the batch's BEGIN (SQLite attaches outside a transaction only) the
+        files with rows to copy, read only: BEGIN IMMEDIATE then locks the ledger alone,
+        never a worker's file."""
+        for i, path in enumerate(self._unfinished()):
+            dbapi_conn.execute(f"ATTACH DATABASE ? AS work{i}", (read_only_uri(path),))
+            self._attached[path] = f"work{i}"
 
     def detach(self, dbapi_conn: sqlite3.Connection) -> None:
         """After the batch's transaction (after one that failed, the error that ended it
         is what the caller hears about)."""
-        for alias in self.aliases.values():
+        for alias in self._attached.values():
             with contextlib.suppress(sqlite3.Error):
                 dbapi_conn.execute(f"DETACH DATABASE {alias}")
+        self._attached.clear()
 
     def copy_attached(self, dbapi_conn: sqlite3.Connection, order: Iterable[str]) -> None:
         """Into a SQLite ledger with the work files attached: every received row not
         copied yet, in the open transaction, inside SQLite."""
         for path, table, after, upto in self.not_copied(order):
             cols = ", ".join(self.tables[table])
-            dbapi_conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {self.aliases[path]}.{table} "
+            dbapi_conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {self._attached[path]}.{table} "
                                "WHERE rowid > ? AND rowid <= ?", (after, upto))
 
     def rows(self, path: str, table: str, after: int, upto: int, booleans: Iterable[str] = ()) -> list[tuple]:
@@ -219,13 +263,24 @@ class WorkFiles:
 
     def committed(self) -> None:
         """The batch that copied the received rows committed: ``copied`` moves on (a
-        batch rolled back would copy them again)."""
-        for path in self.paths:
-            self.copied[path] = dict(self.received[path])
+        batch rolled back would copy them again), and a file copied whole that its
+        worker has left for a newer one is deleted."""
+        latest = set(self._latest.values())
+        for path, received in list(self.received.items()):
+            self.copied[path] = dict(received)
+            if path not in latest:
+                reader = self._readers.pop(path, None)
+                if reader is not None:
+                    reader.close()
+                for suffix in ("", "-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path + suffix)
+                del self.received[path], self.copied[path]
 
     def remove(self) -> None:
-        for reader in self._readers.values() if hasattr(self, "_readers") else ():
+        for reader in self._readers.values():
             reader.close()
+        self._readers.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

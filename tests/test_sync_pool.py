@@ -74,8 +74,8 @@ def test_workers_write_beside_the_ledger_and_leave_nothing_behind(scale_home, re
     (stale / "left-over").write_text("x")
     seen, report = _sync_watching_work_files(db, scale_home, workers=2, batch_runs=100)
     # Batches of 100: three commits while the pool runs, each with the two workers' files.
-    assert seen[:3] == [["worker-0.sqlite", "worker-0.sqlite-shm", "worker-0.sqlite-wal",
-                         "worker-1.sqlite", "worker-1.sqlite-shm", "worker-1.sqlite-wal"]] * 3, seen
+    assert seen[:3] == [["worker-0.0.sqlite", "worker-0.0.sqlite-shm", "worker-0.0.sqlite-wal",
+                         "worker-1.0.sqlite", "worker-1.0.sqlite-shm", "worker-1.0.sqlite-wal"]] * 3, seen
     assert not stale.exists()
     assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
     engine = open_ledger(str(db))
@@ -291,7 +291,7 @@ def test_on_postgresql_workers_hand_their_rows_over_through_temporary_work_files
         ours = dump(engine)
     finally:
         engine.dispose()
-    assert seen[0] == [["worker-0.sqlite", "worker-1.sqlite"]], seen
+    assert seen[0] == [["worker-0.0.sqlite", "worker-1.0.sqlite"]], seen
     assert _own_temporary_work_dirs() == []
     assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
     assert ours == reference, diff(ours, reference)
@@ -315,3 +315,34 @@ def test_on_postgresql_a_worker_killed_mid_sync_loses_no_committed_run(scale_hom
     finally:
         engine.dispose()
     assert after == reference, diff(after, reference)
+
+
+def test_workers_move_to_new_work_files_and_the_writer_deletes_the_copied_ones(
+        scale_home, reference, tmp_path, monkeypatch):
+    """With a new file every 20 runs a worker (files of 24: chunks of 8): a file copied
+    whole that its worker has left is deleted at the commit, so the work files hold the
+    runs ahead of the writer, not the sync's second copy of everything."""
+    from omg_ledger import workfile
+
+    monkeypatch.setattr(workfile, "RUNS_PER_FILE", 20)
+    db = tmp_path / "ledger.sqlite"
+    seen, report = _sync_watching_work_files(db, scale_home, workers=2, batch_runs=50)
+    files = [[name for name in names if name.endswith(".sqlite")] for names in seen]
+    generations = {int(name.split(".")[1]) for names in files for name in names}
+    # 305 runs: one worker read at least 153, in files of 24 runs: 7 or more files.
+    assert max(generations) >= 6, files
+    # After the last commit every file its worker had left, copied whole, is gone: of
+    # the seven or more one of them wrote, a worker keeps the last it wrote runs in, and
+    # the empty one it may have begun after it.
+    left: dict[str, list[int]] = {}
+    for name in files[-1]:
+        worker, generation, _ = name.split(".")
+        left.setdefault(worker, []).append(int(generation))
+    assert all(len(gens) <= 2 and max(gens) - min(gens) == len(gens) - 1 for gens in left.values()), files[-1]
+    assert report.runs_changed == SCALE_RUNS
+    engine = open_ledger(str(db))
+    try:
+        ours = dump(engine)
+    finally:
+        engine.dispose()
+    assert ours == reference, diff(ours, reference)
