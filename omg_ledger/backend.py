@@ -131,9 +131,9 @@ class Backend:
         """The ledger's file, when it is one (a sync's pool works beside it), else None."""
         return None
 
-    copies_rows = False
+    copies_text = False
 
-    def copy_rows_in(self, conn: Connection, table: str, columns: Sequence[str], chunks: Iterable[list[tuple]]) -> None:
+    def copy_text_in(self, conn: Connection, table: str, columns: Sequence[str], texts: Iterable[bytes]) -> None:
         raise NotImplementedError
 
     def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
@@ -236,23 +236,20 @@ class PostgresBackend(Backend):
     name = "postgresql"
     mark = "%s"
 
-    copies_rows = True  # copy_rows_in takes rows (COPY)
+    copies_text = True  # copy_text_in takes rows in COPY's text format
 
-    def copy_rows_in(self, conn: Connection, table: str, columns: Sequence[str], chunks: Iterable[list[tuple]]) -> None:
-        """Rows into ``table`` by one COPY … FROM STDIN (the caller's transaction): the
-        server parses one statement, none per row; psycopg formats them in C. An integer
-        0/1 is what a boolean column reads as false/true. A driver error is raised as
-        SQLAlchemy's, like every other statement's."""
+    def copy_text_in(self, conn: Connection, table: str, columns: Sequence[str], texts: Iterable[bytes]) -> None:
+        """Rows in COPY's text format (workfile.copy_text) into ``table`` by one COPY …
+        FROM STDIN (the caller's transaction): the server parses one statement, none per
+        row. A driver error is raised as SQLAlchemy's, like every other statement's."""
         import psycopg
         from sqlalchemy.exc import DBAPIError
 
         statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"  # names from schema.py
         try:
             with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
-                write_row = copy.write_row
-                for rows in chunks:
-                    for row in rows:
-                        write_row(row)
+                for text in texts:
+                    copy.write(text)
         except psycopg.Error as exc:
             raise DBAPIError.instance(statement, None, exc, psycopg.Error) from exc
 

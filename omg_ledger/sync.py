@@ -90,7 +90,7 @@ from .store import (
 )
 from .tail import Checkpoint, TailRead, TailReader, machine_source, needs_reading
 from .units import format_instant
-from .workfile import WorkFile, WorkFileError, WorkFiles, attaches_read_only
+from .workfile import COPY_TEXT, WorkFile, WorkFileError, WorkFiles, attaches_read_only
 
 __all__ = ["Home", "Problem", "RebuildReport", "SyncReport", "rebuild", "sync"]
 
@@ -470,6 +470,8 @@ class _HomeSync:
             self._work = WorkFiles.beside(ledger, workers, tables)
             self._copy_inside = attaches_read_only(self._work.paths[0])
         else:
+            # Formatted by the workers for COPY: the writer's part is then bytes alone.
+            tables = COPY_TEXT if backend.copies_text else tables
             self._work = WorkFiles.temporary(workers, tables)
             self._copy_inside = False
         context = multiprocessing.get_context("fork")
@@ -513,9 +515,14 @@ class _HomeSync:
         tables = work_tables(conn)
         if self._copy_inside:
             self._work.copy_attached(conn.connection.driver_connection, tables)
-        elif (backend := backend_of(conn)).copies_rows:  # PostgreSQL: COPY
-            for path, table, after, upto in self._work.not_copied(tables):
-                backend.copy_rows_in(conn, table, tables[table], self._work.row_chunks(path, table, after, upto))
+        elif (backend := backend_of(conn)).copies_text:  # PostgreSQL: COPY, one per table, in foreign-key order
+            texts = collections.defaultdict(list)
+            for path, name, after, upto in self._work.not_copied(COPY_TEXT):
+                for table, data in self._work.rows(path, name, after, upto):
+                    texts[table].append(data)
+            for table, columns in tables.items():
+                if texts[table]:
+                    backend.copy_text_in(conn, table, columns, texts[table])
         else:  # read back here, inserted as held-back rows are
             booleans = boolean_columns()
             for path, table, after, upto in self._work.not_copied(tables):

@@ -85,12 +85,41 @@ def _create(path: str, tables: Mapping[str, Sequence[str]]) -> None:
             conn.execute(f"CREATE TABLE {table} ({', '.join(cols)})")
 
 
+# The layout of a work file for a ledger that takes COPY's text format (PostgreSQL): per
+# run and table, one value holding that table's rows of the run, formatted by the worker.
+COPY_TEXT = {"copy_text": ["tbl", "data"]}
+
+
+def copy_text(rows: Iterable[tuple]) -> bytes:
+    """Rows in COPY's text format: a tab between values, \\N for NULL, t/f for a bool,
+    backslash, tab, newline and CR escaped (every value is an int, a bool, text or None)."""
+    return "".join([f"{chr(9).join(map(_copy_value, row))}\n" for row in rows]).encode()
+
+
+def _copy_value(value: object) -> str:
+    if value is None:
+        return "\\N"
+    if value is True:
+        return "t"
+    if value is False:
+        return "f"
+    if value.__class__ is str:
+        if "\\" in value:
+            value = value.replace("\\", "\\\\")
+        if "\t" in value or "\n" in value or "\r" in value:
+            value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+        return value
+    return str(value)
+
+
 class WorkFile:
     """The worker's side: rows appended per table; a table's rowids are 1, 2, … in the
-    order its rows were added, so "where a run's rows end" is a count per table."""
+    order its rows were added, so "where a run's rows end" is a count per table. In the
+    COPY_TEXT layout, each table's rows of a run are one row of text."""
 
     def __init__(self, path: str, tables: Mapping[str, Sequence[str]]) -> None:
         self.tables = tables
+        self.as_text = dict(tables) == COPY_TEXT
         self.runs_per_file = RUNS_PER_FILE
         self._inserts = {t: f"INSERT INTO {t} VALUES ({', '.join('?' * len(cols))})" for t, cols in tables.items()}
         self._open(path)
@@ -107,6 +136,8 @@ class WorkFile:
 
     def add(self, rows: Mapping[str, list[tuple]]) -> dict[str, int]:
         """One run's rows (in the open transaction); returns where each table ends now."""
+        if self.as_text:
+            rows = {"copy_text": [(table, copy_text(table_rows)) for table, table_rows in rows.items() if table_rows]}
         try:
             for table, table_rows in rows.items():
                 if table_rows:
@@ -243,21 +274,6 @@ class WorkFiles:
                 reader = self._readers[path] = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
             return reader.execute(f"SELECT {selected} FROM {table} WHERE rowid > ? AND rowid <= ?",
                                   (after, upto)).fetchall()
-        except sqlite3.Error as exc:
-            raise WorkFileError(path, str(exc)) from None
-
-    def row_chunks(self, path: str, table: str, after: int, upto: int,
-                   rows_per_chunk: int = 5000) -> Iterator[list[tuple]]:
-        """Rows of one work file's table, read back a chunk at a time (for a ledger that
-        cannot attach it). A bool comes back as SQLite keeps it: 0/1."""
-        try:
-            reader = self._readers.get(path)
-            if reader is None:
-                reader = self._readers[path] = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
-            cursor = reader.execute(f"SELECT {', '.join(self.tables[table])} FROM {table} "
-                                    "WHERE rowid > ? AND rowid <= ?", (after, upto))
-            while rows := cursor.fetchmany(rows_per_chunk):
-                yield rows
         except sqlite3.Error as exc:
             raise WorkFileError(path, str(exc)) from None
 

@@ -346,3 +346,40 @@ def test_workers_move_to_new_work_files_and_the_writer_deletes_the_copied_ones(
     finally:
         engine.dispose()
     assert ours == reference, diff(ours, reference)
+
+
+AWKWARD = ["back\\slash", "tab\there", "new\nline", "carriage\rreturn", "\\N", "\\.", "", "ü ✓ 𝄞",
+           "NUL\x00inside", "trailing\\"]
+
+
+@pytest.mark.postgres
+def test_awkward_text_through_postgresqls_copy_is_stored_as_sqlite_stores_it(tmp_path, pg_url):
+    """COPY's text format escapes backslash, tab, newline and CR and spells NULL \\N: values
+    that look like its escapes, or hold them, reach PostgreSQL through the workers' COPY
+    text as they reach SQLite through the inline path (NUL as U+FFFD in derived text,
+    the event's raw line byte for byte)."""
+    from .builders import ev, graph, write_run
+
+    home = tmp_path / "home"
+    for i, text in enumerate(AWKWARD):
+        # (A node id holding NUL is left out: PostgreSQL cannot store it in events.node_id
+        # on either path — a known gap, see the issue's notes.)
+        node = f"node {text.replace(chr(0), '')}"
+        write_run(home, f"r{i:02d}", [
+            ev("run_started", 0, graph=f"g {text}", graph_version="1", node_count=1),
+            ev("node_started", 1, node_id=node, round=1),
+            ev("node_failed", 2, node_id=node, round=1, detail=f"failed: {text}", judged=False),
+            ev("run_finished", 3, outcome="failed", detail=text),
+        ], state={"graph": graph(node), "nodes": {node: {"state": "FAIL", "detail": text}}})
+    ledgers = {}
+    for url, workers in ((str(tmp_path / "inline.sqlite"), 0), (pg_url, 2)):
+        engine = open_ledger(url)
+        try:
+            report = sync(engine, [Home.from_path(str(home), "h")], workers=workers)
+            ledgers[workers] = dump(engine)
+        finally:
+            engine.dispose()
+        assert report.runs_changed == len(AWKWARD)
+    assert ledgers[2] == ledgers[0], diff(ledgers[2], ledgers[0])
+    raw = [dict(row)["raw"] for row in ledgers[2]["events"]]
+    assert any("\\\\N" in line for line in raw) and any("\\u0000" in line for line in raw)
