@@ -563,15 +563,6 @@ def insert_rows(conn: Connection, table: str, rows: list[tuple]) -> None:
         executemany(conn, sql.insert_with_id(table) if table == "runs" else sql.insert(table), rows)
 
 
-@functools.cache
-def boolean_columns() -> dict[str, frozenset[str]]:
-    """Each table's BOOLEAN columns."""
-    from sqlalchemy import Boolean
-
-    return {t.name: frozenset(c.name for c in t.columns if isinstance(c.type, Boolean))
-            for t in schema.metadata.sorted_tables}
-
-
 def work_tables(conn: Connection | Engine) -> dict[str, list[str]]:
     """Each table's columns in the order PendingRows holds its rows (a new run's row:
     its id first), in foreign-key order: a pool worker's work file has these tables."""

@@ -63,7 +63,6 @@ from .store import (
     PendingRows,
     RowsOnly,
     RunWrite,
-    boolean_columns,
     clear_derived,
     create_run,
     insert_rows,
@@ -523,10 +522,9 @@ class _HomeSync:
             for table, columns in tables.items():
                 if texts[table]:
                     backend.copy_text_in(conn, table, columns, texts[table])
-        else:  # read back here, inserted as held-back rows are
-            booleans = boolean_columns()
+        else:  # a SQLite that cannot attach them read-only: read back here, inserted as held-back rows are
             for path, table, after, upto in self._work.not_copied(tables):
-                insert_rows(conn, table, self._work.rows(path, table, after, upto, booleans.get(table, ())))
+                insert_rows(conn, table, self._work.rows(path, table, after, upto))
         pending = self._pending
         for path, prepared, now_ns in self._received:
             run_pk = prepared.run_pk

@@ -261,13 +261,9 @@ class WorkFiles:
             dbapi_conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM {self._attached[path]}.{table} "
                                "WHERE rowid > ? AND rowid <= ?", (after, upto))
 
-    def rows(self, path: str, table: str, after: int, upto: int, booleans: Iterable[str] = ()) -> list[tuple]:
-        """Rows of one work file's table, read back (for a ledger that cannot attach
-        it). SQLite keeps a bool as 0/1: ``booleans``' columns come back as 'true'/'false'
-        (NULL as NULL), text the other database reads as its boolean."""
-        flags = set(booleans)
-        selected = ", ".join(f"CASE {c} WHEN 0 THEN 'false' WHEN 1 THEN 'true' END" if c in flags else c
-                             for c in self.tables[table])
+    def rows(self, path: str, table: str, after: int, upto: int) -> list[tuple]:
+        """Rows of one work file's table, read back (for a ledger that cannot attach it)."""
+        selected = ", ".join(self.tables[table])
         try:
             reader = self._readers.get(path)
             if reader is None:

@@ -78,12 +78,16 @@ def test_workers_write_beside_the_ledger_and_leave_nothing_behind(scale_home, re
                          "worker-1.0.sqlite", "worker-1.0.sqlite-shm", "worker-1.0.sqlite-wal"]] * 3, seen
     assert not stale.exists()
     assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
+    _assert_ledger_is(db, reference)
+
+
+def _assert_ledger_is(db: Path, expected: dict) -> None:
     engine = open_ledger(str(db))
     try:
         ours = dump(engine)
     finally:
         engine.dispose()
-    assert ours == reference, diff(ours, reference)
+    assert ours == expected, diff(ours, expected)
 
 
 def test_a_pool_is_used_by_default_for_many_new_runs_on_more_than_one_cpu(scale_home, corpus_home, tmp_path):
@@ -340,12 +344,7 @@ def test_workers_move_to_new_work_files_and_the_writer_deletes_the_copied_ones(
         left.setdefault(worker, []).append(int(generation))
     assert all(len(gens) <= 2 and max(gens) - min(gens) == len(gens) - 1 for gens in left.values()), files[-1]
     assert report.runs_changed == SCALE_RUNS
-    engine = open_ledger(str(db))
-    try:
-        ours = dump(engine)
-    finally:
-        engine.dispose()
-    assert ours == reference, diff(ours, reference)
+    _assert_ledger_is(db, reference)
 
 
 AWKWARD = ["back\\slash", "tab\there", "new\nline", "carriage\rreturn", "\\N", "\\.", "", "ü ✓ 𝄞",
@@ -383,3 +382,14 @@ def test_awkward_text_through_postgresqls_copy_is_stored_as_sqlite_stores_it(tmp
     assert ledgers[2] == ledgers[0], diff(ledgers[2], ledgers[0])
     raw = [dict(row)["raw"] for row in ledgers[2]["events"]]
     assert any("\\\\N" in line for line in raw) and any("\\u0000" in line for line in raw)
+
+
+def test_where_sqlite_cannot_attach_a_work_file_read_only_the_writer_reads_it_back(
+        scale_home, reference, tmp_path, monkeypatch):
+    """A SQLite built without URI filenames cannot ATTACH a file read-only: the writer
+    then reads the rows back itself and inserts them (booleans stay 0/1). The same ledger."""
+    monkeypatch.setattr(sync_module, "attaches_read_only", lambda path: False)
+    db = tmp_path / "ledger.sqlite"
+    _, report = _sync_watching_work_files(db, scale_home, workers=2)
+    assert report.runs_changed == SCALE_RUNS
+    _assert_ledger_is(db, reference)
