@@ -366,9 +366,11 @@ class _HomeSync:
             # New runs are read and derived by the pool, in order, ahead of the writer,
             # each under the key it gets now: the next free one in listing order (this
             # sync holds the ledger's one sync lock; a run that vanishes leaves its key unused).
-            keys = backend_of(self.engine).reserve_run_keys(self._fetch, len(new)) if pool is not None else []
-            jobs = [(e.run_id, e.path, self.home_id, self.source, key) for e, key in zip(new, keys, strict=True)]
-            prepared = _prefetched(pool, jobs) if pool is not None else iter(())
+            prepared = iter(())
+            if pool is not None:
+                keys = backend_of(self.engine).reserve_run_keys(self._fetch, len(new))
+                prepared = _prefetched(pool, [(e.run_id, e.path, self.home_id, self.source, key)
+                                              for e, key in zip(new, keys, strict=True)])
             known_runs = known_in_chunks(self._fetch, backend_of(self.engine).mark, self.home_id,
                                          [entry.run_id for entry in entries])
             for entry, known in zip(entries, known_runs, strict=True):
@@ -465,14 +467,20 @@ class _HomeSync:
 
         workers = min(workers, new_runs, POOL_MAX_WORKERS)
         tables = work_tables(self.engine)
-        if ledger is not None:
-            self._work = WorkFiles.beside(ledger, workers, tables)
-            self._copy_inside = attaches_read_only(self._work.paths[0])
-        else:
-            # Formatted by the workers for COPY: the writer's part is then bytes alone.
-            tables = COPY_TEXT if backend.copies_text else tables
-            self._work = WorkFiles.temporary(workers, tables)
-            self._copy_inside = False
+        try:
+            if ledger is not None:
+                self._work = WorkFiles.beside(ledger, workers, tables)
+                self._copy_inside = attaches_read_only(self._work.paths[0])
+            else:
+                # Formatted by the workers for COPY: the writer's part is then bytes alone.
+                tables = COPY_TEXT if backend.copies_text else tables
+                self._work = WorkFiles.temporary(workers, tables)
+                self._copy_inside = False
+        except WorkFileError:
+            # No room for work files (an unwritable $TMPDIR, say): the pool is a speed-up,
+            # not a need; the runs are read here. (A write failing later stops the sync.)
+            self._work = None
+            return None
         context = multiprocessing.get_context("fork")
         paths = context.SimpleQueue()
         for path in self._work.paths:

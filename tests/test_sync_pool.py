@@ -393,3 +393,23 @@ def test_where_sqlite_cannot_attach_a_work_file_read_only_the_writer_reads_it_ba
     _, report = _sync_watching_work_files(db, scale_home, workers=2)
     assert report.runs_changed == SCALE_RUNS
     _assert_ledger_is(db, reference)
+
+
+@pytest.mark.postgres
+def test_with_no_room_for_work_files_the_runs_are_read_by_the_writer(scale_home, reference, pg_url, tmp_path,
+                                                                   monkeypatch):
+    """$TMPDIR under a regular file (no directory can be made there): no pool, no error,
+    the same ledger."""
+    import tempfile
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(blocker / "tmp"))
+    engine = open_ledger(pg_url)
+    try:
+        report = sync(engine, [Home.from_path(str(scale_home), "scale")], workers=2)
+        ours = dump(engine)
+    finally:
+        engine.dispose()
+    assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
+    assert ours == reference, diff(ours, reference)
