@@ -7,12 +7,13 @@ and hands back only where its rows end. At each batch's commit the writer copies
 it has received into the ledger in the batch's transaction, so the batch is still whole
 or absent: into a SQLite ledger with one ``INSERT … SELECT`` per table and work file,
 inside SQLite (the files attached read-only); into PostgreSQL by one ``COPY … FROM
-STDIN`` per table and work file, the rows read back here.
+STDIN`` per table, of text the workers formatted (the COPY_TEXT layout).
 
 The work files live in ``<ledger>.sync-work/`` beside a SQLite ledger file, made under
 the sync lock; for PostgreSQL in a directory of the temporary directory named after the
-writer's pid. Never in a home. They are removed when the home's sync ends; those left
-by a killed sync are removed by the next.
+writer's pid. Never in a home. A worker moves to a new file every RUNS_PER_FILE runs and
+the writer deletes the ones it has copied; the rest are removed when the home's sync
+ends, and those left by a killed sync by the next.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def read_only_uri(path: str) -> str:
 def attaches_read_only(path: str) -> bool:
     """Whether this SQLite reads an ATTACH's URI filename, so ``path`` attaches read
     only (builds made with SQLITE_USE_URI do; elsewhere the URI names no file that exists,
-    nothing is created, and the sync reads its runs without a pool)."""
+    nothing is created, and the writer reads the work files back itself)."""
     probe = sqlite3.connect(":memory:")
     try:
         probe.execute("ATTACH DATABASE ? AS probe", (read_only_uri(path),))
