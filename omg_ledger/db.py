@@ -138,8 +138,8 @@ def write_transaction(engine: Engine, attached: WorkFiles | None = None) -> Iter
     work files, attached to the connection for the transaction (SQLite only)."""
     with engine.connect() as conn:
         conn.info["write"] = True
-        dbapi = conn.connection.driver_connection if attached is not None else None
         if attached is not None:
+            dbapi = conn.connection.driver_connection
             attached.attach(dbapi)  # outside any transaction: SQLite's rule
         try:
             with conn.begin():

@@ -363,10 +363,6 @@ class _Statements:
         self._base = {t: {c: self.defaults[t].get(c) for c in cols} for t, cols in self.columns.items()}
         self._getters = {t: operator.itemgetter(*cols) for t, cols in self.columns.items()}
         self._cache: dict[tuple, str] = {}
-        # Where the run key is in each table's rows as PendingRows holds them (a new
-        # run's row: its id, first; see insert_with_id).
-        self.run_pk_at = {t: cols.index("run_pk") for t, cols in self.columns.items() if "run_pk" in cols}
-        self.run_pk_at["runs"] = 0
         # Derived rows (reconcile's legs, rounds, findings: attributes named as the
         # columns; nodes, goal cycles: dicts keyed so) become tuples in one C-level call
         # each, after the run_pk every one of them starts with.
@@ -517,13 +513,10 @@ class PendingRows:
             self.flush(conn)
 
     def flush(self, conn: Connection) -> None:
-        sql = _statements(conn)
-        runs = self.rows.pop("runs", None)
-        if runs:  # new runs' rows (write_run's insert_row), before their children
-            executemany(conn, sql.insert_with_id("runs"), runs)
+        # New runs' rows (write_run's insert_row) before their children.
+        insert_rows(conn, "runs", self.rows.pop("runs", None))
         for table, rows in self.rows.items():
-            if rows:
-                executemany(conn, sql.insert(table), rows)
+            insert_rows(conn, table, rows)
         self.rows.clear()
         self.written += self.count
         self.count = 0
@@ -556,7 +549,7 @@ class CollectedRows(PendingRows):
         pass
 
 
-def insert_rows(conn: Connection, table: str, rows: list[tuple]) -> None:
+def insert_rows(conn: Connection, table: str, rows: list[tuple] | None) -> None:
     """Rows as PendingRows holds them (a new run's row: its id first), one executemany."""
     if rows:
         sql = _statements(conn)

@@ -941,17 +941,17 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
     look = look_at(path, None)
     if look is None:
         return None
-    stream_info = stat_or_none(f"{path}/events.jsonl")
-    if stream_info is not None and stream_info.st_size > POOL_MAX_STREAM_BYTES:
-        return ReadInline(run_pk)
     try:
         read = read_run_dir(path, None, {}, look.file_infos, look.stream_changed)
     except OSError as exc:
         return exc
     try:
-        rows, scrub = _derive_new_run(run_id, read)
         stream = read.stream
-        table = RowsOnly("sqlite")
+        if stream is not None and isinstance(stream.tail, TailReader) \
+                and stream.tail.info.st_size > POOL_MAX_STREAM_BYTES:
+            return ReadInline(run_pk)  # (the stream, opened, is not read: closed below)
+        rows, scrub = _derive_new_run(run_id, read)
+        table = RowsOnly("sqlite")  # (a run's rows are the same tuples for either database)
         collected = CollectedRows()
         new_events = 0
         if stream is not None and stream.tail is not None:

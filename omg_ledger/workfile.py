@@ -80,6 +80,12 @@ def work_file_path(work_dir: str, worker: int, generation: int) -> str:
     return os.path.join(work_dir, f"worker-{worker}.{generation}.sqlite")
 
 
+def _worker_and_generation(path: str) -> tuple[int, int]:
+    """What work_file_path made ``path`` of."""
+    worker, generation, _ = os.path.basename(path).split(".")
+    return int(worker.removeprefix("worker-")), int(generation)
+
+
 def _create(path: str, tables: Mapping[str, Sequence[str]]) -> None:
     with contextlib.closing(_connect(path)) as conn:
         for table, cols in tables.items():
@@ -127,6 +133,7 @@ class WorkFile:
 
     def _open(self, path: str) -> None:
         self.path = path
+        self.worker, self.generation = _worker_and_generation(path)
         self.counts = dict.fromkeys(self.tables, 0)
         self.runs = 0
         try:
@@ -158,9 +165,7 @@ class WorkFile:
                 self._conn.execute("BEGIN")
                 return
             self._conn.close()
-            directory, name = os.path.split(self.path)
-            worker, generation, _ = name.split(".")
-            following = os.path.join(directory, f"{worker}.{int(generation) + 1}.sqlite")
+            following = work_file_path(os.path.dirname(self.path), self.worker, self.generation + 1)
             _create(following, self.tables)
         except sqlite3.Error as exc:
             raise WorkFileError(self.path, str(exc)) from None
@@ -177,7 +182,7 @@ class WorkFiles:
         self.tables = {t: list(cols) for t, cols in tables.items()}
         self.received: dict[str, dict[str, int]] = {}
         self.copied: dict[str, dict[str, int]] = {}
-        self._latest: dict[str, str] = {}  # worker → the file it writes now
+        self._latest: dict[int, str] = {}  # worker → the file it writes now
         self._attached: dict[str, str] = {}  # path → alias, during a batch
         self._readers: dict[str, sqlite3.Connection] = {}
         try:
@@ -220,7 +225,7 @@ class WorkFiles:
     def receive(self, path: str, ends: Mapping[str, int]) -> None:
         if path not in self.received:
             self.copied[path] = dict.fromkeys(self.tables, 0)
-            self._latest[os.path.basename(path).split(".")[0]] = path
+            self._latest[_worker_and_generation(path)[0]] = path
         self.received[path] = dict(ends)
 
     def files_to_copy(self, adding: str) -> int:
