@@ -173,19 +173,14 @@ def list_run_dir(path: str) -> DirListing:
     links: set[str] = set()
     damage: list[SkippedEntry] = []
     for name, kind in _scan_directory(path):
-        if kind == "file" and name.isascii():  # nearly every entry (an ASCII name is UTF-8)
-            names.add(name)
-            if name.endswith(".out"):
-                artifacts.add(name)
+        if kind == "file":
+            if name.isascii() or is_utf8(name):  # isascii first: nearly every entry
+                names.add(name)
+                if name.endswith(".out"):
+                    artifacts.add(name)
         elif kind == "link":
             links.add(printable_path(name))
-        elif not is_utf8(name):
-            continue  # cannot be any file of the contract (their names are ASCII)
-        elif kind == "file":
-            names.add(name)
-            if name.endswith(".out"):
-                artifacts.add(name)
-        elif name in CONTRACT_FILES:
+        elif name in CONTRACT_FILES:  # (ASCII names: one not UTF-8 is none of them)
             entry = os.path.join(path, name)
             try:
                 what = _kind(os.stat(entry, follow_symlinks=False).st_mode)

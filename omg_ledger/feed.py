@@ -16,7 +16,7 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "parse_event_line", "parse_stream_line"]
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "parse_stream_line"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -52,12 +52,12 @@ _BOUNDED_FIELDS = ("run_id", "node_id", "session_id", "phase", "outcome", "verdi
 _KEY_PATTERN = re.compile(rb'"\s*:')
 TOO_DEEP = object()
 # The fast path's view of the fields check_event types (see _plain_engine_event).
-_TEXT, _COST, _COUNTER, _FLAG, _USAGE, _SCHEMA = range(6)
-_FIELD_CODES = {**dict.fromkeys(_STRING_FIELDS, _TEXT), "event": _TEXT, "ts": _TEXT, "cost_usd": _COST,
-                "retries": _COUNTER, "round": _COUNTER, "cost_unknown": _FLAG, "usage": _USAGE,
-                "schema": _SCHEMA}
+# (schema and event are settled before the loop.)
+_TEXT, _COST, _COUNTER, _FLAG, _USAGE = range(5)
+_FIELD_CODES = {**dict.fromkeys(_STRING_FIELDS, _TEXT), "ts": _TEXT, "cost_usd": _COST,
+                "retries": _COUNTER, "round": _COUNTER, "cost_unknown": _FLAG, "usage": _USAGE}
 _BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
-_TOKEN_SET = frozenset(TOKEN_FIELDS)
+TOKEN_SET = frozenset(TOKEN_FIELDS)
 
 
 class Event:
@@ -129,21 +129,6 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
     return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
 
 
-def parse_event_line(line: bytes) -> tuple[dict, str, int] | str:
-    """Parse and type-check one line. Returns (object, ts, at_us) or a reason string."""
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        return f"not JSON: {exc}"
-    if type(data) is dict and _plain_engine_event(line, data):
-        try:
-            ts, at_us = parse_timestamp(data["ts"])
-        except BadTimestamp as exc:
-            return str(exc)
-        return data, ts, at_us
-    return _check_parsed_line(line, data)
-
-
 def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str:
     """The general check of a parsed line, in the order that picks each reason."""
     if not isinstance(data, dict):
@@ -195,7 +180,7 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
             if kind is not dict:
                 return False
             for token, count in value.items():
-                if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in _TOKEN_SET:
+                if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in TOKEN_SET:
                     return False
     if event in NODE_EVENTS and not data.get("node_id"):
         return False

@@ -216,12 +216,10 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
     files: dict[str, SnapshotRead | None] = {}
     for name in SNAPSHOT_NAMES:
         previous = known_files.get(name)
-        if name not in listing.names:  # (not stat-ed: absent whatever a stat would say)
-            if previous is not None:
-                files[name] = None
-            continue
         file_path = os.path.join(path, name)
-        info = file_infos[name] if name in file_infos else stat_or_none(file_path)
+        # Not in the listing: not stat-ed (absent whatever a stat would say).
+        info = ((file_infos[name] if name in file_infos else stat_or_none(file_path))
+                if name in listing.names else None)
         if info is None:
             if previous is not None:
                 files[name] = None

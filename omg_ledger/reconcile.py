@@ -490,12 +490,10 @@ class _Reconciler:
         seq = counts[node_id] = counts.get(node_id, 0) + 1
         order = self.exec_total = self.exec_total + 1
         data = event.data
-        if started:
-            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), event.ts, event.line_no,
-                                  None, None, None, 0, data.get("session_id"), None, None, None, False, 0, order)
-        else:
-            execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), None, None,
-                                  None, None, None, 0, None, None, None, None, False, 0, order)
+        started_at, start_line, session_id = (event.ts, event.line_no, data.get("session_id")) if started \
+            else (None, None, None)
+        execution = Execution(ordinal, node_id, seq, int(data.get("round") or 0), started_at, start_line,
+                              None, None, None, 0, session_id, None, None, None, False, 0, order)
         self.open_executions[order] = execution
         current = self.current.get(ordinal)
         if current is None:
@@ -587,7 +585,7 @@ class _Reconciler:
 
     def _charge_execution(self, event: Event, cost: tuple[int | None, bool], execution: Execution, kind: str) -> None:
         ordinal = execution.leg_ordinal
-        charge = self._charge(event, cost, kind, ordinal or None, self.leg_kinds[ordinal - 1] if ordinal else None,
+        charge = self._charge(event, cost, kind, ordinal or None, self._leg_kind(ordinal),
                               execution.node_id, execution.round)
         execution.cost_nano_usd = (execution.cost_nano_usd or 0) + (charge.cost_nano_usd or 0)
         execution.cost_unknown = execution.cost_unknown or charge.cost_unknown
@@ -999,7 +997,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
             passes["passes"] += 1
             provenance = node["provenance"] or ""
             # Any other provenance is in `passes` alone (audit names it from the nodes).
-            column = PASS_COUNT_COLUMNS.get(provenance) if isinstance(provenance, str) else None
+            column = PASS_COUNT_COLUMNS.get(provenance)
             if column is not None:
                 passes[column] += 1
     tokens = r.money[3:7]

@@ -21,6 +21,7 @@ from .feed import (
     MAX_COUNTER,
     MAX_TOKENS,
     TOKEN_FIELDS,
+    TOKEN_SET,
     TOO_DEEP,
     duplicate_key,
     written_as_serialized,
@@ -245,7 +246,6 @@ _RECORD_TEXT = frozenset(("verdict", "provenance", "session_id", "detail", "arti
 _RECORD_MONEY = frozenset(("cost_usd", "budget_usd"))
 _RECORD_FLAGS = frozenset(("cost_unknown", "judged"))
 _RECORD_NULLABLE = frozenset(("provenance", "session_id", "detail", "artifact_path", "usage"))
-_TOKEN_SET = frozenset(TOKEN_FIELDS)
 
 
 def _plain_record(node_id: str, record: object) -> bool:
@@ -284,7 +284,7 @@ def _plain_record(node_id: str, record: object) -> bool:
             if key not in _RECORD_NULLABLE and key in _RECORD_TYPED:
                 return False
         elif kind is dict and key == "usage":
-            for token in _TOKEN_SET.intersection(value):
+            for token in TOKEN_SET.intersection(value):
                 count = value[token]
                 if type(count) is not int or not 0 <= count <= MAX_TOKENS:
                     return False

@@ -116,7 +116,8 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
 def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
     match = _ENGINE_TS.match(text) if isinstance(text, str) else None
     if match is not None:
-        # The engine's own shape (UTC, 'Z'): every line has one, so skip datetime.
+        # The engine's shape in digits of other scripts, which the ASCII fast path above
+        # does not take: what this path has always made of them.
         y, mo, d, h, mi, s, frac = match.groups()
         year, month, day, hour, minute, second = int(y), int(mo), int(d), int(h), int(mi), int(s)
         if 1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60 and second < 60:
