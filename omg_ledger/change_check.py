@@ -1,8 +1,8 @@
 """The change check of `omg-ledger sync`: stat calls against what the ledger remembers.
 
 What the ledger remembers about a home's runs (their ingest cache, stream checkpoint
-and JSON file identities) is read through the DB-API as row tuples (a Checkpoint or a
-file row dict is built only for a run that changed), a few hundred listed runs at a
+and JSON file identities) is read through the DB-API as row tuples (a file row dict is
+built only for a run that changed), a few hundred listed runs at a
 time (:func:`known_in_chunks`) or streamed in run id order (:func:`known_in_order`), so
 memory does not grow with the number of runs.
 
@@ -155,7 +155,7 @@ def known_in_chunks(fetch: Fetch, mark: str, home_id: int, run_ids: Sequence[str
 Stream = Callable[[str, tuple], Iterator[tuple]]  # DB-API: rows of a query, read as they are consumed
 
 
-def known_in_order(stream: Stream, mark: str, home_id: int, order: str = "runs.run_id") -> Iterator[tuple[str, Known]]:
+def known_in_order(stream: Stream, mark: str, home_id: int, order: str) -> Iterator[tuple[str, Known]]:
     """(run id, Known) of every run of a home in run id order (``order``: the run id in
     the code point order Python sorts by), streamed from two ordered cursors merged:
     memory does not grow with the number of runs."""
@@ -257,7 +257,7 @@ def plans_to_write(rows: list[dict], existing: dict[str, dict]) -> tuple[list[di
 # -- the no-op sync, through the DB-API ------------------------------------------------
 
 
-# The lock scope of the derivation step (sync.DERIVE_SCOPE, which imports SQLAlchemy).
+# The lock scope of the derivation step (sync takes it too: the full sync's is this one).
 DERIVE_SCOPE = "derive"
 
 

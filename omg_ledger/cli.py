@@ -298,7 +298,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     resolved_homes = config.resolve_homes(homes)
     report = None
     if not invocation_files:
-        # The cron case, without SQLAlchemy: a SQLite ledger at the head where nothing changed.
+        # The cron case, without SQLAlchemy: a SQLite or PostgreSQL ledger at the head where nothing changed.
         report = unchanged_sync(config.resolve_db(db), resolved_homes, head_revision=HEAD_REVISION,
                                 derivation_version=DERIVATION_VERSION, wait_seconds=wait_seconds)
     if report is None:

@@ -426,13 +426,13 @@ def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
     given (asked for with --total), never mixed in unasked among the data rows."""
     import csv
     import io
+    import itertools
 
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(fields)
-    import itertools
-
-    # Rows are written as they come: a long listing (runs --csv) is never held whole.
+    # Rows are converted as they come (the row dicts are not listed first; the CSV text
+    # is still built whole).
     for row in itertools.chain(rows, [total] if total is not None else []):
         row = money_cells(row)
         writer.writerow([csv_cell(row.get(f)) for f in fields])

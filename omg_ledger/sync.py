@@ -33,6 +33,7 @@ from .backend import backend_of
 from .bounds import bounded_path
 from .change_check import (
     ABSENT,
+    DERIVE_SCOPE,
     Known,
     SyncReport,
     known_in_chunks,
@@ -115,7 +116,6 @@ POOL_FILES_PER_BATCH = 8
 # time (a worker holds a run's stream whole while it derives it).
 POOL_MAX_STREAM_BYTES = 4 << 20
 INVOCATIONS_SCOPE = "invocations:"
-DERIVE_SCOPE = "derive"
 
 
 @dataclass

@@ -170,7 +170,9 @@ def _weak_runs(reader, since_us: int | None, source: tuple[str, str]) -> Iterato
 
 def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
     """The PASS mix and the runs whose passes are all weak, summed from the runs' own
-    PASS counts (one row per run, written when the run was derived; no node is read).
+    PASS counts from revision 0010 on (one row per run, written when the run was
+    derived), counted from the nodes before it (_passes_per_run); provenances this
+    omg-ledger does not know are named from the nodes.
     ``lazy``: the weak runs are counted here and read again when rendered."""
     params: dict = {}
     source = _passes_per_run(reader)

@@ -213,13 +213,14 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         problems = [dict(r._mapping) for r in conn.execute(
             select(schema.problems).where(schema.problems.c.run_pk == pk).order_by(schema.problems.c.path,
                                                                                    schema.problems.c.byte_offset))]
-    status = status_of(StatusFacts.from_row(row), row.dir_path)
+    facts = StatusFacts.from_row(row)
+    status = status_of(facts, row.dir_path)
     left_running = sum(1 for node in nodes if node["state"] == "running")
     for node in nodes:
         node["state"] = node_state(node["state"], status)
         node["unrecorded_attempts"] = unrecorded_attempts(node["unrecorded_attempts"],
                                                           1 if node["state"] == "interrupted" else 0, status)
-    summary = run_summary(row, status, row.label, left_running)
+    summary = run_summary(row, status, row.label, left_running, facts)
     for item in [*nodes, *rounds, *charges]:
         for key in list(item):
             if key.endswith("_nano_usd"):
