@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from .config import Home
 from .discover import DirListing, home_identity, list_home_dir, list_run_dir, stat_or_none
-from .ingest import Problem, file_identity, run_stream_needs_reading
+from .ingest import Problem, file_identity, run_stream_row_needs_reading
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .tail import Checkpoint
 from .units import format_instant
@@ -88,12 +88,6 @@ class Known:
     def files(self) -> dict[str, dict]:
         """Snapshot file name -> its stored row (identity, sha256, error)."""
         return {row[1]: dict(zip(FILE_COLUMNS, row, strict=True)) for row in self.file_rows}
-
-    def file_identity(self, name: str) -> tuple | None:
-        for row in self.file_rows:
-            if row[1] == name:
-                return row[2:6]
-        return None
 
 
 Fetch = Callable[[str, tuple], list[tuple]]  # DB-API: (SQL with `mark` placeholders, parameters) -> rows
@@ -203,19 +197,22 @@ def look_at(path: str, known: Known | None) -> Look | None:
         # A run never seen is read whole: the stream and the JSON files it lists are
         # stat-ed as they are read (read_run_dir), the absent ones not at all.
         return Look(True, dir_info, failed_info, True, {})
-    checkpoint = known.checkpoint
+    checkpoint_row = known.checkpoint_row
     stream_info = stat_or_none(f"{path}/events.jsonl")
-    stream_changed = (stream_info is not None or checkpoint is not None) and run_stream_needs_reading(
-        stream_info, checkpoint)
+    if checkpoint_row is None:
+        stream_changed = stream_info is not None
+    else:
+        stream_changed = run_stream_row_needs_reading(stream_info, checkpoint_row)
+    remembered = {row[1]: row[2:6] for row in known.file_rows}  # name -> identity
     file_infos = {}
     files_changed = False
     for name in SNAPSHOT_NAMES:
-        remembered = known.file_identity(name)
-        if not dir_changed and remembered is None:
+        identity_then = remembered.get(name)
+        if not dir_changed and identity_then is None:
             continue  # the directory is unchanged, so no file was created in it
         info = stat_or_none(f"{path}/{name}")
         file_infos[name] = info
-        if file_identity(info) != remembered:
+        if file_identity(info) != identity_then:
             files_changed = True
     changed = known.gone or dir_changed or failed_changed or stream_changed or files_changed
     return Look(changed, dir_info, failed_info, stream_changed, file_infos)

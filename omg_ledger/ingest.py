@@ -18,7 +18,15 @@ from .discover import DirListing, list_run_dir, stat_or_none
 from .feed import parse_stream_line
 from .invocation_sync import parse_tail_line
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
-from .tail import Checkpoint, NotARegularFile, TailRead, TailReader, needs_reading, read_new_lines
+from .tail import (
+    Checkpoint,
+    NotARegularFile,
+    TailRead,
+    TailReader,
+    needs_reading,
+    read_new_lines,
+    row_needs_reading,
+)
 
 HAS_COLUMN = {
     "state.json": "has_state",
@@ -129,6 +137,11 @@ def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRe
 
 def run_stream_needs_reading(info: os.stat_result | None, checkpoint: Checkpoint | None) -> bool:
     return needs_reading(info, checkpoint, feed.SUPPORTED_SCHEMA)  # read now: an upgrade raises it
+
+
+def run_stream_row_needs_reading(info: os.stat_result | None, checkpoint_row: tuple) -> bool:
+    """run_stream_needs_reading of a checkpoint given as its `streams` row."""
+    return row_needs_reading(info, checkpoint_row, feed.SUPPORTED_SCHEMA)
 
 
 @dataclass

@@ -110,10 +110,24 @@ def needs_reading(info: os.stat_result | None, checkpoint: Checkpoint | None,
     """Whether the file may hold something the checkpoint has not seen."""
     if checkpoint is None:
         return True
-    if checkpoint.paused_schema is not None and supported_schema is not None \
-            and checkpoint.paused_schema <= supported_schema:
-        return True  # this code understands what paused an older one
     stored = (checkpoint.dev, checkpoint.inode, checkpoint.size, checkpoint.mtime_ns, checkpoint.ctime_ns)
+    return _unseen(info, stored, checkpoint.paused_schema, supported_schema)
+
+
+_PAUSED_SCHEMA = Checkpoint.COLUMNS.index("paused_schema")
+
+
+def row_needs_reading(info: os.stat_result | None, row: tuple, supported_schema: int | None = None) -> bool:
+    """needs_reading of a checkpoint given as its `streams` row, in COLUMNS order (whose
+    first five are the file's identity): the change check compares every run's row
+    without building a Checkpoint."""
+    return _unseen(info, row[:5], row[_PAUSED_SCHEMA], supported_schema)
+
+
+def _unseen(info: os.stat_result | None, stored: tuple, paused_schema: int | None,
+            supported_schema: int | None) -> bool:
+    if paused_schema is not None and supported_schema is not None and paused_schema <= supported_schema:
+        return True  # this code understands what paused an older one
     return identity(info) != stored
 
 
