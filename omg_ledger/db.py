@@ -266,7 +266,8 @@ def one_line(exc: BaseException) -> str:
 
 def check_database_target(db: str) -> None:
     """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
-    another database or an uninstalled driver, a directory, a file that is not SQLite."""
+    another database or an uninstalled driver, an in-memory SQLite database, a directory,
+    a file that is not SQLite."""
     from .ledger import plain_sqlite_file
 
     path = plain_sqlite_file(database_url(db))
@@ -287,7 +288,8 @@ def check_database_target(db: str) -> None:
     if backend == "sqlite":
         path = url.database
         if not path or path == ":memory:":
-            return
+            raise UnsupportedDatabase(f"{shown} is an in-memory SQLite database, which vanishes when omg-ledger "
+                                      f"exits: give the ledger a file (--db ledger.sqlite)")
         _check_sqlite_file(path, shown)
         return
     if backend != "postgresql":

@@ -63,6 +63,16 @@ def test_unknown_or_uninstalled_driver_says_what_to_install(args):
 
 
 @pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+@pytest.mark.parametrize("typed", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_database_is_refused_not_written_and_lost(args, typed):
+    # A sync there would index the home and lose it all at exit (and its error would
+    # claim the committed runs are kept): refused before anything is read.
+    line = one_line_error(cli(*args, "--db", typed), 3)
+    assert f"{typed} is an in-memory SQLite database" in line and "--db ledger.sqlite" in line
+    assert "committed" not in line
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
 def test_a_directory_or_a_file_that_is_not_sqlite_is_not_a_ledger(tmp_path, args):
     line = one_line_error(cli(*args, "--db", tmp_path), 3)
     assert f"{tmp_path} is a directory" in line
