@@ -16,6 +16,7 @@ import orjson
 
 from .bounds import RUN_BOUND_REASON, RunTally
 from .feed import TOKEN_FIELDS, Event
+from .provenance import PASS_COUNT_COLUMNS, PASS_COUNT_COLUMNS_ALL
 from .units import NANOS_PER_USD, usd_to_nanos
 
 PLANNING = "planning"
@@ -1060,17 +1061,6 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     })
     return row
 
-
-# The run's PASS nodes by the provenance of their latest verdict: the `runs` columns
-# audit reads (reports/audit.py PROVENANCES; '' is the key of absent or empty).
-PASS_COUNT_COLUMNS = {
-    "verified": "passes_verified",
-    "approved": "passes_approved",
-    "self-reported": "passes_self_reported",
-    "exit-only": "passes_exit_only",
-    "": "passes_unknown",
-}
-PASS_COUNT_COLUMNS_ALL = ("passes", *PASS_COUNT_COLUMNS.values())
 
 SNAPSHOT_COLUMNS = (
     "snapshot_schema", "runtime", "graph_name", "graph_version", "node_count", "graph_source_path",

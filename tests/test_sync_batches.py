@@ -13,7 +13,7 @@ import pytest
 
 from omg_ledger import derive
 from omg_ledger.db import open_ledger
-from omg_ledger.reconcile import PASS_COUNT_COLUMNS_ALL
+from omg_ledger.provenance import PASS_COUNT_COLUMNS_ALL
 from omg_ledger.sync import SYNC_BATCH_RUNS, Home, sync
 
 from .conftest import CORPUS, CORPUS_HOME

@@ -22,7 +22,7 @@ down_revision = "0009"
 branch_labels = None
 depends_on = None
 
-# Frozen here (a migration keeps its meaning); equal to reconcile.PASS_COUNT_COLUMNS.
+# Frozen here (a migration keeps its meaning); equal to provenance.PASS_COUNT_COLUMNS.
 _BY_PROVENANCE = (("passes_verified", "provenance = 'verified'"),
                   ("passes_approved", "provenance = 'approved'"),
                   ("passes_self_reported", "provenance = 'self-reported'"),

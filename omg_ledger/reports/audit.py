@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ..backend import reading
+from ..provenance import PASS_COUNT_COLUMNS_ALL, PROVENANCES
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
 from ..units import format_instant, us_to_instant
@@ -57,8 +58,6 @@ from .runs import list_runs
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-PROVENANCES = ("verified", "approved", "self-reported", "exit-only")
-WEAK_PROVENANCES = ("self-reported", "exit-only")
 EVIDENCE_ANSWERS = ("attached", "declared", "disclosed", "none-detected")
 NOT_RECORDED = "not recorded"
 # omg-ledger's own reading of a judged FAIL's detail: the machinery, not the work.
@@ -128,8 +127,6 @@ def _counting(*values: str) -> str:
     return f"SUM(CASE WHEN n.provenance IN ({listed}) THEN 1 ELSE 0 END)"
 
 
-# Each run's PASS counts, named as on `runs` (reconcile.PASS_COUNT_COLUMNS), in this order.
-_PASS_COUNTS = ("passes", *(f"passes_{name.replace('-', '_')}" for name in PROVENANCES), "passes_unknown")
 
 
 def _passes_per_run(reader) -> tuple[str, str]:
@@ -144,7 +141,7 @@ def _passes_per_run(reader) -> tuple[str, str]:
     counts = [*(_counting(name) for name in PROVENANCES),
               "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END)"]
     per_run = ("SELECT n.run_pk AS run_pk, COUNT(*) AS passes, "
-               + ", ".join(f"{count} AS {name}" for count, name in zip(counts, _PASS_COUNTS[1:], strict=True))
+               + ", ".join(f"{count} AS {name}" for count, name in zip(counts, PASS_COUNT_COLUMNS_ALL[1:], strict=True))
                + " FROM nodes n WHERE n.verdict = 'PASS' GROUP BY n.run_pk")
     return f"FROM ({per_run}) w JOIN runs r ON r.id = w.run_pk", "w"
 
@@ -177,7 +174,7 @@ def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
     params: dict = {}
     source = _passes_per_run(reader)
     from_runs, a = source
-    sums = ", ".join(f"SUM({a}.{name})" for name in _PASS_COUNTS)
+    sums = ", ".join(f"SUM({a}.{name})" for name in PASS_COUNT_COLUMNS_ALL)
     row = next(reader.rows(f"SELECT {sums}, SUM(CASE WHEN {_all_weak(a)} THEN 1 ELSE 0 END) {from_runs}"
                            f"{_where(_run_filter(since_us, params))}", params))
     # No run in the window: every SUM is NULL. PostgreSQL's sums may be Decimals.
