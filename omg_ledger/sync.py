@@ -850,9 +850,14 @@ class _Pool:
 
     def close(self) -> None:
         # Work still queued is the writer's to abandon; a chunk being read is not waited for.
-        for process in list(getattr(self._executor, "_processes", {}).values()):
-            with contextlib.suppress(OSError):
-                process.kill()
+        kill_workers = getattr(self._executor, "kill_workers", None)  # Python 3.14+
+        if kill_workers is not None:
+            with contextlib.suppress(Exception):
+                kill_workers()
+        else:
+            for process in list((getattr(self._executor, "_processes", None) or {}).values()):
+                with contextlib.suppress(OSError):
+                    process.kill()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
