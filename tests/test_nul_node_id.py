@@ -78,6 +78,25 @@ def test_a_nul_in_a_node_id_syncs_inline_on_both_databases(db_url, tmp_path):
     assert (ts, last_event_at) == ("2026-11-29T10:00:03.000000000Z\ufffd", "2026-11-29T10:00:03.000000Z")
 
 
+def test_a_stream_replaced_by_one_with_a_nul_node_id_is_stored_on_both_databases(db_url, tmp_path):
+    """A stream rewritten from zero (another head): its lines are compared with the
+    stored ones and replace them, through the same rows."""
+    home = tmp_path / "home"
+    write_run(home, "r1", [ev("run_started", 0), ev("node_passed", 1, node_id="a", cost_usd=0.1)])
+    homes = [Home.from_path(str(home), "h")]
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, homes, workers=0)
+        _run_with_nul_node(home, "r1")
+        report = sync(engine, homes, workers=0)
+        assert (report.runs_changed, report.problems) == (1, [])
+        events_, nodes = _events_and_nodes(engine, "r1")
+    finally:
+        engine.dispose()
+    assert events_ == [None, SCRUBBED, SCRUBBED, None]
+    assert nodes == [(SCRUBBED, "PASS", PASS_COST_NANO)]
+
+
 def _work_files_seen(engine, db_url: str, tmp_path: Path, monkeypatch):
     """A progress callback noting worker files present while the sync runs: beside a
     SQLite ledger, under the temporary directory (made this test's) for PostgreSQL."""

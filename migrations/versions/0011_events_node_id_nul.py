@@ -24,22 +24,26 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-# Frozen here (a migration keeps its meaning); equal to store._event_tuple's replacement.
-_COLUMNS = ("node_id", "ts")
-
 
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "sqlite":
         return
     # SQLite's replace() takes char(0) for an empty pattern and changes nothing, so the
-    # few rows are found by instr() (which does find a NUL) and rewritten here.
-    for column in _COLUMNS:
-        rows = bind.execute(sa.text(
-            f"SELECT run_pk, line_no, {column} FROM events WHERE instr({column}, char(0)) > 0")).fetchall()
-        for run_pk, line_no, value in rows:
-            bind.execute(sa.text(f"UPDATE events SET {column} = :value WHERE run_pk = :run_pk AND line_no = :line_no"),
-                         {"value": value.replace("\x00", "\ufffd"), "run_pk": run_pk, "line_no": line_no})
+    # few rows are found by instr() (which does find a NUL), in one pass over the
+    # table, and rewritten here.
+    rows = bind.execute(sa.text(
+        "SELECT run_pk, line_no, node_id, ts FROM events "
+        "WHERE instr(node_id, char(0)) > 0 OR instr(ts, char(0)) > 0")).fetchall()
+    for run_pk, line_no, node_id, ts in rows:
+        bind.execute(sa.text("UPDATE events SET node_id = :node_id, ts = :ts WHERE run_pk = :run_pk "
+                             "AND line_no = :line_no"),
+                     {"node_id": _no_nul(node_id), "ts": _no_nul(ts), "run_pk": run_pk, "line_no": line_no})
+
+
+# Frozen here (a migration keeps its meaning); equal to store._no_nul.
+def _no_nul(value: str | None) -> str | None:
+    return value.replace("\x00", "\ufffd") if value is not None else None
 
 
 def downgrade() -> None:
