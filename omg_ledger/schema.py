@@ -706,9 +706,9 @@ DOCS: dict[str, dict[str, str]] = {
         "line_no": "Line number in events.jsonl, 1-based.",
         "byte_offset": "Byte offset of the line in events.jsonl.",
         "schema": "The event's schema version.",
-        "ts": "The event's time as written.",
+        "ts": "The event's time as written (a NUL, JSON \\u0000, as U+FFFD: raw holds it as written).",
         "event": "The event name (run_started, node_passed, …).",
-        "node_id": "The node the event is about, when any.",
+        "node_id": "The node the event is about, when any, as nodes.node_id spells it (a NUL as U+FFFD).",
         "raw": "The line exactly as written (unknown fields kept).",
     },
     "ingest_state": {

@@ -230,11 +230,15 @@ def terminal_keys(conn: Connection, run_pk: int, node_id: str,
     statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND node_id = {mark} "
                  f"AND event IN ('node_passed', 'node_failed') AND line_no > {mark} ORDER BY line_no "
                  f"LIMIT {EVENT_PAGE}")
+    # The column holds the id with NUL as U+FFFD (_event_tuple): ids that differ only
+    # there share its value, and the line itself says whose terminal it is.
     last = 0
     while True:
-        rows = conn.exec_driver_sql(statement, (run_pk, node_id, last)).fetchall()
+        rows = conn.exec_driver_sql(statement, (run_pk, _no_nul(node_id), last)).fetchall()
         for _, raw in rows:
             data = orjson.loads(raw)
+            if data.get("node_id") != node_id:
+                continue
             yield ("PASS" if data["event"] == "node_passed" else "FAIL", int(data.get("round") or 0),
                    data.get("session_id"))
         if len(rows) < EVENT_PAGE:
@@ -867,8 +871,17 @@ CHARGE_TOKEN_COLUMNS = ("input_tokens", "cached_input_tokens", "output_tokens", 
 
 
 def _event_tuple(run_pk: int, event: Event) -> tuple:
-    """An events row in EVENT_COLUMNS order (the hot path: ~33 per run, no dict)."""
+    """An events row in EVENT_COLUMNS order (the hot path: ~33 per run, no dict), made
+    here for every path that stores lines (inline, pool workers' work files and COPY
+    text). Of its text columns only ts and node_id can hold a NUL (schema is an int,
+    event one of a closed set; ts needs only parse: fromisoformat takes a NUL as the
+    date-time separator or at the end): NUL becomes U+FFFD there as in derived text,
+    so PostgreSQL can store the row and events.node_id equals nodes.node_id."""
     data = event.data
     get = data.get
-    return (run_pk, event.line_no, event.byte_offset, get("schema"), get("ts"), get("event"), get("node_id"),
-            event.raw)
+    ts, node_id = data["ts"], get("node_id")
+    if "\x00" in ts:
+        ts = ts.replace("\x00", "\ufffd")
+    if node_id and "\x00" in node_id:
+        node_id = node_id.replace("\x00", "\ufffd")
+    return (run_pk, event.line_no, event.byte_offset, get("schema"), ts, get("event"), node_id, event.raw)

@@ -355,15 +355,13 @@ AWKWARD = ["back\\slash", "tab\there", "new\nline", "carriage\rreturn", "\\N", "
 def test_awkward_text_through_postgresqls_copy_is_stored_as_sqlite_stores_it(tmp_path, pg_url):
     """COPY's text format escapes backslash, tab, newline and CR and spells NULL \\N: values
     that look like its escapes, or hold them, reach PostgreSQL through the workers' COPY
-    text as they reach SQLite through the inline path (NUL as U+FFFD in derived text,
-    the event's raw line byte for byte)."""
+    text as they reach SQLite through the inline path (NUL as U+FFFD in derived text and
+    in events.node_id, the event's raw line byte for byte)."""
     from .builders import ev, graph, write_run
 
     home = tmp_path / "home"
     for i, text in enumerate(AWKWARD):
-        # (A node id holding NUL is left out: PostgreSQL cannot store it in events.node_id
-        # on either path — a known gap, see the issue's notes.)
-        node = f"node {text.replace(chr(0), '')}"
+        node = f"node {text}"
         write_run(home, f"r{i:02d}", [
             ev("run_started", 0, graph=f"g {text}", graph_version="1", node_count=1),
             ev("node_started", 1, node_id=node, round=1),
@@ -382,6 +380,7 @@ def test_awkward_text_through_postgresqls_copy_is_stored_as_sqlite_stores_it(tmp
     assert ledgers[2] == ledgers[0], diff(ledgers[2], ledgers[0])
     raw = [dict(row)["raw"] for row in ledgers[2]["events"]]
     assert any("\\\\N" in line for line in raw) and any("\\u0000" in line for line in raw)
+    assert "node NUL\ufffdinside" in {dict(row)["node_id"] for row in ledgers[2]["events"]}
 
 
 def test_where_sqlite_cannot_attach_a_work_file_read_only_the_writer_reads_it_back(
