@@ -192,3 +192,39 @@ def test_the_cli_syncs_past_such_a_run_and_strict_says_so(tmp_path):
     strict = cli("sync", "--home", str(home), "--strict")
     assert strict.returncode == 1 and "Traceback" not in strict.stderr
     assert strict.stderr.count("omg-ledger: problem:") == 1
+
+
+def test_rebuild_keeps_the_rows_of_a_run_whose_stored_lines_collide_and_records_it(db_url, tmp_path):
+    """Stored lines naming both ids (stored here through store.write_events, the path a
+    sync stores lines by: no sync stores such a run): rebuild records the run as one it
+    cannot derive, keeps its rows, and goes on with the others."""
+    from omg_ledger.db import write_transaction
+    from omg_ledger.store import write_events
+    from omg_ledger.sync import rebuild
+
+    from .builders import ev, events
+
+    home, runs, bad = _home(tmp_path)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "h")], workers=0)
+        with engine.connect() as conn:
+            bad_pk, lines = conn.execute(text(
+                "SELECT r.id, COUNT(e.line_no) FROM runs r JOIN events e ON e.run_pk = r.id WHERE r.run_id = :r "
+                "GROUP BY r.id"), {"r": bad.name}).one()
+        before = dump(engine)
+        added = events(*[ev("run_started", 0)] * lines,  # (line numbers after the stored ones; not stored)
+                       ev("node_started", 1, node_id=NUL_ID), ev("node_passed", 2, node_id=NUL_ID, cost_usd=0.01),
+                       ev("node_started", 3, node_id=FFFD_ID), ev("node_passed", 4, node_id=FFFD_ID, cost_usd=0.01))
+        with write_transaction(engine) as conn:
+            assert write_events(conn, bad_pk, added[lines:], replace=False) == (True, 4)
+        with_lines = dump(engine)
+        report = rebuild(engine)
+        assert report.runs_rederived == 2
+        assert dump(engine)["nodes"] == with_lines["nodes"] == before["nodes"]
+        [(path, offset, reason, resolved, run_pk)] = _problems(engine)
+    finally:
+        engine.dispose()
+    assert (path, offset, resolved, run_pk) == (str(bad), 0, False, bad_pk)
+    assert reason.startswith("cannot derive this run's rows from its stored facts: UnderivableRun: node ids 'n\\x00' "
+                             f"(first on line {lines + 1}) and 'n\\ufffd' (first on line {lines + 3})"), reason
