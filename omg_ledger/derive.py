@@ -146,7 +146,7 @@ class _NodeKeys:
     def raise_if_met(self) -> None:
         if not self.met:
             return
-        ids = next(ids for ids in self._ids.values() if len(ids) > 1)
+        ids = self._ids[min(key for key, ids in self._ids.items() if len(ids) > 1)]  # (not the walk's order)
         named = " and ".join(f"{ascii(node_id)} ({f'first on line {line}' if line is not None else 'on no line walked'})"
                              for node_id, line in sorted(ids.items()))
         raise UnderivableRun(f"node ids {named} are one node once NUL is stored as U+FFFD: the run is not "
