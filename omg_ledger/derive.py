@@ -50,6 +50,20 @@ class RunFacts:
     terminal_lookup: Callable[[str], Iterable[tuple[str, int, str | None]]] | None = None  # RunInput's
 
 
+class UnderivableRun(ValueError):
+    """A run whose rows no ledger can hold: two of its node ids differ only where one
+    holds NUL and the other U+FFFD, and derived text stores NUL as U+FFFD, so both
+    would be one key of ``nodes`` (and of ``rounds``). ``reason`` names both ids, in an
+    order and with lines that do not depend on how the run was walked."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+    def __reduce__(self):  # (handed back from a pool worker)
+        return UnderivableRun, (self.reason,)
+
+
 def parse_file(name: str, content: str) -> dict | None:
     try:
         return PARSERS[name](content.encode("utf-8"))
@@ -61,11 +75,13 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
     """(rows, scrub) for one run. ``parsed`` may hand over the JSON files already parsed
     from the same text (ingest just validated them); it never changes the result.
     ``scrub``: some text holds a NUL (only a JSON \\u0000 escape can), which the
-    store turns into U+FFFD in derived text on every backend."""
+    store turns into U+FFFD in derived text on every backend. Raises UnderivableRun
+    when two node ids would then be one key (no row of the run can be stored)."""
     docs = {name: (parsed[name] if parsed is not None and name in parsed else parse_file(name, text))
             for name, text in facts.files.items()}
     resume = facts.resume
     seen = _Watched(facts.events, nul=bool(resume and resume["nul"]))
+    keys = _NodeKeys(resume["fold"]["nodes"] if resume else ())
     sink = facts.sink
     rows = reconcile(RunInput(
         run_id=facts.run_id,
@@ -74,13 +90,19 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         assess=docs.get("assess.json"),
         artifacts=facts.artifacts,
         failed_outputs=facts.failed_outputs,
-        sink=(lambda finished: sink(finished, seen.nul)) if sink is not None else None,
+        # Once two ids have met, nothing more goes to be stored (the run raises at the end).
+        sink=(lambda finished: sink(finished, seen.nul) if keys.see_rounds(finished.rounds) else None)
+        if sink is not None else None,
         resume=resume["fold"] if resume else None,
         keep_state=facts.keep_state,
         terminal_lookup=facts.terminal_lookup,
     ))
     for _ in seen:  # a walk that stopped early still leaves every line looked at
         pass
+    keys.see_rounds(rows.rounds)
+    for node in rows.nodes:
+        keys.see(node["node_id"], None)
+    keys.raise_if_met()
     known = resume["identity"] if resume else None  # None: no line walked yet
     identity = known or stream_identity(facts.run_id, seen.first_raw)
     rows.run["stream_identity"] = identity
@@ -89,6 +111,46 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
                       "identity": identity if known or seen.first_raw is not None else None}
     scrub = seen.nul or any("\\u0000" in text for text in facts.files.values())
     return rows, scrub
+
+
+class _NodeKeys:
+    """Node ids as derived text stores them (NUL as U+FFFD), to find two that become
+    one key. Only an id holding NUL or U+FFFD can meet another, so only those are kept,
+    with the first stream line each was seen on."""
+
+    def __init__(self, known: Iterable[str] = ()) -> None:
+        self._ids: dict[str, dict[str, int | None]] = {}  # stored key -> {id: first line}
+        self.met = False
+        for node_id in known:  # (a resumed walk: ids of the lines walked before)
+            self.see(node_id, None)
+
+    def see(self, node_id: str, line: int | None) -> None:
+        if "\x00" not in node_id and "\ufffd" not in node_id:
+            return
+        ids = self._ids.setdefault(node_id.replace("\x00", "\ufffd"), {})
+        first = ids.get(node_id)
+        if node_id not in ids or (line is not None and (first is None or line < first)):
+            ids[node_id] = line
+        if len(ids) > 1:
+            self.met = True
+
+    def see_rounds(self, rounds: Iterable) -> bool:
+        """True while no two ids have met: the rows may then go on to be stored."""
+        see = self.see
+        for execution in rounds:
+            node_id = execution.node_id
+            if "\x00" in node_id or "\ufffd" in node_id:
+                see(node_id, execution.start_line if execution.start_line is not None else execution.end_line)
+        return not self.met
+
+    def raise_if_met(self) -> None:
+        if not self.met:
+            return
+        ids = self._ids[min(key for key, ids in self._ids.items() if len(ids) > 1)]  # (not the walk's order)
+        named = " and ".join(f"{ascii(node_id)} ({f'first on line {line}' if line is not None else 'on no line walked'})"
+                             for node_id, line in sorted(ids.items()))
+        raise UnderivableRun(f"node ids {named} are one node once NUL is stored as U+FFFD: the run is not "
+                             f"indexed until its stream names only one of them")
 
 
 class _Watched:

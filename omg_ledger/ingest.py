@@ -184,12 +184,14 @@ class RunDirRead:
     files: dict[str, SnapshotRead | None]  # changed files only; None = gone
     problems: list[Problem]
     stream_problems_at: int = 0  # where the stream's problems go in ``problems`` once it is read
+    stream_finished: bool = False
 
     def finish_stream(self) -> None:
         """Take in the stream's problems, once its lines have been read (in file order:
-        the directory's own, the stream's, then the JSON files')."""
-        if self.stream is not None:
+        the directory's own, the stream's, then the JSON files'); again, nothing more."""
+        if self.stream is not None and not self.stream_finished:
             self.problems[self.stream_problems_at:self.stream_problems_at] = self.stream.problems
+        self.stream_finished = True
 
     def dir_facts(self, path: str) -> dict:
         names = self.listing.names

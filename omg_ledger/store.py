@@ -526,6 +526,15 @@ class PendingRows:
         self.count = 0
         self.size = 0
 
+    def drop_run(self, conn: Connection, run_pk: int) -> None:
+        """Forget the rows held for one run (one that is not stored after all)."""
+        columns = work_tables(conn)
+        for table, rows in self.rows.items():
+            at = columns[table].index("id" if table == "runs" else "run_pk")
+            kept = [row for row in rows if row[at] != run_pk]
+            self.count -= len(rows) - len(kept)
+            rows[:] = kept
+
     def restart(self) -> None:
         """A new batch begins (after a commit or a rollback): nothing held, none written."""
         self.rows.clear()
@@ -551,6 +560,16 @@ class CollectedRows(PendingRows):
 
     def spill(self, conn) -> None:
         pass
+
+
+def delete_new_run(conn: Connection, run_pk: int) -> None:
+    """Delete what was written of a run this transaction created, children first (a
+    run's children may be written before its row: SQLite's deferred foreign keys)."""
+    mark = backend_of(conn).mark
+    for table, columns in work_tables(conn).items():
+        if "run_pk" in columns and table != "problems":
+            conn.exec_driver_sql(f"DELETE FROM {table} WHERE run_pk = {mark}", (run_pk,))
+    conn.exec_driver_sql(f"DELETE FROM runs WHERE id = {mark}", (run_pk,))
 
 
 def insert_rows(conn: Connection, table: str, rows: list[tuple] | None) -> None:

@@ -43,7 +43,7 @@ from .change_check import (
 )
 from .config import Home
 from .db import sync_lock, write_transaction
-from .derive import RunFacts, derive_run
+from .derive import RunFacts, UnderivableRun, derive_run
 from .discover import (
     home_identity,
     list_home_dir,
@@ -66,6 +66,7 @@ from .store import (
     RunWrite,
     clear_derived,
     create_run,
+    delete_new_run,
     insert_rows,
     iter_events,
     load_derive_state,
@@ -502,6 +503,9 @@ class _HomeSync:
         if isinstance(prepared, OSError):
             self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
             return
+        if isinstance(prepared, NotIndexed):
+            self._not_indexed(None, path, prepared.problems, prepared.not_reread)
+            return
         if self._batch is not None or self._work.files_to_copy(prepared.work_file) > POOL_FILES_PER_BATCH:
             # The open transaction sees the work files as they were at its BEGIN, which
             # may be before this run's rows were committed there.
@@ -557,7 +561,6 @@ class _HomeSync:
 
     def _store_read_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
                         dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
-        stream = read.stream
         now_ns = self.clock_ns()
         conn = self._writer()
         # Every row of the run goes to the batch's held-back rows (written out when they
@@ -573,6 +576,31 @@ class _HomeSync:
             self._next_pk += 1
         else:
             run_pk, created = create_run(conn, self.home_id, run_id, read.dir_facts(path))
+        try:
+            if created:
+                self._store_run_rows(conn, run_pk, created, insert_row, run_id, path, known, read, dir_info,
+                                     failed_info, now_ns)
+            else:
+                # A run already held keeps its rows if this one is not stored: a savepoint,
+                # holding none of the batch's earlier rows (a rollback would drop them too).
+                pending.flush(conn)
+                with conn.begin_nested():
+                    self._store_run_rows(conn, run_pk, created, insert_row, run_id, path, known, read, dir_info,
+                                         failed_info, now_ns)
+        except UnderivableRun as exc:
+            pending.drop_run(conn, run_pk)
+            if created:
+                delete_new_run(conn, run_pk)  # (no savepoint: it would take the batch's spilled rows along)
+            read.finish_stream()
+            problems = [*read.problems, Problem(f"{path}/events.jsonl", 0, exc.reason)]
+            self._not_indexed(None if created else run_pk, path, problems,
+                              _not_reread(path, read, known.checkpoint if known else None))
+
+    def _store_run_rows(self, conn: Connection, run_pk: int, created: bool, insert_row: bool, run_id: str,
+                        path: str, known: Known | None, read: RunDirRead, dir_info: os.stat_result,
+                        failed_info: os.stat_result | None, now_ns: int) -> None:
+        stream = read.stream
+        pending = self._pending
         has_lines = stream is not None and stream.tail is not None
         # A new run's lines are stored and walked in one pass; otherwise they are stored
         # first (a stream re-read from zero is compared as it is stored).
@@ -680,6 +708,18 @@ class _HomeSync:
             return  # nothing recorded before under this run: nothing to resolve (the cold-sync case)
         resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in read.problems}, self.now,
                          under=path, not_reread=_not_reread(path, read, checkpoint_before))
+
+    def _not_indexed(self, run_pk: int | None, path: str, problems: list[Problem], not_reread: set[str]) -> None:
+        """A run read again just now that is not stored (derive.UnderivableRun): its
+        problems, those no longer seen under it resolved, in the open batch if any."""
+        with contextlib.ExitStack() as stack:
+            conn = self._conn if self._batch is not None else stack.enter_context(write_transaction(self.engine))
+            for problem in problems:
+                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+            if self._has_open_problems_under(path):
+                resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in problems}, self.now,
+                                 under=path, not_reread=not_reread)
+        self.report.problems.extend(problems)
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
         if self._batch is not None:
@@ -919,6 +959,15 @@ class ReadInline:
 
 
 @dataclass
+class NotIndexed:
+    """A new run a pool worker read and could not derive (derive.UnderivableRun): its
+    problems, nothing of it in the work file."""
+
+    problems: list[Problem]
+    not_reread: set[str]
+
+
+@dataclass
 class PreparedRun:
     """A new run as a pool worker read and derived it: every row it adds to the ledger
     but its ingest_state (the writer's clock judges the directory mtimes) is in
@@ -941,7 +990,7 @@ class PreparedRun:
 def _prepare_new_run(job: tuple[str, str, int, str, int]):
     """In a pool worker: a new run's change check, read, derivation and rows (a new
     run's rows come from what is read alone). Returns None (vanished), the OSError that
-    kept its directory from being listed, ReadInline, or a PreparedRun."""
+    kept its directory from being listed, ReadInline, NotIndexed, or a PreparedRun."""
     run_id, path, home_id, source, run_pk = job
     look = look_at(path, None)
     if look is None:
@@ -955,7 +1004,12 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
         if stream is not None and isinstance(stream.tail, TailReader) \
                 and stream.tail.info.st_size > POOL_MAX_STREAM_BYTES:
             return ReadInline(run_pk)  # (the stream, opened, is not read: closed below)
-        rows, scrub = _derive_new_run(run_id, read)
+        try:
+            rows, scrub = _derive_new_run(run_id, read)
+        except UnderivableRun as exc:
+            read.finish_stream()
+            return NotIndexed([*read.problems, Problem(f"{path}/events.jsonl", 0, exc.reason)],
+                              _not_reread(path, read, None))
         table = RowsOnly("sqlite")  # (a run's rows are the same tuples for either database)
         collected = CollectedRows()
         new_events = 0

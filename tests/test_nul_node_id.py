@@ -211,9 +211,9 @@ def test_node_ids_differing_only_by_nul_or_u_fffd_keep_their_own_terminals(db_ur
     """Both ids are stored as "n\\ufffd" in events.node_id: the lookup filters on that and
     keeps the lines whose raw names the exact id asked for.
 
-    (Such a pair in one run cannot be synced today: derived text turns both into one
-    nodes key, and the insert of the second nodes row fails. So the lines are stored
-    here through store.write_events, the path every sync stores them by.)"""
+    (A sync does not index such a pair in one run: derived text turns both into one
+    nodes key, so derivation refuses the run (test_colliding_node_ids.py). So the lines
+    are stored here through store.write_events, the path every sync stores them by.)"""
     nul, replacement = "n\x00", "n\ufffd"
     home = tmp_path / "home"
     write_run(home, "r1", [])  # an empty stream: the run's row, no line
