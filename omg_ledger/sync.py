@@ -286,6 +286,13 @@ def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
                                           f"{type(exc).__name__}: {exc}", format_instant(datetime.now(UTC)))
 
 
+def _underivable_problems(run_dir: str, read: RunDirRead, exc: UnderivableRun) -> list[Problem]:
+    """A run not indexed: what reading it found, and why it cannot be derived (on its
+    stream, whose lines name the ids)."""
+    read.finish_stream()
+    return [*read.problems, Problem(f"{run_dir}/events.jsonl", 0, exc.reason)]
+
+
 def _derived_problems(run_dir: str, rows) -> list[Problem]:
     """What derivation itself refused (a charge past the per-run money bound)."""
     return [Problem(os.path.join(run_dir, name), offset or 0, reason) for name, offset, reason in rows.problems]
@@ -591,9 +598,7 @@ class _HomeSync:
             pending.drop_run(conn, run_pk)
             if created:
                 delete_new_run(conn, run_pk)  # (no savepoint: it would take the batch's spilled rows along)
-            read.finish_stream()
-            problems = [*read.problems, Problem(f"{path}/events.jsonl", 0, exc.reason)]
-            self._not_indexed(None if created else run_pk, path, problems,
+            self._not_indexed(None if created else run_pk, path, _underivable_problems(path, read, exc),
                               _not_reread(path, read, known.checkpoint if known else None))
 
     def _store_run_rows(self, conn: Connection, run_pk: int, created: bool, insert_row: bool, run_id: str,
@@ -704,10 +709,12 @@ class _HomeSync:
         that were not seen again are resolved — except on files this read did not look at
         again (a JSON file skipped as unchanged; a stream read on from its checkpoint,
         whose earlier bad lines were not re-read)."""
-        if not self._has_open_problems_under(path):
-            return  # nothing recorded before under this run: nothing to resolve (the cold-sync case)
-        resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in read.problems}, self.now,
-                         under=path, not_reread=_not_reread(path, read, checkpoint_before))
+        if self._has_open_problems_under(path):  # (none in the cold-sync case: nothing to resolve)
+            self._resolve_unseen(conn, path, read.problems, _not_reread(path, read, checkpoint_before))
+
+    def _resolve_unseen(self, conn: Connection, path: str, seen: list[Problem], not_reread: set[str]) -> None:
+        resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in seen}, self.now,
+                         under=path, not_reread=not_reread)
 
     def _not_indexed(self, run_pk: int | None, path: str, problems: list[Problem], not_reread: set[str]) -> None:
         """A run read again just now that is not stored (derive.UnderivableRun): its
@@ -717,8 +724,7 @@ class _HomeSync:
             for problem in problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
             if self._has_open_problems_under(path):
-                resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in problems}, self.now,
-                                 under=path, not_reread=not_reread)
+                self._resolve_unseen(conn, path, problems, not_reread)
         self.report.problems.extend(problems)
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
@@ -1007,9 +1013,7 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
         try:
             rows, scrub = _derive_new_run(run_id, read)
         except UnderivableRun as exc:
-            read.finish_stream()
-            return NotIndexed([*read.problems, Problem(f"{path}/events.jsonl", 0, exc.reason)],
-                              _not_reread(path, read, None))
+            return NotIndexed(_underivable_problems(path, read, exc), _not_reread(path, read, None))
         table = RowsOnly("sqlite")  # (a run's rows are the same tuples for either database)
         collected = CollectedRows()
         new_events = 0
