@@ -23,7 +23,6 @@ from .tail import (
     NotARegularFile,
     TailRead,
     TailReader,
-    needs_reading,
     read_new_lines,
     row_needs_reading,
 )
@@ -135,13 +134,10 @@ def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRe
     return read_stream(path, checkpoint, parse_tail_line, "invocation stream")
 
 
-def run_stream_needs_reading(info: os.stat_result | None, checkpoint: Checkpoint | None) -> bool:
-    return needs_reading(info, checkpoint, feed.SUPPORTED_SCHEMA)  # read now: an upgrade raises it
-
-
 def run_stream_row_needs_reading(info: os.stat_result | None, checkpoint_row: tuple) -> bool:
-    """run_stream_needs_reading of a checkpoint given as its `streams` row."""
-    return row_needs_reading(info, checkpoint_row, feed.SUPPORTED_SCHEMA)
+    """Whether a run's stream may hold lines its checkpoint (its `streams` row) has not
+    seen, or lines of a schema an older omg-ledger paused at and this one reads."""
+    return row_needs_reading(info, checkpoint_row, feed.SUPPORTED_SCHEMA)  # read now: an upgrade raises it
 
 
 @dataclass
