@@ -12,7 +12,7 @@ $(BIN)/omg-ledger: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test lint bench head-schema
 install: $(BIN)/omg-ledger
 
 demo: install
@@ -22,6 +22,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# After adding a migration: the schema a new SQLite ledger is created with (db.py).
+head-schema: install
+	$(BIN)/python -c 'from omg_ledger.db import write_head_schema_file; print(write_head_schema_file())'
 
 lint: install
 	$(BIN)/ruff check omg_ledger tests benchmarks migrations

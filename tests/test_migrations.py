@@ -86,3 +86,66 @@ def test_installed_wheel_finds_migrations_and_queries(tmp_path):
                            cwd=workdir, env=env, capture_output=True, text=True, check=True).stdout
     assert str(REPO) not in files.splitlines()[1]
     assert Path(files.splitlines()[1]).joinpath("env.py").exists()
+
+
+def _schema_objects(engine) -> tuple:
+    with engine.connect() as conn:
+        return (conn.exec_driver_sql("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").all(),
+                conn.exec_driver_sql("SELECT version_num FROM alembic_version").all(),
+                conn.exec_driver_sql("PRAGMA page_size").scalar(),
+                conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
+                conn.exec_driver_sql("PRAGMA user_version").scalar())
+
+
+def _migrated_sqlite_ledger(path):
+    from omg_ledger.db import create_ledger_engine, migrate
+
+    engine = create_ledger_engine(str(path))
+    migrate(engine, from_head_schema=False)
+    return engine
+
+
+def test_a_new_sqlite_ledger_from_the_head_schema_equals_one_the_migrations_made(tmp_path):
+    made = open_ledger(str(tmp_path / "made.sqlite"))
+    migrated = _migrated_sqlite_ledger(tmp_path / "migrated.sqlite")
+    objects = _schema_objects(migrated)
+    assert len(objects[0]) > 40 and objects[1] == [(head_revision(),)]  # tables, indexes, views
+    assert {kind for kind, *_ in objects[0]} == {"table", "index", "view"}
+    assert _schema_objects(made) == objects
+
+
+def test_the_packaged_head_schema_is_what_the_migrations_build(tmp_path):
+    from omg_ledger.db import HEAD_SCHEMA_FILE, head_schema_sql, migrations_dir
+
+    with _migrated_sqlite_ledger(tmp_path / "migrated.sqlite").connect() as conn:
+        built = head_schema_sql(conn)
+    packaged = (migrations_dir() / HEAD_SCHEMA_FILE).read_text(encoding="utf-8")
+    assert packaged == built, "the migrations changed: run `make head-schema` and commit the file"
+
+
+def test_a_new_sqlite_ledger_is_made_without_alembic_and_a_sync_into_it_works(tmp_path):
+    db = tmp_path / "new.sqlite"
+    code = ("import sys; from omg_ledger.db import open_ledger; open_ledger(sys.argv[1]).dispose(); "
+            "print(sorted(m for m in ('alembic', 'alembic.command') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, cwd=REPO)
+    assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "[]", "")
+    engine = open_ledger(str(db))  # at head now: opened, not created again
+    from omg_ledger.sync import Home, sync
+
+    report = sync(engine, [Home.from_path(str(CORPUS_HOME), "corpus")])
+    with engine.connect() as conn:
+        runs = conn.exec_driver_sql("SELECT COUNT(*) FROM runs").scalar()
+    assert runs == report.runs_changed == len([p for p in (CORPUS_HOME / "runs").iterdir() if p.is_dir()])
+
+
+def test_a_sqlite_file_holding_other_tables_is_migrated_not_given_the_head_schema(tmp_path):
+    """Only a database with no schema object at all is created from the head schema; one
+    holding anything else goes through the migrations, which build around what is there."""
+    import sqlite3
+
+    db = tmp_path / "other.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    engine = open_ledger(str(db))
+    names = {name for _, name, *_ in _schema_objects(engine)[0]}
+    assert "notes" in names and "runs" in names
