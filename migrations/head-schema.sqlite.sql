@@ -84,10 +84,6 @@ CREATE TABLE runs (
 	CONSTRAINT uq_runs_home_id_run_id UNIQUE (home_id, run_id)
 )
 ;
-CREATE INDEX ix_runs_first_event_at_us ON runs (first_event_at_us)
-;
-CREATE INDEX ix_runs_last_leg_open ON runs (last_leg_open)
-;
 CREATE TABLE charges (
 	run_pk INTEGER NOT NULL, 
 	seq INTEGER NOT NULL, 
@@ -110,8 +106,6 @@ CREATE TABLE charges (
 	CONSTRAINT pk_charges PRIMARY KEY (run_pk, seq), 
 	CONSTRAINT fk_charges_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
-;
-CREATE INDEX ix_charges_at_us ON charges (at_us)
 ;
 CREATE TABLE events (
 	run_pk INTEGER NOT NULL, 
@@ -151,8 +145,6 @@ CREATE TABLE goal_cycles (
 	CONSTRAINT pk_goal_cycles PRIMARY KEY (run_pk), 
 	CONSTRAINT fk_goal_cycles_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
-;
-CREATE INDEX ix_goal_cycles_first_run_id ON goal_cycles (first_run_id)
 ;
 CREATE TABLE legs (
 	run_pk INTEGER NOT NULL, 
@@ -318,10 +310,6 @@ CREATE TABLE "invocations" (
 	CONSTRAINT fk_invocations_file_pk_streams FOREIGN KEY(file_pk) REFERENCES streams (id) ON DELETE CASCADE
 )
 ;
-CREATE INDEX ix_invocations_outcome ON invocations (outcome)
-;
-CREATE INDEX ix_invocations_started_at_us ON invocations (started_at_us)
-;
 CREATE TABLE "ingest_state" (
 	run_pk INTEGER NOT NULL, 
 	dir_mtime_ns BIGINT, 
@@ -330,8 +318,6 @@ CREATE TABLE "ingest_state" (
 	CONSTRAINT fk_ingest_state_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
 ;
-CREATE INDEX ix_runs_derivation_version ON runs (derivation_version)
-;
 CREATE TABLE run_files (
 	run_pk INTEGER NOT NULL, 
 	place TEXT NOT NULL, 
@@ -339,6 +325,37 @@ CREATE TABLE run_files (
 	CONSTRAINT pk_run_files PRIMARY KEY (run_pk, place, name), 
 	CONSTRAINT fk_run_files_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
+;
+CREATE TABLE derive_states (
+	run_pk INTEGER NOT NULL, 
+	derivation_version INTEGER NOT NULL, 
+	line_no BIGINT NOT NULL, 
+	state TEXT NOT NULL, 
+	CONSTRAINT pk_derive_states PRIMARY KEY (run_pk), 
+	CONSTRAINT fk_derive_states_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
+)
+;
+CREATE INDEX ix_charges_at_us ON charges (at_us)
+;
+CREATE INDEX ix_charges_cost_unknown ON charges (run_pk) WHERE cost_unknown
+;
+CREATE INDEX ix_goal_cycles_first_run_id ON goal_cycles (first_run_id)
+;
+CREATE INDEX ix_invocations_outcome ON invocations (outcome)
+;
+CREATE INDEX ix_invocations_started_at_us ON invocations (started_at_us)
+;
+CREATE INDEX ix_nodes_budget_overrun ON nodes (run_pk) WHERE budget_overrun OR (budget_nano_usd IS NOT NULL AND cost_nano_usd > budget_nano_usd)
+;
+CREATE INDEX ix_nodes_verdict ON nodes (verdict, run_pk, provenance)
+;
+CREATE INDEX ix_runs_derivation_version ON runs (derivation_version)
+;
+CREATE INDEX ix_runs_first_event_at_us ON runs (first_event_at_us)
+;
+CREATE INDEX ix_runs_last_leg_open ON runs (last_leg_open)
+;
+CREATE INDEX ix_runs_stream_identity ON runs (stream_identity)
 ;
 CREATE VIEW v_invocations AS
 SELECT
@@ -366,8 +383,6 @@ SELECT
     i.end_line AS end_line
 FROM invocations i
 JOIN streams s ON s.id = i.file_pk
-;
-CREATE INDEX ix_runs_stream_identity ON runs (stream_identity)
 ;
 CREATE VIEW v_charges AS SELECT h.label AS home, r.run_id, r.graph_name AS graph, r.runtime,
        c.seq, c.kind, c.leg_ordinal AS leg, c.leg_kind, c.node_id AS node, c.round,
@@ -442,19 +457,4 @@ CREATE VIEW v_findings AS SELECT h.label AS home, r.run_id, r.graph_name AS grap
 FROM findings f
 JOIN runs r ON r.id = f.run_pk
 JOIN homes h ON h.id = r.home_id
-;
-CREATE INDEX ix_nodes_verdict ON nodes (verdict, run_pk, provenance)
-;
-CREATE TABLE derive_states (
-	run_pk INTEGER NOT NULL, 
-	derivation_version INTEGER NOT NULL, 
-	line_no BIGINT NOT NULL, 
-	state TEXT NOT NULL, 
-	CONSTRAINT pk_derive_states PRIMARY KEY (run_pk), 
-	CONSTRAINT fk_derive_states_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
-)
-;
-CREATE INDEX ix_nodes_budget_overrun ON nodes (run_pk) WHERE budget_overrun OR (budget_nano_usd IS NOT NULL AND cost_nano_usd > budget_nano_usd)
-;
-CREATE INDEX ix_charges_cost_unknown ON charges (run_pk) WHERE cost_unknown
 ;

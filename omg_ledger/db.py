@@ -178,11 +178,14 @@ HEAD_SCHEMA_STATEMENT_END = "\n;\n"
 
 
 def head_schema_sql(conn: Connection) -> str:
-    """The head-schema file for the SQLite ledger on ``conn`` (one made by the migrations)."""
+    """The head-schema file for the SQLite ledger on ``conn`` (one made by the migrations):
+    tables and views in the order they were made, indexes by name (a migration may make
+    a table's indexes in any order)."""
     revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     statements = [sql for (sql,) in conn.exec_driver_sql(
         "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
-        "ORDER BY rowid")]
+        "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 WHEN 'view' THEN 2 ELSE 3 END, "
+        "CASE type WHEN 'index' THEN name END, rowid")]
     head = f"-- omg-ledger's SQLite schema at revision {revision}, as the migrations build it (make head-schema)"
     return head + "\n" + "".join(sql + HEAD_SCHEMA_STATEMENT_END for sql in statements)
 
