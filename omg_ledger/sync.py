@@ -101,6 +101,12 @@ DERIVE_BATCH = 100  # runs re-derived per transaction
 # by the rows it holds back (memory), whichever comes first.
 SYNC_BATCH_RUNS = 250
 SYNC_BATCH_ROWS = 50_000
+# A batch of new runs from a pool whose work files a SQLite ledger copies from inside
+# SQLite: the writer holds none of its rows, so it is larger. Each commit rewrites the
+# last pages of every B-tree it touched and may checkpoint the WAL: at 10,000 runs, 10
+# commits instead of 40 measured ~0.5 s (~12%) less of the writer's CPU.
+POOL_BATCH_RUNS = 1000
+POOL_BATCH_ROWS = 200_000
 # New runs in one home from which reading and deriving them in worker processes (the
 # writer stays this process) pays for starting the workers.
 POOL_MIN_RUNS = 100
@@ -135,21 +141,22 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[str] = (),
          wait_seconds: float = 60.0, progress: Progress | None = None, relabel: bool = False,
-         clock_ns: Callable[[], int] = time.time_ns, batch_runs: int = SYNC_BATCH_RUNS,
+         clock_ns: Callable[[], int] = time.time_ns, batch_runs: int | None = None,
          workers: int | None = None) -> SyncReport:
     """Index every home and runner stream, then bring every outdated derivation up to
     date. Safe to run again at any time. ``wait_seconds`` bounds the whole wait for
     other syncs holding the ledger; ``relabel`` lets a label given for a directory it
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
-    transaction (1: a transaction per run); ``workers``: processes that read and derive a
+    transaction (1: a transaction per run; None, the default: SYNC_BATCH_RUNS, or
+    POOL_BATCH_RUNS for the new runs a pool copies into a SQLite ledger); ``workers``: processes that read and derive a
     home's new runs into work files of their own while this one writes (workfile.py;
     not for an in-memory SQLite ledger); None, the default: one per CPU when a home has at least
     POOL_MIN_RUNS new runs and there is more than one CPU; 0: none, every run is read here.
     ``progress("sync", done,
     total)`` is called when runs are committed: ``done`` runs of the home's ``total``
     are in the ledger."""
-    if batch_runs < 1:
+    if batch_runs is not None and batch_runs < 1:
         raise ValueError("batch_runs must be at least 1")
     if workers is not None and workers < 0:
         raise ValueError("workers must be 0 or more")
@@ -309,7 +316,7 @@ def _identity(conn: Connection, run_pk: int | None) -> str | None:
 
 class _HomeSync:
     def __init__(self, engine: Engine, home: Home, report: SyncReport, progress: Progress | None, now: str,
-                 clock_ns: Callable[[], int], relabel: bool = False, batch_runs: int = 1,
+                 clock_ns: Callable[[], int], relabel: bool = False, batch_runs: int | None = 1,
                  workers: int | None = 0) -> None:
         self.relabel = relabel
         self.batch_runs = batch_runs
@@ -369,6 +376,7 @@ class _HomeSync:
         known_ids = self._known_run_ids() if may_pool else frozenset()
         new = [entry for entry in entries if entry.run_id not in known_ids] if may_pool else []
         pool = self._pool(len(new))
+        batch_runs, batch_rows = self._batch_limits()
         listed_not_gone = 0
         try:
             # New runs are read and derived by the pool, in order, ahead of the writer,
@@ -393,7 +401,7 @@ class _HomeSync:
                 self._in_batch += 1
                 if self._batch is None and not self._received:
                     self._committed()  # nothing written since the last commit: these are done too
-                elif self._in_batch >= self.batch_runs or self._batch_rows() >= SYNC_BATCH_ROWS:
+                elif self._in_batch >= batch_runs or self._batch_rows() >= batch_rows:
                     self._commit()
             self._commit()
         except BaseException as exc:
@@ -416,6 +424,14 @@ class _HomeSync:
         with write_transaction(self.engine) as conn:
             finished = format_instant(datetime.fromtimestamp(self.clock_ns() / 1e9, UTC))
             conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=finished))
+
+    def _batch_limits(self) -> tuple[int, int]:
+        """Runs and rows a batch holds at most (once the pool, if any, is made)."""
+        if self.batch_runs is not None:
+            return self.batch_runs, SYNC_BATCH_ROWS
+        if self._work is not None and self._copy_inside:
+            return POOL_BATCH_RUNS, POOL_BATCH_ROWS
+        return SYNC_BATCH_RUNS, SYNC_BATCH_ROWS
 
     def _fetch(self, sql: str, params: tuple) -> list[tuple]:
         # A short read of its own: nothing holds a read transaction (or a WAL snapshot)
