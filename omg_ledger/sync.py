@@ -102,11 +102,14 @@ DERIVE_BATCH = 100  # runs re-derived per transaction
 SYNC_BATCH_RUNS = 250
 SYNC_BATCH_ROWS = 50_000
 # A batch of new runs from a pool whose work files a SQLite ledger copies from inside
-# SQLite: the writer holds none of its rows, so it is larger. Each commit rewrites the
-# last pages of every B-tree it touched and may checkpoint the WAL: at 10,000 runs, 10
-# commits instead of 40 measured ~0.5 s (~12%) less of the writer's CPU.
+# SQLite: the writer holds none of its rows, so it may be larger. Each commit rewrites
+# the last pages of every B-tree it touched and may checkpoint the WAL: at 10,000 runs,
+# 10 commits instead of 40 measured ~0.5 s (~12%) less of the writer's CPU. But the last
+# batch is copied after the workers have finished, alone: a batch is at most a tenth of
+# the new runs (1,000 runs in one batch made that cold sync 1.6 -> 2.6 s).
 POOL_BATCH_RUNS = 1000
 POOL_BATCH_ROWS = 200_000
+POOL_BATCHES_AT_LEAST = 10
 # New runs in one home from which reading and deriving them in worker processes (the
 # writer stays this process) pays for starting the workers.
 POOL_MIN_RUNS = 100
@@ -149,7 +152,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
     transaction (1: a transaction per run; None, the default: SYNC_BATCH_RUNS, or
-    POOL_BATCH_RUNS for the new runs a pool copies into a SQLite ledger); ``workers``: processes that read and derive a
+    up to POOL_BATCH_RUNS for the new runs a pool copies into a SQLite ledger); ``workers``: processes that read and derive a
     home's new runs into work files of their own while this one writes (workfile.py;
     not for an in-memory SQLite ledger); None, the default: one per CPU when a home has at least
     POOL_MIN_RUNS new runs and there is more than one CPU; 0: none, every run is read here.
@@ -376,7 +379,7 @@ class _HomeSync:
         known_ids = self._known_run_ids() if may_pool else frozenset()
         new = [entry for entry in entries if entry.run_id not in known_ids] if may_pool else []
         pool = self._pool(len(new))
-        batch_runs, batch_rows = self._batch_limits()
+        batch_runs, batch_rows = self._batch_limits(len(new))
         listed_not_gone = 0
         try:
             # New runs are read and derived by the pool, in order, ahead of the writer,
@@ -425,12 +428,13 @@ class _HomeSync:
             finished = format_instant(datetime.fromtimestamp(self.clock_ns() / 1e9, UTC))
             conn.execute(update(schema.homes).where(schema.homes.c.id == self.home_id).values(last_synced_at=finished))
 
-    def _batch_limits(self) -> tuple[int, int]:
+    def _batch_limits(self, new_runs: int) -> tuple[int, int]:
         """Runs and rows a batch holds at most (once the pool, if any, is made)."""
         if self.batch_runs is not None:
             return self.batch_runs, SYNC_BATCH_ROWS
         if self._work is not None and self._copy_inside:
-            return POOL_BATCH_RUNS, POOL_BATCH_ROWS
+            runs = max(SYNC_BATCH_RUNS, min(POOL_BATCH_RUNS, new_runs // POOL_BATCHES_AT_LEAST))
+            return runs, max(SYNC_BATCH_ROWS, runs * POOL_BATCH_ROWS // POOL_BATCH_RUNS)
         return SYNC_BATCH_RUNS, SYNC_BATCH_ROWS
 
     def _fetch(self, sql: str, params: tuple) -> list[tuple]:
