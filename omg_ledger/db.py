@@ -177,6 +177,10 @@ HEAD_SCHEMA_FILE = "head-schema.sqlite.sql"
 HEAD_SCHEMA_STATEMENT_END = "\n;\n"
 
 
+def _head_schema_header(revision: str) -> str:
+    return f"-- omg-ledger's SQLite schema at revision {revision}, as the migrations build it (make head-schema)"
+
+
 def head_schema_sql(conn: Connection) -> str:
     """The head-schema file for the SQLite ledger on ``conn`` (one made by the migrations):
     tables and views in the order they were made, indexes by name (a migration may make
@@ -186,8 +190,7 @@ def head_schema_sql(conn: Connection) -> str:
         "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
         "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 WHEN 'view' THEN 2 ELSE 3 END, "
         "CASE type WHEN 'index' THEN name END, rowid")]
-    head = f"-- omg-ledger's SQLite schema at revision {revision}, as the migrations build it (make head-schema)"
-    return head + "\n" + "".join(sql + HEAD_SCHEMA_STATEMENT_END for sql in statements)
+    return _head_schema_header(revision) + "\n" + "".join(sql + HEAD_SCHEMA_STATEMENT_END for sql in statements)
 
 
 def write_head_schema_file() -> Path:
@@ -216,7 +219,7 @@ def _head_schema_statements() -> list[str] | None:
     except OSError:
         return None
     first, _, body = text.partition("\n")
-    if not first.endswith(f"revision {HEAD_REVISION}, as the migrations build it (make head-schema)"):
+    if first != _head_schema_header(HEAD_REVISION):
         return None
     return [sql for sql in body.split(HEAD_SCHEMA_STATEMENT_END) if sql.strip()]
 
@@ -248,35 +251,35 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
     from sqlalchemy.exc import OperationalError
 
     try:
-        if from_head_schema and _create_at_head(engine):
-            return
+        if not (from_head_schema and _create_at_head(engine)):
+            _run_migrations(engine, say)
     except OperationalError as exc:
         raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}") from exc
+
+
+def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
     from alembic import command
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(alembic_config())
     head = script.get_current_head()
-    try:
-        with write_transaction(engine) as conn:
-            backend_of(conn).lock_migrations(conn)
-            current = current_revision(conn)
-            if current == head:
-                return
-            if current is not None:
-                try:
-                    script.get_revision(current)
-                except Exception as exc:
-                    raise DatabaseTooNew(
-                        f"the ledger database is at revision {current}, which this omg-ledger does not "
-                        f"know (its newest is {head}); it was written by a newer omg-ledger — upgrade "
-                        f"omg-ledger, or point --db at another database"
-                    ) from exc
-                if say is not None:
-                    say(f"upgrading the ledger database from revision {current} to {head}")
-            command.upgrade(alembic_config(conn), "head")
-    except OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}") from exc
+    with write_transaction(engine) as conn:
+        backend_of(conn).lock_migrations(conn)
+        current = current_revision(conn)
+        if current == head:
+            return
+        if current is not None:
+            try:
+                script.get_revision(current)
+            except Exception as exc:
+                raise DatabaseTooNew(
+                    f"the ledger database is at revision {current}, which this omg-ledger does not "
+                    f"know (its newest is {head}); it was written by a newer omg-ledger — upgrade "
+                    f"omg-ledger, or point --db at another database"
+                ) from exc
+            if say is not None:
+                say(f"upgrading the ledger database from revision {current} to {head}")
+        command.upgrade(alembic_config(conn), "head")
 
 
 def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:

@@ -151,14 +151,13 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     other syncs holding the ledger; ``relabel`` lets a label given for a directory it
     does not hold move to it; ``clock_ns`` is the wall clock the change check trusts
     directory mtimes by (tests set it); ``batch_runs``: changed runs written per
-    transaction (1: a transaction per run; None, the default: SYNC_BATCH_RUNS, or
-    up to POOL_BATCH_RUNS for the new runs a pool copies into a SQLite ledger); ``workers``: processes that read and derive a
-    home's new runs into work files of their own while this one writes (workfile.py;
-    not for an in-memory SQLite ledger); None, the default: one per CPU when a home has at least
-    POOL_MIN_RUNS new runs and there is more than one CPU; 0: none, every run is read here.
-    ``progress("sync", done,
-    total)`` is called when runs are committed: ``done`` runs of the home's ``total``
-    are in the ledger."""
+    transaction (1: a transaction per run; None, the default: SYNC_BATCH_RUNS, or up to
+    POOL_BATCH_RUNS for the new runs a pool copies into a SQLite ledger); ``workers``:
+    processes that read and derive a home's new runs into work files of their own while
+    this one writes (workfile.py; not for an in-memory SQLite ledger); None, the default:
+    one per CPU when a home has at least POOL_MIN_RUNS new runs and there is more than one
+    CPU; 0: none, every run is read here. ``progress("sync", done, total)`` is called when
+    runs are committed: ``done`` runs of the home's ``total`` are in the ledger."""
     if batch_runs is not None and batch_runs < 1:
         raise ValueError("batch_runs must be at least 1")
     if workers is not None and workers < 0:

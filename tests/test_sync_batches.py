@@ -42,11 +42,9 @@ def _synced(db: str, home: Path, **options):
 @pytest.fixture(scope="module")
 def fast_and_slow(scale_home, tmp_path_factory):
     where = tmp_path_factory.mktemp("ledgers")
-    # As operators sync (the pool, on 2+ CPUs), in batches of the inline path's default
-    # size: the scale corpus is then a few full batches and a partial one (a pool's
-    # default batch, POOL_BATCH_RUNS, would hold it whole).
+    # More runs than one default batch holds: the fast path commits a full batch and a partial one.
     assert SCALE_RUNS > SYNC_BATCH_RUNS
-    fast = _synced(str(where / "fast.sqlite"), scale_home, batch_runs=SYNC_BATCH_RUNS // 2)
+    fast = _synced(str(where / "fast.sqlite"), scale_home)  # as operators sync: the pool, on 2+ CPUs
     slow = _synced(str(where / "slow.sqlite"), scale_home, batch_runs=1, workers=0)  # the plainest path
     yield fast, slow
     fast[0].dispose()
