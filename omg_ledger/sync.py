@@ -113,7 +113,12 @@ POOL_BATCHES_AT_LEAST = 10
 # New runs in one home from which reading and deriving them in worker processes (the
 # writer stays this process) pays for starting the workers.
 POOL_MIN_RUNS = 100
-POOL_CHUNK = 8  # new runs sent to a worker at a time
+# New runs sent to a worker at a time. A worker commits its work file after each
+# chunk, so larger chunks commit less: 32 runs instead of 8 measured ~5% less CPU and
+# wall time for a cold sync of 10,000 runs (less system time: fewer WAL writes). A
+# home with few new runs gets smaller chunks, so that every worker has work to the end.
+POOL_CHUNK_MIN = 8
+POOL_CHUNK_MAX = 32
 # New runs handed out ahead of the writer: enough that the workers go on while the
 # writer copies and commits a batch (a run waiting is a few hundred bytes: its rows
 # are in a work file).
@@ -931,8 +936,9 @@ def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iter
     are in flight or waiting, so memory stays bounded when the writer is slower."""
     from concurrent.futures.process import BrokenProcessPool
 
-    chunks = (jobs[i:i + POOL_CHUNK] for i in range(0, len(jobs), POOL_CHUNK))
-    ahead = max(2 * pool.workers, POOL_AHEAD_RUNS // POOL_CHUNK)
+    size = pool_chunk_runs(len(jobs), pool.workers)
+    chunks = (jobs[i:i + size] for i in range(0, len(jobs), size))
+    ahead = max(2 * pool.workers, POOL_AHEAD_RUNS // size)
     pending = collections.deque(pool.submit(chunk) for chunk in itertools.islice(chunks, ahead))
     while pending:
         try:
@@ -944,6 +950,12 @@ def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iter
         if following is not None:
             pending.append(pool.submit(following))
         yield from results
+
+
+def pool_chunk_runs(new_runs: int, workers: int) -> int:
+    """The runs of one chunk: at least eight chunks a worker, between POOL_CHUNK_MIN and
+    POOL_CHUNK_MAX runs."""
+    return max(POOL_CHUNK_MIN, min(POOL_CHUNK_MAX, new_runs // (8 * workers)))
 
 
 def _prepare_new_runs(jobs: list[tuple[str, str, int, str, int]]) -> list:

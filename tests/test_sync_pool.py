@@ -104,6 +104,13 @@ def test_a_pool_is_used_by_default_for_many_new_runs_on_more_than_one_cpu(scale_
     assert report.runs_changed == 0 and not any(seen), seen
 
 
+@pytest.fixture
+def chunks_of_8(monkeypatch):
+    """Chunks of 8 runs whatever the home's size, for tests whose arithmetic says where
+    a chunk starts (runs[200] is the first of the 26th)."""
+    monkeypatch.setattr(sync_module, "POOL_CHUNK_MAX", 8)
+
+
 def _die_at(victim: str, ledger: str | None = None, runs_first: int = 0):
     """_prepare_new_run as it is, except that the worker given ``victim`` SIGKILLs
     itself: a real kill -9 of a real worker process (forked from this one, so it has
@@ -146,7 +153,7 @@ def _runs_and_event_counts(db: Path) -> dict[str, int]:
 
 
 def test_a_worker_killed_mid_sync_loses_no_committed_run_and_the_next_sync_finishes(
-        scale_home, reference, tmp_path, monkeypatch):
+        scale_home, reference, tmp_path, monkeypatch, chunks_of_8):
     runs = sorted(p.name for p in (scale_home / "runs").iterdir())
     victim = runs[200]  # the first run of the 26th chunk of 8
     db = tmp_path / "ledger.sqlite"
@@ -182,6 +189,16 @@ def test_the_cli_says_a_worker_died_in_one_line_and_exits_75(scale_home, tmp_pat
     lines = result.stderr.strip().splitlines()
     assert lines == ["omg-ledger: error: a process reading new runs for the sync died (killed or out of memory); "
                      "runs committed so far are kept, the next sync carries on"], result.stderr
+
+
+def test_chunks_grow_with_the_new_runs_and_leave_every_worker_eight_of_them():
+    # At least eight chunks a worker; never fewer than 8 runs a chunk nor more than 32.
+    assert sync_module.pool_chunk_runs(100, 2) == 8  # 100 // 16 = 6, raised to 8
+    assert sync_module.pool_chunk_runs(305, 2) == 19  # 305 // 16
+    assert sync_module.pool_chunk_runs(512, 2) == 32
+    assert sync_module.pool_chunk_runs(10_000, 2) == 32  # capped
+    assert sync_module.pool_chunk_runs(10_000, 8) == 32
+    assert sync_module.pool_chunk_runs(1_000, 8) == 15  # 1000 // 64
 
 
 def test_workers_must_be_a_count(tmp_path):
@@ -302,7 +319,8 @@ def test_on_postgresql_workers_hand_their_rows_over_through_temporary_work_files
 
 
 @pytest.mark.postgres
-def test_on_postgresql_a_worker_killed_mid_sync_loses_no_committed_run(scale_home, reference, pg_url, monkeypatch):
+def test_on_postgresql_a_worker_killed_mid_sync_loses_no_committed_run(scale_home, reference, pg_url, monkeypatch,
+                                                                        chunks_of_8):
     runs = sorted(p.name for p in (scale_home / "runs").iterdir())
     engine = open_ledger(pg_url)
     try:
@@ -322,7 +340,7 @@ def test_on_postgresql_a_worker_killed_mid_sync_loses_no_committed_run(scale_hom
 
 
 def test_workers_move_to_new_work_files_and_the_writer_deletes_the_copied_ones(
-        scale_home, reference, tmp_path, monkeypatch):
+        scale_home, reference, tmp_path, monkeypatch, chunks_of_8):
     """With a new file every 20 runs a worker (files of 24: chunks of 8): a file copied
     whole that its worker has left is deleted at the commit, so the work files hold the
     runs ahead of the writer, not the sync's second copy of everything."""
