@@ -580,11 +580,9 @@ def db_upgrade(db) -> None:
     Example:
       omg-ledger db upgrade --db postgresql+psycopg://ledger@db.internal/ledger
     """
-    from .db import current_revision
+    from .db import stored_revision
 
-    engine = open_db(db)
-    with engine.connect() as conn:
-        _say(f"ledger database at revision {current_revision(conn)} (head)")
+    _say(f"ledger database at revision {stored_revision(open_db(db))} (head)")
 
 
 @db_group.command(name="current")
@@ -597,12 +595,10 @@ def db_current(db) -> None:
     Example:
       omg-ledger db current --db ~/.local/share/omg-ledger/ledger.sqlite
     """
-    from .db import current_revision, head_revision, open_ledger_readonly
+    from .db import HEAD_REVISION, open_ledger_readonly, stored_revision
 
-    engine = open_ledger_readonly(config.resolve_db(db), oldest=None)
-    with engine.connect() as conn:
-        current = current_revision(conn)
-    _say(f"current: {current or '(empty database)'}\nhead:    {head_revision()}")
+    current = stored_revision(open_ledger_readonly(config.resolve_db(db), oldest=None))
+    _say(f"current: {current or '(empty database)'}\nhead:    {HEAD_REVISION}")
 
 
 @main.command()

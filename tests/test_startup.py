@@ -104,3 +104,24 @@ def test_a_read_command_that_asks_for_an_engine_still_gets_one(synced_corpus):
     names = imported_modules("-m", "omg_ledger.cli", "show", runs[0]["run_id"], "--home", runs[0]["home"],
                              "--db", synced_corpus)
     assert "sqlalchemy" in heavy_among(names) and "alembic" not in heavy_among(names)
+
+
+def test_db_current_on_a_sqlite_ledger_imports_no_sqlalchemy_nor_alembic(synced_corpus):
+    from omg_ledger.db import head_revision
+
+    names = imported_modules("-m", "omg_ledger.cli", "db", "current", "--db", synced_corpus)
+    assert heavy_among(names) == []
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "db", "current", "--db", synced_corpus],
+                          capture_output=True, text=True, timeout=60)
+    head = head_revision()  # alembic's own word on the head, here in the test
+    assert done.stdout.splitlines() == [f"current: {head}", f"head:    {head}"], done.stdout
+
+
+def test_db_upgrade_of_a_ledger_at_the_head_imports_no_alembic(synced_corpus):
+    from omg_ledger.db import head_revision
+
+    names = imported_modules("-m", "omg_ledger.cli", "db", "upgrade", "--db", synced_corpus)
+    assert "alembic" not in heavy_among(names)
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "db", "upgrade", "--db", synced_corpus],
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout == f"ledger database at revision {head_revision()} (head)\n", done.stdout

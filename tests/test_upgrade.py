@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from omg_ledger.db import HEAD_REVISION, open_ledger
@@ -68,3 +69,37 @@ def test_down_to_0003_and_up_again_keeps_every_fact(tmp_path):
         command.upgrade(alembic_config(conn), "head")
     assert counts() == before
     engine.dispose()
+
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+
+    from omg_ledger.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_db_upgrade_makes_an_empty_sqlite_file_a_ledger_and_current_then_prints_its_revision(tmp_path):
+    from omg_ledger.db import head_revision
+
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()  # a file with no table: current says so, and changes nothing
+    result = _cli("db", "current", "--db", str(empty))
+    assert result.exit_code == 3 and "holds no ledger" in result.stderr, result.stderr
+    assert empty.stat().st_size == 0
+    result = _cli("db", "upgrade", "--db", str(empty))
+    assert result.exit_code == 0 and result.stdout == f"ledger database at revision {head_revision()} (head)\n"
+    result = _cli("db", "current", "--db", str(empty))
+    assert result.stdout == f"current: {head_revision()}\nhead:    {head_revision()}\n"
+
+
+@pytest.mark.postgres
+def test_db_current_and_upgrade_on_an_empty_postgresql_database(pg_url):
+    from omg_ledger.db import head_revision
+
+    result = _cli("db", "current", "--db", pg_url)
+    assert result.exit_code == 3 and "holds no ledger" in result.stderr, result.stderr
+    result = _cli("db", "upgrade", "--db", pg_url)
+    assert result.exit_code == 0 and result.stdout == f"ledger database at revision {head_revision()} (head)\n"
+    result = _cli("db", "current", "--db", pg_url)
+    assert result.exit_code == 0 and result.stdout == f"current: {head_revision()}\nhead:    {head_revision()}\n"
