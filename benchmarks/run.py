@@ -270,13 +270,18 @@ class Suite:
                     break
             self._done(res)
             if backend.name != "sqlite":  # the same sync into SQLite, the reference of the PG target
+                # (as many repetitions as the cold sync: a ratio of medians, not of one lucky run)
                 res = results["cold_sqlite"] = Result("cold_sqlite", n)
-                reference = SqliteBackend(self.work).fresh(f"sqlite-n{n}-reference")
-                sample = self.cli_run(["sync", "--db", reference, *home_arg, "--json"])
-                if self._record(res, sample):
+                for _ in range(self.repeat):
+                    reference = SqliteBackend(self.work).fresh(f"sqlite-n{n}-reference")
+                    sample = self.cli_run(["sync", "--db", reference, *home_arg, "--json"])
+                    if not self._record(res, sample):
+                        break
                     report = orjson.loads(sample.stdout)
                     res.inner.append(report["seconds"])
                     res.note = f"{report['runs_changed']} runs, {report['events_ingested']} events"
+                    if sample.wall > LONG_SCENARIO_SECONDS:
+                        break
                 self._done(res)
             db = self.ledgers.get(n)
             if db is None:
@@ -553,7 +558,7 @@ class Suite:
             lines.append(f"| {target} | {size} | {measured} | {verdict} |")
         if backend_name != "sqlite":
             lines += ["", "On PostgreSQL the one target is issue 14's: its cold sync against SQLite's, the same home "
-                      "synced into SQLite once in this invocation; the SQLite targets are judged by a SQLite run."]
+                      "synced into SQLite in this invocation as often as the cold sync; the SQLite targets are judged by a SQLite run."]
         gaps = BENCH / "GAPS.md"  # the engineers' reading of the misses, kept across runs
         if gaps.exists():
             lines += ["", gaps.read_text().rstrip()]
