@@ -953,8 +953,8 @@ def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iter
 
 
 def pool_chunk_runs(new_runs: int, workers: int) -> int:
-    """The runs of one chunk: at least eight chunks a worker, between POOL_CHUNK_MIN and
-    POOL_CHUNK_MAX runs."""
+    """The runs of one chunk: a worker's share of the new runs in eight chunks, kept
+    between POOL_CHUNK_MIN and POOL_CHUNK_MAX runs."""
     return max(POOL_CHUNK_MIN, min(POOL_CHUNK_MAX, new_runs // (8 * workers)))
 
 

@@ -191,8 +191,8 @@ def test_the_cli_says_a_worker_died_in_one_line_and_exits_75(scale_home, tmp_pat
                      "runs committed so far are kept, the next sync carries on"], result.stderr
 
 
-def test_chunks_grow_with_the_new_runs_and_leave_every_worker_eight_of_them():
-    # At least eight chunks a worker; never fewer than 8 runs a chunk nor more than 32.
+def test_a_chunk_is_an_eighth_of_a_workers_share_between_8_and_32_runs():
+    # A worker's share of the new runs in eight chunks; never fewer than 8 runs a chunk nor more than 32.
     assert sync_module.pool_chunk_runs(100, 2) == 8  # 100 // 16 = 6, raised to 8
     assert sync_module.pool_chunk_runs(305, 2) == 19  # 305 // 16
     assert sync_module.pool_chunk_runs(512, 2) == 32
