@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import time
@@ -86,27 +87,24 @@ def bind_list(params: dict, prefix: str, values: Iterable) -> str:
     return "(" + ", ".join(names) + ")"
 
 
-def upsert_sql(table: str, columns: Sequence[str], keys: Sequence[str], update_columns: Sequence[str],
+@functools.cache
+def upsert_sql(table: str, columns: tuple[str, ...], keys: tuple[str, ...], update_columns: tuple[str, ...],
                mark: str) -> str:
-    """The text of Backend.upsert (table and column names are the schema's own, never input)."""
+    """The text of Backend.upsert, made once per table, columns and placeholder style
+    (table and column names are the schema's own, never input)."""
     action = (f"DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in update_columns)}" if update_columns
               else "DO NOTHING")
     return (f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))}) "
             f"ON CONFLICT ({', '.join(keys)}) {action}")
 
 
-_DEFAULTS: dict[str, dict[str, object]] = {}
-
-
+@functools.cache
 def _scalar_defaults(table) -> dict[str, object]:
     """A table's Python-side column defaults (each a constant, the schema's only kind)."""
-    defaults = _DEFAULTS.get(table.name)
-    if defaults is None:
-        for column in table.columns:
-            if column.default is not None and not column.default.is_scalar:
-                raise TypeError(f"{table.name}.{column.name}: upsert fills constant defaults only")
-        defaults = _DEFAULTS[table.name] = {c.name: c.default.arg for c in table.columns if c.default is not None}
-    return defaults
+    for column in table.columns:
+        if column.default is not None and not column.default.is_scalar:
+            raise TypeError(f"{table.name}.{column.name}: upsert fills constant defaults only")
+    return {c.name: c.default.arg for c in table.columns if c.default is not None}
 
 
 class Backend:
@@ -125,19 +123,13 @@ class Backend:
     def upsert(self, conn: Connection, table, values: dict, keys: Sequence[str],
                update_columns: Iterable[str]) -> None:
         """INSERT … ON CONFLICT (keys) DO UPDATE SET the update columns (DO NOTHING: none),
-        the same text for SQLite and PostgreSQL. Its text is made once per table and
-        columns: building SQLAlchemy's statement (its ``excluded`` columns) on every call
-        cost ~2 ms, a fifth of a cron sync that changed 100 runs. A column left out takes
-        its scalar default, as SQLAlchemy's insert would give it."""
-        defaults = _scalar_defaults(table)
-        row = {**{c: v for c, v in defaults.items() if c not in values}, **values}
-        key = (self.mark, table.name, tuple(row), tuple(keys), tuple(update_columns))
-        sql = self._upserts.get(key)
-        if sql is None:
-            sql = self._upserts[key] = upsert_sql(table.name, *key[2:], self.mark)
+        the same text for SQLite and PostgreSQL (upsert_sql): building SQLAlchemy's
+        statement (its ``excluded`` columns) on every call cost ~2 ms, a fifth of a cron
+        sync that changed 100 runs. A column left out takes its scalar default, as
+        SQLAlchemy's insert would give it."""
+        row = {**{c: v for c, v in _scalar_defaults(table).items() if c not in values}, **values}
+        sql = upsert_sql(table.name, tuple(row), tuple(keys), tuple(update_columns), self.mark)
         conn.exec_driver_sql(sql, tuple(row.values()))
-
-    _upserts: dict[tuple, str] = {}  # (placeholder, table, columns, keys, update columns) -> text
 
     def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> contextlib.AbstractContextManager:
         raise NotImplementedError

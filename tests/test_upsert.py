@@ -13,10 +13,10 @@ from omg_ledger.store import upsert
 
 
 def test_the_text_names_the_conflict_keys_and_sets_only_the_update_columns():
-    assert upsert_sql("plans", ["home_id", "plan_id", "gone"], ["home_id", "plan_id"], ["gone"], "?") == (
+    assert upsert_sql("plans", ("home_id", "plan_id", "gone"), ("home_id", "plan_id"), ("gone",), "?") == (
         "INSERT INTO plans (home_id, plan_id, gone) VALUES (?, ?, ?) "
         "ON CONFLICT (home_id, plan_id) DO UPDATE SET gone = excluded.gone")
-    assert upsert_sql("streams", ["kind", "source", "path"], ["kind", "source", "path"], [], "%s") == (
+    assert upsert_sql("streams", ("kind", "source", "path"), ("kind", "source", "path"), (), "%s") == (
         "INSERT INTO streams (kind, source, path) VALUES (%s, %s, %s) ON CONFLICT (kind, source, path) DO NOTHING")
 
 
