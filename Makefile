@@ -23,9 +23,10 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
-# After adding a migration: the schema a new SQLite ledger is created with (db.py).
+# After adding a migration: the schemas a new SQLite or PostgreSQL ledger is created
+# with (db.py); PostgreSQL's is read from a private server (initdb, pg_ctl, pg_dump).
 head-schema: install
-	$(BIN)/python -c 'from omg_ledger.db import write_head_schema_file; print(write_head_schema_file())'
+	$(BIN)/python -m tests.head_schema
 
 lint: install
 	$(BIN)/ruff check omg_ledger tests benchmarks migrations

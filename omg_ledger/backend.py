@@ -176,6 +176,15 @@ class Backend:
     def table_names(self, conn: Connection) -> set[str]:
         raise NotImplementedError
 
+    def holds_schema_objects(self, conn: Connection) -> bool:
+        """Whether the database holds any table, view, index or sequence (PostgreSQL: in
+        the current schema): only one holding none is given the head schema."""
+        raise NotImplementedError
+
+    def run_schema_statements(self, conn: Connection, statements: Sequence[str]) -> None:
+        """The head schema's statements, in the caller's transaction."""
+        raise NotImplementedError
+
 
 class SQLiteBackend(Backend):
     name = "sqlite"
@@ -185,6 +194,13 @@ class SQLiteBackend(Backend):
 
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'").scalars())
+
+    def holds_schema_objects(self, conn: Connection) -> bool:
+        return bool(conn.exec_driver_sql("SELECT COUNT(*) FROM sqlite_master").scalar())
+
+    def run_schema_statements(self, conn: Connection, statements: Sequence[str]) -> None:
+        for sql in statements:
+            conn.exec_driver_sql(sql)
 
     def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
         # The sync lock is the ledger's (one sync writes a SQLite file at a time) and
@@ -283,6 +299,16 @@ class PostgresBackend(Backend):
     def table_names(self, conn: Connection) -> set[str]:
         return set(conn.exec_driver_sql("SELECT table_name FROM information_schema.tables "
                                         "WHERE table_schema = current_schema()").scalars())
+
+    def holds_schema_objects(self, conn: Connection) -> bool:
+        return bool(conn.exec_driver_sql(
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema())").scalar())
+
+    def run_schema_statements(self, conn: Connection, statements: Sequence[str]) -> None:
+        # One round trip: psycopg sends a text without parameters by the simple query
+        # protocol, which takes many statements (and reads no % as a placeholder).
+        conn.connection.driver_connection.execute("".join(f"{sql};\n" for sql in statements))
 
     @contextlib.contextmanager
     def reading(self, bind) -> Iterator[PostgresReader]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -183,84 +184,135 @@ def _is_at_head(engine: Engine) -> bool:
         return False  # no table yet (a new database) or unreadable: take the full path
 
 
-# A new SQLite ledger is made from the schema the migrations build (every CREATE of its
-# sqlite_master, in their order), not by running them: importing alembic and running
-# eleven revisions on an empty file took ~0.3 s of every first sync. The file names its
-# revision; tests/test_migrations.py keeps it equal, object for object, to a ledger the
-# migrations made, and `make head-schema` writes it again after a new migration.
-HEAD_SCHEMA_FILE = "head-schema.sqlite.sql"
+# A new ledger is made from the schema the migrations build, not by running them:
+# importing alembic and running eleven revisions on an empty database took ~0.3 s of
+# every first sync. The file of each database names its revision; tests/test_migrations.py
+# keeps it equal, object for object, to a ledger the migrations made, and
+# `make head-schema` writes both files again after a new migration. SQLite's is every
+# CREATE of its sqlite_master; PostgreSQL's is pg_dump's schema-only output, with what
+# binds it to one database left out (settings, owners, the schema name: a ledger lives
+# in its connection's current schema).
+HEAD_SCHEMA_FILES = {"sqlite": "head-schema.sqlite.sql", "postgresql": "head-schema.postgresql.sql"}
+HEAD_SCHEMA_FILE = HEAD_SCHEMA_FILES["sqlite"]
 HEAD_SCHEMA_STATEMENT_END = "\n;\n"
+_DATABASE_TITLES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
-def _head_schema_header(revision: str) -> str:
-    return f"-- omg-ledger's SQLite schema at revision {revision}, as the migrations build it (make head-schema)"
+def _head_schema_header(dialect: str, revision: str) -> str:
+    return (f"-- omg-ledger's {_DATABASE_TITLES[dialect]} schema at revision {revision}, "
+            "as the migrations build it (make head-schema)")
 
 
-def head_schema_sql(conn: Connection) -> str:
-    """The head-schema file for the SQLite ledger on ``conn`` (one made by the migrations):
-    tables and views in the order they were made, indexes by name (a migration may make
-    a table's indexes in any order)."""
+def head_schema_sql(conn: Connection, pg_dump: str | None = None) -> str:
+    """The head-schema file for the ledger on ``conn`` (one made by the migrations).
+    SQLite: tables and views in the order they were made, indexes by name (a migration
+    may make a table's indexes in any order). PostgreSQL: what ``pg_dump`` (its path)
+    prints of the database, in its order."""
+    dialect = backend_of(conn).name
     revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    statements = [sql for (sql,) in conn.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
-        "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 WHEN 'view' THEN 2 ELSE 3 END, "
-        "CASE type WHEN 'index' THEN name END, rowid")]
-    return _head_schema_header(revision) + "\n" + "".join(sql + HEAD_SCHEMA_STATEMENT_END for sql in statements)
+    if dialect == "sqlite":
+        statements = [sql for (sql,) in conn.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE sql IS NOT NULL AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+            "ORDER BY CASE type WHEN 'table' THEN 0 WHEN 'index' THEN 1 WHEN 'view' THEN 2 ELSE 3 END, "
+            "CASE type WHEN 'index' THEN name END, rowid")]
+    else:
+        statements = postgresql_schema_statements(_pg_dump_schema(conn, pg_dump))
+    return (_head_schema_header(dialect, revision) + "\n"
+            + "".join(sql + HEAD_SCHEMA_STATEMENT_END for sql in statements))
 
 
-def write_head_schema_file() -> Path:
-    """Run the migrations on a new SQLite file and write its head-schema file (the
-    checkout's migrations/, which an editable install reads)."""
+def _pg_dump_schema(conn: Connection, pg_dump: str | None) -> str:
+    import subprocess
+
+    if pg_dump is None:
+        raise ValueError("a PostgreSQL head schema is read with pg_dump: give its path")
+    url = conn.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return subprocess.run([pg_dump, "--schema-only", "--no-owner", "--no-privileges", "--no-comments",
+                           "--schema", conn.exec_driver_sql("SELECT current_schema()").scalar(), "-d", url],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def postgresql_schema_statements(dump: str) -> list[str]:
+    """pg_dump's schema-only output as statements that build the same objects in any
+    database's current schema: its comments, psql meta-commands, session settings (the
+    empty search_path among them) and the schema's own CREATE left out, and the schema
+    qualifier taken off every name. Each statement ends at a line that ends with ';' (the ledger has no
+    function bodies, which could hold such lines: refused)."""
+    if "$$" in dump:
+        raise ValueError("pg_dump's output holds a function body: split it by hand")
+    schema = re.search(r"^CREATE TABLE (\w+)\.", dump, re.MULTILINE)
+    if schema is None:
+        raise ValueError("pg_dump's output creates no table")
+    qualifier = re.compile(rf"\b{schema.group(1)}\.(?=\w)")
+    statements, lines = [], []
+    for line in dump.splitlines():
+        if not lines and (not line.strip() or line.startswith(("--", "\\", "SET ", "SELECT pg_catalog.set_config("))):
+            continue
+        lines.append(qualifier.sub("", line))
+        if line.endswith(";"):
+            statement = "\n".join(lines)[:-1]
+            if statement != f"CREATE SCHEMA {schema.group(1)}":
+                statements.append(statement)
+            lines = []
+    if lines:
+        raise ValueError(f"pg_dump's output ends inside a statement: {lines[0]!r}")
+    return statements
+
+
+def write_head_schema_file(url: str | None = None, pg_dump: str | None = None) -> Path:
+    """Run the migrations on a new ledger and write its head-schema file (the checkout's
+    migrations/, which an editable install reads): SQLite in a temporary file; with
+    ``url``, the empty PostgreSQL database there, read back with ``pg_dump``."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as work:
-        engine = create_ledger_engine(os.path.join(work, "ledger.sqlite"))
+        engine = create_ledger_engine(url or os.path.join(work, "ledger.sqlite"))
         try:
             migrate(engine, from_head_schema=False)
             with engine.connect() as conn:
-                text = head_schema_sql(conn)
+                text = head_schema_sql(conn, pg_dump)
         finally:
             engine.dispose()
-    target = migrations_dir() / HEAD_SCHEMA_FILE
+    target = migrations_dir() / HEAD_SCHEMA_FILES[backend_of(engine).name]
     target.write_text(text, encoding="utf-8")
     return target
 
 
-def _head_schema_statements() -> list[str] | None:
+def _head_schema_statements(dialect: str) -> list[str] | None:
     """The packaged head schema's statements, or None when it is not this package's head
     (then the migrations run, as for any other database)."""
     try:
-        text = (migrations_dir() / HEAD_SCHEMA_FILE).read_text(encoding="utf-8")
-    except OSError:
+        text = (migrations_dir() / HEAD_SCHEMA_FILES[dialect]).read_text(encoding="utf-8")
+    except (OSError, KeyError):
         return None
     first, _, body = text.partition("\n")
-    if first != _head_schema_header(HEAD_REVISION):
+    if first != _head_schema_header(dialect, HEAD_REVISION):
         return None
     return [sql for sql in body.split(HEAD_SCHEMA_STATEMENT_END) if sql.strip()]
 
 
 def _create_at_head(engine: Engine) -> bool:
-    """A SQLite ledger with no schema object yet is given the head schema in one write
-    transaction (two first syncs queue on BEGIN IMMEDIATE; the second finds the tables).
-    False: not SQLite, not empty, or no head schema packaged: migrate instead."""
-    if backend_of(engine).name != "sqlite":
-        return False
-    statements = _head_schema_statements()
+    """A database with no schema object yet (PostgreSQL: in its current schema) is given
+    the head schema in one write transaction, under the migration lock (two first syncs
+    queue; the second finds the tables). False: not empty, or no head schema packaged for
+    it: migrate instead."""
+    backend = backend_of(engine)
+    statements = _head_schema_statements(backend.name)
     if statements is None:
         return False
     with write_transaction(engine) as conn:
-        if conn.exec_driver_sql("SELECT COUNT(*) FROM sqlite_master").scalar():
+        backend.lock_migrations(conn)
+        if backend.holds_schema_objects(conn):
             return False
-        for sql in statements:
-            conn.exec_driver_sql(sql)
-        conn.exec_driver_sql("INSERT INTO alembic_version (version_num) VALUES (?)", (HEAD_REVISION,))
+        backend.run_schema_statements(conn, statements)
+        conn.exec_driver_sql(f"INSERT INTO alembic_version (version_num) VALUES ({backend.mark})", (HEAD_REVISION,))
     return True
 
 
 def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_schema: bool = True) -> None:
     """Bring the database to head; refuse one that is ahead of this omg-ledger.
-    ``from_head_schema``: a new SQLite file takes the packaged head schema (False: run
-    the migrations, as tests do to check that schema)."""
+    ``from_head_schema``: a new database takes the packaged head schema (False: run the
+    migrations, as tests do to check that schema)."""
     if _is_at_head(engine):
         return
     from sqlalchemy.exc import OperationalError

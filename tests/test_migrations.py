@@ -149,3 +149,120 @@ def test_a_sqlite_file_holding_other_tables_is_migrated_not_given_the_head_schem
     engine = open_ledger(str(db))
     names = {name for _, name, *_ in _schema_objects(engine)[0]}
     assert "notes" in names and "runs" in names
+
+
+# -- PostgreSQL's head schema (a real server, its own pg_dump) --------------------------
+
+def _pg_schema_dump(pg_server, url: str) -> str:
+    """Everything pg_dump prints of a database's schema (the random key of its \\restrict
+    lines left out)."""
+    from sqlalchemy.engine import make_url
+
+    from .head_schema import pg_dump_of
+
+    libpq_url = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dump = subprocess.run([pg_dump_of(pg_server), "--schema-only", "-d", libpq_url],
+                          check=True, capture_output=True, text=True).stdout
+    return "\n".join(line for line in dump.splitlines() if not line.startswith(("\\restrict", "\\unrestrict")))
+
+
+def _migrated_postgresql_ledger(url: str):
+    from omg_ledger.db import create_ledger_engine, migrate
+
+    engine = create_ledger_engine(url)
+    migrate(engine, from_head_schema=False)
+    return engine
+
+
+def test_the_packaged_postgresql_head_schema_is_what_the_migrations_build(pg_server, pg_url):
+    from omg_ledger.db import HEAD_SCHEMA_FILES, head_schema_sql, migrations_dir
+
+    from .head_schema import pg_dump_of
+
+    engine = _migrated_postgresql_ledger(pg_url)
+    with engine.connect() as conn:
+        built = head_schema_sql(conn, pg_dump_of(pg_server))
+    engine.dispose()
+    packaged = (migrations_dir() / HEAD_SCHEMA_FILES["postgresql"]).read_text(encoding="utf-8")
+    assert packaged == built, "the migrations changed: run `make head-schema` and commit the file"
+
+
+def test_a_new_postgresql_ledger_from_the_head_schema_equals_one_the_migrations_made(pg_server, pg_url):
+    made_url = pg_server.create_database(f"made_{os.getpid()}")
+    try:
+        made = open_ledger(made_url)
+        migrated = _migrated_postgresql_ledger(pg_url)
+        dumps = [_pg_schema_dump(pg_server, url) for url in (made_url, pg_url)]
+        revisions = []
+        for engine in (made, migrated):
+            with engine.connect() as conn:
+                revisions.append(conn.exec_driver_sql("SELECT version_num FROM alembic_version").all())
+            engine.dispose()
+    finally:
+        pg_server.drop_database(f"made_{os.getpid()}")
+    assert dumps[1].count("CREATE TABLE") > 15 and dumps[1].count("CREATE VIEW") >= 7
+    assert "CREATE INDEX ix_nodes_verdict" in dumps[1] and "nextval('public.runs_id_seq'" in dumps[1]
+    assert dumps[0] == dumps[1]
+    assert revisions == [[(head_revision(),)]] * 2
+
+
+def test_a_new_postgresql_ledger_is_made_without_alembic_and_a_sync_into_it_works(pg_url):
+    code = ("import sys; from omg_ledger.db import open_ledger; open_ledger(sys.argv[1]).dispose(); "
+            "print(sorted(m for m in ('alembic', 'alembic.command') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code, pg_url], capture_output=True, text=True, cwd=REPO)
+    assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "[]", "")
+    from omg_ledger.sync import Home, sync
+
+    engine = open_ledger(pg_url)
+    report = sync(engine, [Home.from_path(str(CORPUS_HOME), "corpus")])
+    with engine.connect() as conn:
+        runs = conn.exec_driver_sql("SELECT COUNT(*) FROM runs").scalar()
+        keys = conn.exec_driver_sql("SELECT nextval('runs_id_seq') > MAX(id) FROM runs").scalar()
+    engine.dispose()
+    assert runs == report.runs_changed == len([p for p in (CORPUS_HOME / "runs").iterdir() if p.is_dir()])
+    assert keys is True  # the sequence's default is wired to runs.id, as the migrations wire it
+
+
+def test_a_postgresql_database_holding_other_tables_is_migrated_not_given_the_head_schema(pg_url):
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    libpq_url = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (body text)")
+    code = ("import sys; from omg_ledger.db import open_ledger; open_ledger(sys.argv[1]).dispose(); "
+            "print('alembic' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code, pg_url], capture_output=True, text=True, cwd=REPO)
+    assert (result.returncode, result.stdout.strip()) == (0, "True"), result.stderr
+    with psycopg.connect(libpq_url) as conn:
+        tables = {name for (name,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"notes", "runs", "events", "alembic_version"} <= tables
+
+
+def test_a_new_postgresql_ledger_is_made_in_the_connections_current_schema(pg_url):
+    """The head schema names no schema: a ledger whose connection sets search_path is
+    made there, as the migrations would make it."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    libpq_url = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA books")
+    engine = open_ledger(pg_url + "&options=-csearch_path%3Dbooks")
+    from omg_ledger.sync import Home, sync
+
+    sync(engine, [Home.from_path(str(CORPUS_HOME), "corpus")])
+    engine.dispose()
+    with psycopg.connect(libpq_url) as conn:
+        placed = dict(conn.execute("SELECT schemaname, COUNT(*) FROM pg_tables "
+                                   "WHERE schemaname IN ('public', 'books') GROUP BY 1").fetchall())
+        runs = conn.execute("SELECT COUNT(*) FROM books.runs").fetchone()[0]
+    assert placed == {"books": len([t for t in _head_tables()])}
+    assert runs == len([p for p in (CORPUS_HOME / "runs").iterdir() if p.is_dir()])
+
+
+def _head_tables() -> list[str]:
+    from omg_ledger.db import HEAD_SCHEMA_FILES, migrations_dir
+
+    text = (migrations_dir() / HEAD_SCHEMA_FILES["postgresql"]).read_text(encoding="utf-8")
+    return [line.split()[2] for line in text.splitlines() if line.startswith("CREATE TABLE ")]
