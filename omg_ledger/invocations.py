@@ -26,7 +26,6 @@ Decisions that are ours (not the runner's) are spelled out where they are made:
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import orjson
+
+from .units import RFC3339_DATE_TIME
 
 __all__ = [
     "JUDGED_STATUSES",
@@ -113,18 +114,6 @@ class InvocationLineError(ValueError):
         super().__init__(f"{', '.join(where)}: {reason}" if where else reason)
 
 
-# RFC 3339 section 5.6 ``date-time``: full date, "T" (or "t"; the RFC also allows
-# a space), full time with seconds, optional fraction, and a *mandatory* offset.
-# ASCII digits only (``\d`` would accept other Unicode digits).
-_RFC3339 = re.compile(
-    r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})"
-    r"[Tt ]"
-    r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
-    r"(?:\.(?P<frac>[0-9]+))?"
-    r"(?P<offset>[Zz]|[+-][0-9]{2}:[0-9]{2})"
-)
-
-
 def parse_rfc3339(value: str) -> datetime:
     """Parse an RFC 3339 date-time into an aware :class:`datetime`.
 
@@ -133,7 +122,7 @@ def parse_rfc3339(value: str) -> datetime:
     (``:60``) are rejected: Python cannot represent them and the runner's
     ``Date#toISOString`` never emits them.
     """
-    m = _RFC3339.fullmatch(value)
+    m = RFC3339_DATE_TIME.fullmatch(value)
     if m is None:
         raise ValueError("not an RFC 3339 date-time (expected e.g. 2024-05-01T10:00:00.000Z)")
     frac = m["frac"]

@@ -58,6 +58,18 @@ def instant_in_range(us: int) -> bool:
 _ENGINE_TS = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z\Z")
 # The same shape in ASCII digits only (\d above also takes other scripts' digits).
 _ASCII_ENGINE_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?Z\Z")
+# RFC 3339 section 5.6 ``date-time``: full date, "T" (or "t"; the RFC also allows a
+# space), full time with seconds, optional fraction, and a *mandatory* offset. ASCII
+# digits only (``\d`` would accept other Unicode digits). Python's fromisoformat alone
+# also takes any character as the separator (a NUL included), ISO 8601 week dates,
+# basic format and hour-only offsets.
+RFC3339_DATE_TIME = re.compile(
+    r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})"
+    r"[Tt ]"
+    r"(?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})"
+    r"(?:\.(?P<frac>[0-9]+))?"
+    r"(?P<offset>[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
 # The last second the fast path converted ("YYYY-MM-DDTHH:MM:SS") and its epoch
 # microseconds: a stream's lines come in bursts, and one entry is all the memory this
 # takes.
@@ -79,8 +91,10 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
 
     Returns (normalized UTC text with microseconds, epoch microseconds). Nanoseconds
     beyond the microsecond are truncated: ts is a display clock, never a sort key.
-    An instant outside INSTANT_RANGE is refused unless ``check_range`` is false (for
-    re-reading what an older omg-ledger already stored).
+    Only RFC 3339's shape is taken (date, 'T' or a space, time, 'Z' or ±hh:mm), and an
+    instant outside INSTANT_RANGE is refused, unless ``check_range`` is false: re-reading
+    what an older omg-ledger already stored, which took any separator and ISO 8601's
+    other spellings, and no range.
     """
     global _last_second
     if type(text) is str and _ASCII_ENGINE_TS.match(text) is not None:
@@ -126,7 +140,8 @@ def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
             if check_range and not instant_in_range(epoch + micros):
                 raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
             return f"{y}-{mo}-{d}T{h}:{mi}:{s}.{micros:06d}Z", epoch + micros
-    if not isinstance(text, str) or len(text) < 20 or len(text) > 64:
+    if not isinstance(text, str) or len(text) < 20 or len(text) > 64 \
+            or (check_range and RFC3339_DATE_TIME.fullmatch(text) is None):
         raise BadTimestamp(f"not an RFC 3339 timestamp: {text!r}")
     s = text.strip()
     if s[-1] in "zZ":

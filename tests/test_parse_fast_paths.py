@@ -311,12 +311,41 @@ def test_impossible_dates_and_times_are_refused(text):
 
 
 @pytest.mark.parametrize(("text", "micros"), [
-    ("2026-11-29T18:15:12.Z", 0),  # an empty fraction, padded
     ("2026-11-29T18:15:12.1234567890Z", 123456),  # ten digits: past the engine's nine
     ("2026-11-29 18:15:12Z", 0),  # a space for the T (RFC 3339 allows it)
+    ("2026-11-29t18:15:12z", 0),  # and lower case
+    ("2026-11-29T19:45:12+01:30", 0),
 ])
 def test_lenient_shapes_outside_the_fast_path_are_read_by_the_general_path(text, micros):
     assert parse_timestamp(text) == (f"2026-11-29T18:15:12.{micros:06d}Z", utc_us(2026, 11, 29, 18, 15, 12, micros))
+
+
+# What Python's fromisoformat takes and RFC 3339's date-time is not: refused in new
+# input; read as before where an older omg-ledger stored such a line (check_range=False).
+NOT_RFC3339 = {
+    "nul-separator": ("2026-11-29\x0018:15:12Z", 0),
+    "letter-separator": ("2026-11-29X18:15:12Z", 0),
+    "empty-fraction": ("2026-11-29T18:15:12.Z", 0),
+    "week-date": ("2026-W48-7T18:15:12Z", 0),
+    "basic-format": ("20261129T181512.5+00:00", 500000),
+    "comma-fraction": ("2026-11-29T18:15:12,5Z", 500000),
+    "hour-only-offset": ("2026-11-29T19:15:12.5+01", 500000),
+    "offset-without-colon": ("2026-11-29T19:15:12.5+0100", 500000),
+    "leading-space": (" 2026-11-29T18:15:12Z", 0),
+    "trailing-newline": ("2026-11-29T18:15:12Z\n", 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_RFC3339))
+def test_what_is_not_rfc3339_is_refused_in_new_input_and_read_where_it_was_stored(name):
+    text, micros = NOT_RFC3339[name]
+    with pytest.raises(BadTimestamp) as caught:
+        parse_timestamp(text)
+    assert str(caught.value) == f"not an RFC 3339 timestamp: {text!r}"
+    line = orjson.dumps({"schema": 3, "ts": text, "event": "run_started"})
+    assert parsed(line) == Rejected(f"not an RFC 3339 timestamp: {text!r}")
+    assert parse_timestamp(text, check_range=False) == (f"2026-11-29T18:15:12.{micros:06d}Z",
+                                                        utc_us(2026, 11, 29, 18, 15, 12, micros))
 
 
 def test_the_range_is_checked_on_the_fast_path():
