@@ -150,6 +150,31 @@ def test_a_node_left_running_in_an_abandoned_leg_is_interrupted_and_its_call_unr
     assert show_run(engine, other)["unrecorded_attempts"] == 1
 
 
+def test_abandoned_runs_list_their_interrupted_nodes_and_since_counts_only_the_window_s_killed_calls(
+        db_url, tmp_path):
+    # Two dead legs (nobody holds resume.lock): an older run that left b and c running,
+    # and a newer one that left x. `since` never hides an orphan, but only the newer run's
+    # killed call falls in a window that starts between them.
+    home = tmp_path / "home"
+    older, newer = RUN, "20261129-120000.000000001-1"
+    for run_id, hour, left in ((older, "10", ["c", "b"]), (newer, "12", ["x"])):
+        stream = [ev(run_id, t(f"{hour}:00:00"), "run_started")]
+        stream += [ev(run_id, t(f"{hour}:00:0{n + 1}"), "node_started", node_id=node) for n, node in enumerate(left)]
+        run_dir = write_run(home, run_id, stream, state(run_id, "g", {node: {"verdict": ""} for node in left}))
+        (run_dir / "resume.lock").write_text(f"oh-my-graph-lock 1\n{2**22 + 17}\n")
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    listed = {r["run_id"]: (r["status"], r["unrecorded_attempts"]) for r in list_runs(engine)}
+    assert listed == {older: ("ABANDONED", 2), newer: ("ABANDONED", 1)}
+    everything = audit_report(engine, now=NOW)
+    window = audit_report(engine, since="2026-11-29T11:00:00Z", now=NOW)
+    for report in (everything, window):
+        assert [(a["run_id"], a["interrupted_nodes"]) for a in report["abandoned"]] == [(newer, ["x"]),
+                                                                                         (older, ["b", "c"])]
+    assert everything["unknown_cost"]["unrecorded_attempts"] == 3
+    assert window["unknown_cost"]["unrecorded_attempts"] == 1
+
+
 def test_the_last_leg_decides_why_a_run_paused(db_url, tmp_path):
     # Leg 1 hit a session limit; leg 2 (the resume) paused at gate g: it waits at the gate.
     home = tmp_path / "home"

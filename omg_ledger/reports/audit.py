@@ -53,7 +53,7 @@ from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIM
 from ..timespec import parse_since
 from ..units import format_instant, us_to_instant
 from .problems import list_problems
-from .runs import list_runs
+from .runs import list_runs, running_nodes
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -244,24 +244,20 @@ def _budget(reader, since_us: int | None) -> dict:
     return {"overruns": overruns}
 
 
-def _left_running(reader, home: str, run_id: str) -> list[str]:
-    """The nodes an abandoned run's dead leg left running: interrupted (status.node_state)."""
-    return [node_id for (node_id,) in reader.rows(
-        f"SELECT n.node_id {_NODES} WHERE h.label = :home AND r.run_id = :run_id AND n.state = 'running' "
-        "ORDER BY n.node_id", {"home": home, "run_id": run_id})]
-
-
 def _live(engine: Engine, reader, since_us: int | None) -> tuple[list, dict, int]:
     """ABANDONED and PAUSED runs now, however old (`since` does not hide them: the daily
     cron use must keep warning about an orphan). Also the killed calls of the abandoned
-    runs in the window, which no stored count holds yet (status.unrecorded_attempts)."""
+    runs in the window, which no stored count holds yet (status.unrecorded_attempts).
+    The runs are probed once; the nodes their dead legs left running (status.node_state's
+    interrupted ones) are one query for all of them."""
     live = list_runs(engine, statuses=(ABANDONED, PAUSED))
+    left_running = running_nodes(reader) if any(r["status"] == ABANDONED for r in live) else {}
     abandoned = [{"home": r["home"], "run_id": r["run_id"], "graph": r["graph"], "last_event_at": r["last_event_at"],
-                  "has_snapshot": r["has_snapshot"], "interrupted_nodes": _left_running(reader, r["home"], r["run_id"]),
+                  "has_snapshot": r["has_snapshot"], "interrupted_nodes": left_running.get((r["home"], r["run_id"]), []),
                   "hint": r["hint"]}
                  for r in live if r["status"] == ABANDONED]
-    in_window = {(r["home"], r["run_id"]) for r in list_runs(engine, since_us=since_us, statuses=(ABANDONED,))} \
-        if since_us is not None else {(r["home"], r["run_id"]) for r in abandoned}
+    in_window = _open_leg_runs_since(reader, since_us) if since_us is not None \
+        else {(r["home"], r["run_id"]) for r in abandoned}
     killed = sum(r["nodes_interrupted"] for r in live
                  if r["status"] == ABANDONED and (r["home"], r["run_id"]) in in_window)
     paused: dict[str, list] = {GATE: [], SESSION_LIMIT: [], OTHER: []}
@@ -270,6 +266,15 @@ def _live(engine: Engine, reader, since_us: int | None) -> tuple[list, dict, int
             paused[p["paused_for"]].append({"home": p["home"], "run_id": p["run_id"], "graph": p["graph"],
                                             "hint": p["hint"], "gate": p["gate"]})
     return abandoned, paused, killed
+
+
+def _open_leg_runs_since(reader, since_us: int) -> set[tuple[str, str]]:
+    """(home, run id) of the listed runs (billed copies) with an open last leg and an event
+    at or after ``since_us``: the window runs.iter_runs gives abandoned runs, without
+    probing them again."""
+    return set(reader.rows("SELECT h.label, r.run_id FROM runs r JOIN homes h ON h.id = r.home_id "
+                           "WHERE r.billed AND r.last_leg_open AND r.last_event_at_us >= :since_us",
+                           {"since_us": since_us}))
 
 
 def _findings(reader, since_us: int | None) -> list:

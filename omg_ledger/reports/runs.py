@@ -45,8 +45,26 @@ LIST_COLUMNS = _SUMMARY_COLUMNS + FACT_COLUMNS
 _FACTS = slice(len(_SUMMARY_COLUMNS), len(LIST_COLUMNS))
 _LIST_SQL = ("SELECT " + ", ".join(f"r.{name}" for name in LIST_COLUMNS) + ", h.label"
              " FROM runs r JOIN homes h ON h.id = r.home_id")
-_PK, _DIR_PATH = LIST_COLUMNS.index("id"), LIST_COLUMNS.index("dir_path")
-_LEFT_RUNNING_SQL = "SELECT COUNT(*) FROM nodes WHERE run_pk = :run_pk AND state = 'running'"
+_RUN_ID, _DIR_PATH = LIST_COLUMNS.index("run_id"), LIST_COLUMNS.index("dir_path")
+# The nodes left running by every run whose last leg is open (only such a run can be
+# ABANDONED): read once for a listing, when its first abandoned run is met. A query per
+# abandoned run cost a round trip each on PostgreSQL (~200 of them at 10,000 runs).
+# (The IN form makes SQLite start from ix_runs_last_leg_open; the plain join scanned
+# every node row: 13 ms against 2 ms at 10,000 runs.)
+_RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN runs r ON r.id = n.run_pk "
+                      "JOIN homes h ON h.id = r.home_id "
+                      "WHERE n.run_pk IN (SELECT id FROM runs WHERE last_leg_open) AND n.state = 'running' "
+                      "ORDER BY h.label, r.run_id, n.node_id")
+
+
+def running_nodes(reader) -> dict[tuple[str, str], list[str]]:
+    """(home label, run id) → the ids of the nodes it leaves running, in id order, for
+    every run whose last leg is open (status.node_state's interrupted nodes when the run
+    is ABANDONED)."""
+    nodes: dict[tuple[str, str], list[str]] = {}
+    for home, run_id, node_id in reader.rows(_RUNNING_NODES_SQL):
+        nodes.setdefault((home, run_id), []).append(node_id)
+    return nodes
 
 
 def _money(nanos: int | None) -> float | None:
@@ -129,13 +147,18 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
     from_columns = StatusFacts.from_columns
+    left_running = None
     with reading(engine) as reader:
         for row in reader.rows(query, params):
             facts = from_columns(*row[_FACTS])
             status = status_of(facts, row[_DIR_PATH])
             if statuses and status not in statuses:
                 continue
-            left = int(reader.scalar(_LEFT_RUNNING_SQL, {"run_pk": row[_PK]}) or 0) if status == ABANDONED else 0
+            left = 0
+            if status == ABANDONED:
+                if left_running is None:
+                    left_running = running_nodes(reader)
+                left = len(left_running.get((row[-1], row[_RUN_ID]), ()))
             yield _summary(row, status, left, facts)
 
 
