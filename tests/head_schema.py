@@ -6,7 +6,7 @@ that the packaged files equal what this writes."""
 from __future__ import annotations
 
 from omg_ledger.db import write_head_schema_file
-from tests.pgserver import PostgresServer
+from tests.pgserver import PostgresServer, PostgresServerError
 
 
 def pg_dump_of(server: PostgresServer) -> str:
@@ -16,8 +16,11 @@ def pg_dump_of(server: PostgresServer) -> str:
 
 def main() -> None:
     print(write_head_schema_file())
-    with PostgresServer() as server:
-        print(write_head_schema_file(server.create_database("head_schema"), pg_dump_of(server)))
+    try:
+        with PostgresServer() as server:
+            print(write_head_schema_file(server.create_database("head_schema"), pg_dump_of(server)))
+    except PostgresServerError as exc:
+        raise SystemExit(f"PostgreSQL's head schema is not written: {exc}") from None
 
 
 if __name__ == "__main__":  # python -m tests.head_schema, from the checkout
