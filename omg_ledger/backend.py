@@ -55,12 +55,34 @@ class Reader:
         row = self._execute(sql, params).fetchone()
         return None if row is None else row[0]
 
+    def table_rows(self, table: str, where: str, params: dict, order_by: str) -> list[dict]:
+        """Every column of ``table``'s rows matching ``where``, as dicts, booleans as bool
+        (``table`` and the clauses are the caller's text, never input)."""
+        flags = self.boolean_columns(table)
+        rows = list(self.dicts(f"SELECT * FROM {table} WHERE {where} ORDER BY {order_by}", params))
+        if flags:
+            for row in rows:
+                for name in flags:
+                    if row.get(name) is not None:
+                        row[name] = bool(row[name])
+        return rows
+
+    def boolean_columns(self, table: str) -> frozenset[str]:
+        """The columns of ``table`` that hold booleans the driver hands back as something
+        else (none, unless the dialect says otherwise)."""
+        return frozenset()
+
 
 class SQLiteReader(Reader):
     name = "sqlite"
 
     def _execute(self, sql: str, params: dict | None):
         return self.conn.execute(sql, params or {})
+
+    def boolean_columns(self, table: str) -> frozenset[str]:
+        # sqlite3 gives a BOOLEAN column's 0 and 1 as ints; the schema declares the type.
+        return frozenset(name for (name,) in self.conn.execute(
+            "SELECT name FROM pragma_table_info(?) WHERE upper(type) = 'BOOLEAN'", (table,)))
 
 
 _NAMED_PARAM = re.compile(r"(?<![:\w]):(\w+)")

@@ -90,6 +90,39 @@ def test_reports_are_the_same_through_sqlite3_and_through_a_sqlalchemy_engine(sy
     assert len(orjson.loads(through_sqlite3["runs"])) == 25
 
 
+def _shown_alike(detail: dict) -> dict:
+    """A run's show, less what each sync stamps on its own problems (ids and times)."""
+    for problem in detail["problems"]:
+        for stamp in ("id", "first_seen_at", "last_seen_at", "resolved_at"):
+            problem.pop(stamp, None)
+    return detail
+
+
+def test_show_gives_every_run_alike_on_sqlite_and_postgresql(synced, pg_url):
+    """show reads `SELECT *` rows through the DB-API: sqlite3 hands a BOOLEAN back as 0 or
+    1, psycopg as a bool. The JSON of every run and copy, value for value and type for
+    type, is the same from the two databases synced from the same homes."""
+    from omg_ledger.db import RUN_TABLES_SINCE, open_ledger_readonly
+    from omg_ledger.reports.runs import list_runs, show_run
+
+    from .conftest import CORPUS_HOME
+
+    _sync(pg_url, CORPUS_HOME, EXAMPLES)
+    lite, pg = open_ledger_readonly(synced, RUN_TABLES_SINCE), open_ledger_readonly(pg_url, RUN_TABLES_SINCE)
+    con = sqlite3.connect(synced)
+    copies = con.execute("SELECT r.run_id, h.label FROM runs r JOIN homes h ON h.id = r.home_id").fetchall()
+    con.close()
+    assert len(copies) == 50 and len(list_runs(lite)) == 25
+    flags = set()
+    for run_id, home in copies:
+        shown = _shown_alike(show_run(lite, run_id, home))
+        assert _json(shown) == _json(_shown_alike(show_run(pg, run_id, home))), (run_id, home)
+        flags |= {(table, key) for table in ("nodes", "rounds", "charges") for item in shown[table]
+                  for key, value in item.items() if value is True or value is False}
+    assert {("nodes", "budget_overrun"), ("rounds", "cost_unknown"), ("charges", "cost_unknown")} <= flags
+    pg.dispose()
+
+
 def test_the_sql_text_prefilter_keeps_the_runs_status_could_be_keeps(synced):
     """reports.runs.could_be_sql is status.could_be (checked against derive by test_status)."""
     import sqlalchemy as sa

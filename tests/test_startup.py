@@ -95,14 +95,20 @@ def test_read_commands_on_a_sqlite_ledger_import_no_sqlalchemy_nor_alembic(synce
     assert heavy_among(names) == []
 
 
-def test_a_read_command_that_asks_for_an_engine_still_gets_one(synced_corpus):
-    """show reads through SQLAlchemy: the handle makes the Engine on demand (the check would see it)."""
+def test_show_on_a_sqlite_ledger_imports_no_sqlalchemy_nor_alembic(synced_corpus):
     import json
 
     runs = json.loads(subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--json", "--db", synced_corpus],
                                      capture_output=True, text=True, timeout=60).stdout)
-    names = imported_modules("-m", "omg_ledger.cli", "show", runs[0]["run_id"], "--home", runs[0]["home"],
-                             "--db", synced_corpus)
+    for argv in (["show", runs[0]["run_id"], "--home", runs[0]["home"]], ["show", runs[-1]["run_id"][:15], "--json"]):
+        names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_corpus)
+        assert "sqlite3" in names and "omg_ledger.ledger" in names
+        assert heavy_among(names) == []
+
+
+def test_a_read_command_that_asks_for_an_engine_still_gets_one(synced_corpus):
+    """homes reads through SQLAlchemy: the handle makes the Engine on demand (the check would see it)."""
+    names = imported_modules("-m", "omg_ledger.cli", "homes", "--db", synced_corpus)
     assert "sqlalchemy" in heavy_among(names) and "alembic" not in heavy_among(names)
 
 

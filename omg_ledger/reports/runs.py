@@ -1,8 +1,7 @@
 """`runs` and `show`: one row per run with its live status; one run in full.
 
-The listing reads through the DB-API (backend.reading) in SQL text: it is the hot path of
-`runs` and `audit`, and importing SQLAlchemy alone costs more than its query. `show`
-reads one run through SQLAlchemy.
+Both read through the DB-API (backend.reading) in SQL text: the listing is the hot path
+of `runs` and `audit`, and importing SQLAlchemy alone costs more than either's queries.
 """
 
 from __future__ import annotations
@@ -170,87 +169,88 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
 AMBIGUOUS_LISTED = 20
 
 
-def resolve_run(conn, run_id: str, home_label: str | None = None):
-    """The run an id (or a unique prefix) names. Copies of one run in several homes
-    are one run: its billed copy, unless ``home_label`` picks a copy."""
-    from sqlalchemy import select
+_RUN_SQL = "SELECT r.*, h.label FROM runs r JOIN homes h ON h.id = r.home_id"
 
-    from .. import schema
 
-    runs, homes = schema.runs, schema.homes
-    base = select(*schema.runs.c, homes.c.label, runs.c.stream_identity, runs.c.billed).select_from(
-        runs.join(homes, homes.c.id == runs.c.home_id))
+def _run_rows(reader, conditions: list[str], params: dict, order_by: str = "h.label") -> list[dict]:
+    flags = reader.boolean_columns("runs")
+    rows = list(reader.dicts(f"{_RUN_SQL} WHERE {' AND '.join(conditions)} ORDER BY {order_by}", params))
+    for row in rows:
+        for name in flags:
+            if row.get(name) is not None:
+                row[name] = bool(row[name])
+    return rows
+
+
+def _like_prefix(text: str) -> str:
+    """A LIKE pattern for what starts with ``text`` (its own %, _ and / escaped by /)."""
+    return text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+def resolve_run(reader, run_id: str, home_label: str | None = None) -> dict:
+    """The run an id (or a unique prefix) names, as its `runs` columns and its home's
+    label. Copies of one run in several homes are one run: its billed copy, unless
+    ``home_label`` picks a copy."""
+    conditions, params = [], {}
     if home_label is not None:
-        base = base.where(homes.c.label == home_label)
-    exact = conn.execute(base.where(runs.c.run_id == run_id)).all()
+        conditions.append("h.label = :home")
+        params["home"] = home_label
+    exact = _run_rows(reader, [*conditions, "r.run_id = :run_id"], {**params, "run_id": run_id})
     if len(exact) == 1:
         return exact[0]
     if len(exact) > 1:
-        if len({row.stream_identity for row in exact}) == 1 and exact[0].stream_identity is not None:
-            return next(row for row in exact if row.billed)
-        labels = ", ".join(row.label for row in exact)
+        if len({row["stream_identity"] for row in exact}) == 1 and exact[0]["stream_identity"] is not None:
+            return next(row for row in exact if row["billed"])
+        labels = ", ".join(row["label"] for row in exact)
         raise AmbiguousRun(f"run {run_id} is in {len(exact)} homes ({labels}) and they are different runs; "
                            f"pick one with --home LABEL")
-    candidates = exact or conn.execute(
-        base.where(runs.c.run_id.startswith(run_id, autoescape=True)).order_by(runs.c.run_id)
-    ).all()
-    billed = {c.stream_identity for c in candidates if c.billed and c.stream_identity is not None}
-    candidates = [c for c in candidates if c.billed or c.stream_identity not in billed]  # copies are one run
+    candidates = _run_rows(reader, [*conditions, "r.run_id LIKE :prefix ESCAPE '/'"],
+                           {**params, "prefix": _like_prefix(run_id)}, order_by="r.run_id, h.label")
+    billed = {c["stream_identity"] for c in candidates if c["billed"] and c["stream_identity"] is not None}
+    candidates = [c for c in candidates if c["billed"] or c["stream_identity"] not in billed]  # copies are one run
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:
         shown = candidates[:AMBIGUOUS_LISTED]
-        names = ", ".join(f"{c.run_id} ({c.label})" for c in shown)
+        names = ", ".join(f"{c['run_id']} ({c['label']})" for c in shown)
         more = len(candidates) - len(shown)
         tail = f", and {more} more not listed" if more else ""
         raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}{tail}; give a longer prefix")
     return candidates[0]
 
 
-def _rows(conn, table, run_pk: int, order) -> list[dict]:
-    from sqlalchemy import select
-
-    return [dict(r._mapping) for r in conn.execute(select(table).where(table.c.run_pk == run_pk).order_by(*order))]
-
-
 def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict:
-    from sqlalchemy import select
-
-    from .. import schema
-
-    with engine.connect() as conn:
-        row = resolve_run(conn, run_id, home_label)
-        copies = [label for (label,) in conn.execute(
-            select(schema.homes.c.label).select_from(schema.runs.join(schema.homes,
-                                                                      schema.homes.c.id == schema.runs.c.home_id))
-            .where(schema.runs.c.stream_identity == row.stream_identity, schema.runs.c.id != row.id)
-            .order_by(schema.homes.c.label))] if row.stream_identity is not None else []
-        pk = row.id
-        legs = _rows(conn, schema.legs, pk, [schema.legs.c.ordinal])
-        nodes = _rows(conn, schema.nodes, pk, [schema.nodes.c.node_id])
-        rounds = _rows(conn, schema.rounds, pk, [schema.rounds.c.leg_ordinal, schema.rounds.c.node_id,
-                                                  schema.rounds.c.seq])
-        charges = _rows(conn, schema.charges, pk, [schema.charges.c.seq])
-        findings = _rows(conn, schema.findings, pk, [schema.findings.c.seq])
-        goal = _rows(conn, schema.goal_cycles, pk, [schema.goal_cycles.c.run_pk])
-        problems = [dict(r._mapping) for r in conn.execute(
-            select(schema.problems).where(schema.problems.c.run_pk == pk).order_by(schema.problems.c.path,
-                                                                                   schema.problems.c.byte_offset))]
+    """One run in full, read through the DB-API like the listing (`show` on a SQLite
+    ledger imports no SQLAlchemy)."""
+    with reading(engine) as reader:
+        row = resolve_run(reader, run_id, home_label)
+        copies = [label for (label,) in reader.rows(
+            "SELECT h.label FROM runs r JOIN homes h ON h.id = r.home_id "
+            "WHERE r.stream_identity = :identity AND r.id <> :pk ORDER BY h.label",
+            {"identity": row["stream_identity"], "pk": row["id"]})] if row["stream_identity"] is not None else []
+        of_run = {"pk": row["id"]}
+        legs = reader.table_rows("legs", "run_pk = :pk", of_run, "ordinal")
+        nodes = reader.table_rows("nodes", "run_pk = :pk", of_run, "node_id")
+        rounds = reader.table_rows("rounds", "run_pk = :pk", of_run, "leg_ordinal, node_id, seq")
+        charges = reader.table_rows("charges", "run_pk = :pk", of_run, "seq")
+        findings = reader.table_rows("findings", "run_pk = :pk", of_run, "seq")
+        goal = reader.table_rows("goal_cycles", "run_pk = :pk", of_run, "run_pk")
+        problems = reader.table_rows("problems", "run_pk = :pk", of_run, "path, byte_offset")
     facts = StatusFacts.from_row(row)
-    status = status_of(facts, row.dir_path)
+    status = status_of(facts, row["dir_path"])
     left_running = sum(1 for node in nodes if node["state"] == "running")
     for node in nodes:
         node["state"] = node_state(node["state"], status)
         node["unrecorded_attempts"] = unrecorded_attempts(node["unrecorded_attempts"],
                                                           1 if node["state"] == "interrupted" else 0, status)
-    summary = run_summary(row, status, row.label, left_running, facts)
+    summary = run_summary(row, status, row["label"], left_running, facts)
     for item in [*nodes, *rounds, *charges]:
         for key in list(item):
             if key.endswith("_nano_usd"):
                 item[key[: -len("_nano_usd")] + "_usd"] = _money(item[key])
     for item in [*legs, *nodes, *rounds, *charges, *findings, *goal, *problems]:
         item.pop("run_pk", None)
-    m = row._mapping
+    m = row
     summary.update({
         "dir_path": m["dir_path"],
         "billed": bool(m["billed"]),
