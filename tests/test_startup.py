@@ -86,8 +86,9 @@ def synced_corpus(tmp_path_factory) -> str:
 @pytest.mark.parametrize("argv", [
     ["runs"], ["runs", "--json"], ["runs", "--status", "ABANDONED", "--csv"], ["cost", "--since", "30d", "--by", "day"],
     ["cost", "--by", "node", "--json"], ["cost", "--by", "run"], ["audit"], ["audit", "--json", "--since", "7d"],
-    ["sql", "SELECT COUNT(*) FROM v_runs"], ["query", "spend_by_day"],
-], ids=["runs", "runs-json", "runs-csv", "cost-day", "cost-node", "cost-run", "audit", "audit-json", "sql", "query"])
+    ["sql", "SELECT COUNT(*) FROM v_runs"], ["query", "spend_by_day"], ["metrics"],
+], ids=["runs", "runs-json", "runs-csv", "cost-day", "cost-node", "cost-run", "audit", "audit-json", "sql", "query",
+        "metrics"])
 def test_read_commands_on_a_sqlite_ledger_import_no_sqlalchemy_nor_alembic(synced_corpus, argv):
     # audit exits 1: the corpus has ABANDONED runs and findings.
     names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_corpus, exit_codes=(0, 1))

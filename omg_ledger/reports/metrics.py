@@ -23,15 +23,16 @@ from __future__ import annotations
 
 from collections import Counter
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
-from sqlalchemy import case, func, select
-from sqlalchemy.engine import Engine
-
-from .. import schema
+from ..backend import reading
 from ..invocations import parse_rfc3339
 from ..status import ABANDONED, STATUSES
 from ..units import NANOS_PER_USD, instant_to_us
 from .runs import iter_runs
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 NO_SNAPSHOT = "(no snapshot)"
 NO_GRAPH = "(no graph)"
@@ -55,38 +56,37 @@ def _seconds(us: int) -> str:
     return format((Decimal(us) / 1_000_000).normalize(), "f")
 
 
+# Spend and invocations by runtime and graph, over the billed copies (a run copied into
+# several homes counts once); the keys `cost --by runtime` and `--by node` use.
+_SPEND_SQL = (
+    "SELECT CASE WHEN r.runtime IS NOT NULL THEN r.runtime "
+    f"WHEN r.snapshot_schema IS NULL THEN '{NO_SNAPSHOT}' ELSE '(unknown)' END AS runtime, "
+    f"COALESCE(r.graph_name, '{NO_GRAPH}') AS graph, SUM(c.cost_nano_usd) AS known, COUNT(*) AS invocations, "
+    "SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS unpriced "
+    "FROM charges c JOIN runs r ON r.id = c.run_pk WHERE r.billed GROUP BY 1, 2")
+
+
 def collect(engine: Engine) -> list[dict]:
-    """Metric families: {name, help, samples: [(labels dict, value text)]}."""
-    c, r = schema.charges.c, schema.runs.c
-    runtime = case((r.runtime.is_not(None), r.runtime), (r.snapshot_schema.is_(None), NO_SNAPSHOT),
-                   else_="(unknown)")
-    graph = func.coalesce(r.graph_name, NO_GRAPH)
-    query = (select(runtime.label("runtime"), graph.label("graph"), func.sum(c.cost_nano_usd).label("known"),
-                    func.count().label("invocations"),
-                    func.sum(case((c.cost_nano_usd.is_(None), 1), else_=0)).label("unpriced"))
-             .select_from(schema.charges.join(schema.runs, r.id == c.run_pk))
-             .where(r.billed)  # a run copied into several homes counts once
-             .group_by(runtime, graph))
-    with engine.connect() as conn:
-        groups = sorted(conn.execute(query).all(), key=lambda g: (g.runtime, g.graph))
-        problems = conn.execute(select(func.count()).select_from(schema.problems)
-                                .where(schema.problems.c.resolved_at.is_(None))).scalar() or 0
-        newest_us = conn.execute(select(func.max(r.last_event_at_us))).scalar()
-        synced = conn.execute(select(schema.homes.c.label, schema.homes.c.last_synced_at)
-                              .where(schema.homes.c.last_synced_at.is_not(None))
-                              .order_by(schema.homes.c.label)).all()
+    """Metric families: {name, help, samples: [(labels dict, value text)]}. Read through
+    the DB-API, like `runs` (a scrape every few seconds need not import SQLAlchemy)."""
+    with reading(engine) as reader:
+        groups = sorted(reader.dicts(_SPEND_SQL), key=lambda g: (g["runtime"], g["graph"]))
+        problems = reader.scalar("SELECT COUNT(*) FROM problems WHERE resolved_at IS NULL") or 0
+        newest_us = reader.scalar("SELECT MAX(last_event_at_us) FROM runs")
+        synced = list(reader.rows("SELECT label, last_synced_at FROM homes WHERE last_synced_at IS NOT NULL "
+                                  "ORDER BY label"))
     statuses = Counter(run["status"] for run in iter_runs(engine))
 
     def by_group(value) -> list:
-        return [({"runtime": g.runtime, "graph": g.graph}, value(g)) for g in groups]
+        return [({"runtime": g["runtime"], "graph": g["graph"]}, value(g)) for g in groups]
 
     families = [
         {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
-         "samples": by_group(lambda g: _usd(int(g.known or 0)))},
+         "samples": by_group(lambda g: _usd(int(g["known"] or 0)))},
         {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
-         "samples": by_group(lambda g: str(int(g.invocations)))},
+         "samples": by_group(lambda g: str(int(g["invocations"])))},
         {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",
-         "samples": by_group(lambda g: str(int(g.unpriced or 0)))},
+         "samples": by_group(lambda g: str(int(g["unpriced"] or 0)))},
         {"name": "omg_ledger_runs", "help": "Runs by their live status now.",
          "samples": [({"status": s}, str(statuses.get(s, 0))) for s in STATUSES]},
         {"name": "omg_ledger_abandoned_runs",
