@@ -236,8 +236,8 @@ def postgresql_schema_statements(dump: str) -> list[str]:
     """pg_dump's schema-only output as statements that build the same objects in any
     database's current schema: its comments, psql meta-commands, session settings (the
     empty search_path among them) and the schema's own CREATE left out, and the schema
-    qualifier taken off every name. Each statement ends at a line that ends with ';' (the ledger has no
-    function bodies, which could hold such lines: refused)."""
+    qualifier taken off every name. Each statement ends at a line that ends with ';'
+    (the ledger has no function bodies, which could hold such lines: refused)."""
     if "$$" in dump:
         raise ValueError("pg_dump's output holds a function body: split it by hand")
     schema = re.search(r"^CREATE TABLE (\w+)\.", dump, re.MULTILINE)
