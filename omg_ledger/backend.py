@@ -58,13 +58,17 @@ class Reader:
     def table_rows(self, table: str, where: str, params: dict, order_by: str) -> list[dict]:
         """Every column of ``table``'s rows matching ``where``, as dicts, booleans as bool
         (``table`` and the clauses are the caller's text, never input)."""
+        return self.with_booleans(table, self.dicts(f"SELECT * FROM {table} WHERE {where} ORDER BY {order_by}",
+                                                    params))
+
+    def with_booleans(self, table: str, rows: Iterable[dict]) -> list[dict]:
+        """``rows`` holding ``table``'s columns, its booleans made bool."""
         flags = self.boolean_columns(table)
-        rows = list(self.dicts(f"SELECT * FROM {table} WHERE {where} ORDER BY {order_by}", params))
-        if flags:
-            for row in rows:
-                for name in flags:
-                    if row.get(name) is not None:
-                        row[name] = bool(row[name])
+        rows = list(rows)
+        for row in rows:
+            for name in flags:
+                if row.get(name) is not None:
+                    row[name] = bool(row[name])
         return rows
 
     def boolean_columns(self, table: str) -> frozenset[str]:

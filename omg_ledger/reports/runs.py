@@ -173,13 +173,8 @@ _RUN_SQL = "SELECT r.*, h.label FROM runs r JOIN homes h ON h.id = r.home_id"
 
 
 def _run_rows(reader, conditions: list[str], params: dict, order_by: str = "h.label") -> list[dict]:
-    flags = reader.boolean_columns("runs")
-    rows = list(reader.dicts(f"{_RUN_SQL} WHERE {' AND '.join(conditions)} ORDER BY {order_by}", params))
-    for row in rows:
-        for name in flags:
-            if row.get(name) is not None:
-                row[name] = bool(row[name])
-    return rows
+    return reader.with_booleans("runs", reader.dicts(f"{_RUN_SQL} WHERE {' AND '.join(conditions)} "
+                                                     f"ORDER BY {order_by}", params))
 
 
 def _like_prefix(text: str) -> str:
