@@ -247,3 +247,22 @@ def test_homes_command_lists_renames_and_forgets(tmp_path, home):
     assert forgot.exit_code == 0 and "25 run(s)" in forgot.output
     assert json.loads(runner.invoke(main, ["homes", "--db", db, "--json"]).output) == []
     assert os.path.isdir(home / "runs" / RUN)  # the directory itself is never touched
+
+
+def test_homes_counts_a_home_with_no_run_as_none_billed_elsewhere(db_url, tmp_path, home):
+    """The listing's outer join gives a home without runs one row of NULL run columns:
+    0 runs, 0 gone, 0 copies billed elsewhere (not 1); a home holding copies counts them."""
+    from omg_ledger.reports.homes import list_homes
+
+    empty = tmp_path / "empty"
+    (empty / "runs").mkdir(parents=True)
+    twin = tmp_path / "twin"
+    shutil.copytree(home, twin, symlinks=True)
+    engine = open_ledger(db_url)
+    try:
+        for label, path in (("a", home), ("b", twin), ("c", empty)):
+            sync(engine, [Home.from_path(str(path), label)])
+        counts = {h["label"]: (h["runs"], h["gone"], h["copies_elsewhere"]) for h in list_homes(engine)}
+    finally:
+        engine.dispose()
+    assert counts == {"a": (25, 0, 0), "b": (25, 0, 25), "c": (0, 0, 0)}

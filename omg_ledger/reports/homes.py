@@ -3,38 +3,36 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from sqlalchemy import case, func, select
-from sqlalchemy.engine import Engine
-
-from .. import schema
-from ..db import write_transaction
+from ..backend import reading
 from ..errors import BadArgument
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+# A home with no run is one row of NULL runs columns: it has 0 runs, none gone, none
+# billed elsewhere (a CASE on r.billed alone counted that NULL row as a copy).
+_HOMES_SQL = (
+    "SELECT h.label, h.path, h.real_path, h.machine, h.last_synced_at, COUNT(r.id) AS runs, "
+    "COALESCE(SUM(CASE WHEN r.gone THEN 1 ELSE 0 END), 0) AS gone, "
+    "COALESCE(SUM(CASE WHEN r.id IS NOT NULL AND NOT r.billed THEN 1 ELSE 0 END), 0) AS copies_elsewhere, "
+    "MIN(CASE WHEN r.gone THEN NULL ELSE r.dir_path END) AS first_dir, "
+    "MAX(CASE WHEN r.gone THEN NULL ELSE r.dir_path END) AS last_dir "
+    "FROM homes h LEFT OUTER JOIN runs r ON r.home_id = h.id "
+    "GROUP BY h.id, h.label, h.path, h.real_path, h.machine, h.last_synced_at ORDER BY h.label")
 
 
 def list_homes(engine: Engine) -> list[dict]:
     """Every home with its run counts and ``runs_dir``: the directory its present runs
     were read in (``<path>/runs``, or where a symlinked runs/ leads), None when it has
-    none or they were read in several places."""
-    homes, runs = schema.homes, schema.runs
-    present_dir = case((runs.c.gone, None), else_=runs.c.dir_path)
-    query = (
-        select(homes.c.label, homes.c.path, homes.c.real_path, homes.c.machine, homes.c.last_synced_at,
-               func.count(runs.c.id).label("runs"),
-               func.coalesce(func.sum(case((runs.c.gone, 1), else_=0)), 0).label("gone"),
-               func.coalesce(func.sum(case((runs.c.billed, 0), else_=1)), 0).label("copies_elsewhere"),
-               func.min(present_dir).label("first_dir"), func.max(present_dir).label("last_dir"))
-        .select_from(homes.outerjoin(runs, runs.c.home_id == homes.c.id))
-        .group_by(homes.c.id, homes.c.label, homes.c.path, homes.c.real_path, homes.c.machine,
-                  homes.c.last_synced_at)
-        .order_by(homes.c.label))
+    none or they were read in several places. Read through the DB-API, like `runs`."""
     out = []
-    with engine.connect() as conn:
-        for row in conn.execute(query):
-            item = {k: v for k, v in row._mapping.items() if k not in ("first_dir", "last_dir")}
-            out.append({**item, "runs": int(row.runs), "gone": int(row.gone),
-                        "copies_elsewhere": int(row.copies_elsewhere),
-                        "runs_dir": _common_parent(row.first_dir, row.last_dir)})
+    with reading(engine) as reader:
+        for row in reader.dicts(_HOMES_SQL):
+            first, last = row.pop("first_dir"), row.pop("last_dir")
+            out.append({**row, "runs": int(row["runs"]), "gone": int(row["gone"]),
+                        "copies_elsewhere": int(row["copies_elsewhere"]), "runs_dir": _common_parent(first, last)})
     return out
 
 
@@ -49,6 +47,11 @@ def _common_parent(first: str | None, last: str | None) -> str | None:
 
 
 def rename_home(engine: Engine, old: str, new: str) -> None:
+    from sqlalchemy import select
+
+    from .. import schema
+    from ..db import write_transaction
+
     homes = schema.homes
     with write_transaction(engine) as conn:
         if conn.execute(select(homes.c.id).where(homes.c.label == new)).first() is not None:
@@ -59,6 +62,11 @@ def rename_home(engine: Engine, old: str, new: str) -> None:
 
 def forget_home(engine: Engine, label: str) -> int:
     """Remove a home and every run of it from the ledger; returns how many runs went."""
+    from sqlalchemy import func, select
+
+    from .. import schema
+    from ..db import write_transaction
+
     homes, runs = schema.homes, schema.runs
     with write_transaction(engine) as conn:
         home_id = conn.execute(select(homes.c.id).where(homes.c.label == label)).scalar()
