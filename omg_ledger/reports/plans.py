@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
-from .. import schema
+from ..backend import bind_list, reading
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 def list_plans(engine: Engine, home_labels: tuple[str, ...] = ()) -> list[dict]:
-    """Newest first. ``refused``: the planner wrote rejected.json (no graph was committed)."""
-    plans, homes = schema.plans, schema.homes
-    query = (select(homes.c.label, plans.c.plan_id, plans.c.graph_name, plans.c.has_graph_json,
-                    plans.c.has_rejected, plans.c.gone)
-             .select_from(plans.join(homes, homes.c.id == plans.c.home_id))
-             .order_by(plans.c.plan_id.desc(), homes.c.label))
-    if home_labels:
-        query = query.where(homes.c.label.in_(home_labels))
-    with engine.connect() as conn:
-        return [{"home": r.label, "plan_id": r.plan_id, "graph": r.graph_name, "refused": bool(r.has_rejected),
-                 "has_graph_json": bool(r.has_graph_json), "gone": bool(r.gone)} for r in conn.execute(query)]
+    """Newest first. ``refused``: the planner wrote rejected.json (no graph was committed).
+    Read through the DB-API, like `runs`."""
+    params: dict = {}
+    where = f" WHERE h.label IN {bind_list(params, 'home', home_labels)}" if home_labels else ""
+    query = ("SELECT h.label, p.plan_id, p.graph_name, p.has_graph_json, p.has_rejected, p.gone "
+             f"FROM plans p JOIN homes h ON h.id = p.home_id{where} ORDER BY p.plan_id DESC, h.label")
+    with reading(engine) as reader:
+        return [{"home": label, "plan_id": plan_id, "graph": graph, "refused": bool(rejected),
+                 "has_graph_json": bool(graph_json), "gone": bool(gone)}
+                for label, plan_id, graph, graph_json, rejected, gone in reader.rows(query, params)]
