@@ -87,9 +87,9 @@ def synced_corpus(tmp_path_factory) -> str:
     ["runs"], ["runs", "--json"], ["runs", "--status", "ABANDONED", "--csv"], ["cost", "--since", "30d", "--by", "day"],
     ["cost", "--by", "node", "--json"], ["cost", "--by", "run"], ["audit"], ["audit", "--json", "--since", "7d"],
     ["sql", "SELECT COUNT(*) FROM v_runs"], ["query", "spend_by_day"], ["metrics"], ["homes", "--json"],
-    ["plans", "--json"],
+    ["plans", "--json"], ["invocations", "--by", "status", "--json"],
 ], ids=["runs", "runs-json", "runs-csv", "cost-day", "cost-node", "cost-run", "audit", "audit-json", "sql", "query",
-        "metrics", "homes", "plans"])
+        "metrics", "homes", "plans", "invocations"])
 def test_read_commands_on_a_sqlite_ledger_import_no_sqlalchemy_nor_alembic(synced_corpus, argv):
     # audit exits 1: the corpus has ABANDONED runs and findings.
     names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_corpus, exit_codes=(0, 1))
@@ -109,8 +109,8 @@ def test_show_on_a_sqlite_ledger_imports_no_sqlalchemy_nor_alembic(synced_corpus
 
 
 def test_a_read_command_that_asks_for_an_engine_still_gets_one(synced_corpus):
-    """invocations reads through SQLAlchemy: the handle makes the Engine on demand (the check would see it)."""
-    names = imported_modules("-m", "omg_ledger.cli", "invocations", "--db", synced_corpus)
+    """cost --estimate reads through SQLAlchemy: the handle makes the Engine on demand (the check would see it)."""
+    names = imported_modules("-m", "omg_ledger.cli", "cost", "--by", "runtime", "--estimate", "--db", synced_corpus)
     assert "sqlalchemy" in heavy_among(names) and "alembic" not in heavy_among(names)
 
 

@@ -24,12 +24,9 @@ from __future__ import annotations
 import csv
 import io
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import func, select
-from sqlalchemy.engine import Engine
-
-from .. import schema
+from ..backend import reading
 from ..invocations import (
     PairedInvocation,
     classify_status,
@@ -39,6 +36,9 @@ from ..invocations import (
 )
 from ..render import csv_cell, safe, table
 from ..units import format_instant, instant_to_us, us_to_instant
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 By = Literal["role", "status", "milestone"]
 BY_CHOICES: tuple[str, ...] = ("role", "status", "milestone")
@@ -59,20 +59,14 @@ def invocation_report(
     """
     if by not in BY_CHOICES:
         raise ValueError(f"by must be one of {BY_CHOICES}, got {by!r}")
-    inv, files = schema.invocations, schema.streams
-    at_us = func.coalesce(inv.c.started_at_us, inv.c.ended_at_us)
-    query = select(inv).order_by(inv.c.file_pk, inv.c.seq)
-    if since_us is not None:
-        query = query.where(at_us >= since_us)
-    dangling_query = (
-        select(inv.c.role, inv.c.milestone, inv.c.started_at, inv.c.started_at_us, inv.c.start_line, files.c.path)
-        .select_from(inv.join(files, files.c.id == inv.c.file_pk))
-        .where(inv.c.outcome == "dangling")
-        .order_by(inv.c.started_at_us, files.c.path, inv.c.seq)
-    )
-    with engine.connect() as conn:
-        rows = [_paired(r._mapping) for r in conn.execute(query)]
-        dangling_rows = conn.execute(dangling_query).all()
+    window, params = ("", {}) if since_us is None else (
+        " WHERE COALESCE(started_at_us, ended_at_us) >= :since_us", {"since_us": since_us})
+    with reading(engine) as reader:
+        rows = [_paired(r) for r in reader.dicts(f"SELECT * FROM invocations{window} ORDER BY file_pk, seq", params)]
+        dangling_rows = list(reader.dicts(
+            "SELECT i.role, i.milestone, i.started_at, i.started_at_us, i.start_line, f.path "
+            "FROM invocations i JOIN streams f ON f.id = i.file_pk WHERE i.outcome = 'dangling' "
+            "ORDER BY i.started_at_us, f.path, i.seq"))
 
     now_us = instant_to_us(now)
     return {
@@ -83,12 +77,12 @@ def invocation_report(
         "total": _total(rows),
         "dangling": [
             {
-                "role": d.role,
-                "milestone": d.milestone,
-                "started_at": d.started_at,
-                "age_ms": None if d.started_at_us is None else (now_us - d.started_at_us) // 1000,
-                "path": d.path,
-                "line": d.start_line,
+                "role": d["role"],
+                "milestone": d["milestone"],
+                "started_at": d["started_at"],
+                "age_ms": None if d["started_at_us"] is None else (now_us - d["started_at_us"]) // 1000,
+                "path": d["path"],
+                "line": d["start_line"],
             }
             for d in dangling_rows
         ],
