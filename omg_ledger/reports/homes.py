@@ -11,8 +11,8 @@ from ..errors import BadArgument
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-# A home with no run is one row of NULL runs columns: it has 0 runs, none gone, none
-# billed elsewhere (a CASE on r.billed alone counted that NULL row as a copy).
+# A home with no run joins as one row of NULL runs columns: 0 runs, none gone, and none
+# billed elsewhere (a copy is counted only where there is a run, r.id not NULL).
 _HOMES_SQL = (
     "SELECT h.label, h.path, h.real_path, h.machine, h.last_synced_at, COUNT(r.id) AS runs, "
     "COALESCE(SUM(CASE WHEN r.gone THEN 1 ELSE 0 END), 0) AS gone, "
