@@ -80,13 +80,20 @@ class Reader:
 class SQLiteReader(Reader):
     name = "sqlite"
 
+    def __init__(self, conn) -> None:
+        super().__init__(conn)
+        self._booleans: dict[str, frozenset[str]] = {}
+
     def _execute(self, sql: str, params: dict | None):
         return self.conn.execute(sql, params or {})
 
     def boolean_columns(self, table: str) -> frozenset[str]:
-        # sqlite3 gives a BOOLEAN column's 0 and 1 as ints; the schema declares the type.
-        return frozenset(name for (name,) in self.conn.execute(
-            "SELECT name FROM pragma_table_info(?) WHERE upper(type) = 'BOOLEAN'", (table,)))
+        # sqlite3 gives a BOOLEAN column's 0 and 1 as ints; the schema declares the type
+        # (read once per table and transaction: show asks for runs' twice on a prefix).
+        if table not in self._booleans:
+            self._booleans[table] = frozenset(name for (name,) in self.conn.execute(
+                "SELECT name FROM pragma_table_info(?) WHERE upper(type) = 'BOOLEAN'", (table,)))
+        return self._booleans[table]
 
 
 _NAMED_PARAM = re.compile(r"(?<![:\w]):(\w+)")
