@@ -146,7 +146,8 @@ class Backend:
 
     def reading(self, bind) -> contextlib.AbstractContextManager[Reader]:
         """One read transaction (one consistent snapshot for a whole report) on the DB-API
-        connection of ``bind``: an Engine, or a ledger.ReadLedger (sqlite3, no Engine).
+        connection of ``bind``: an Engine, or a ledger.ReadLedger or PostgresReadLedger
+        (sqlite3 or psycopg, no Engine).
         A driver error inside it is a one-line LedgerError (errors.database_trouble)."""
         raise NotImplementedError
 
@@ -349,17 +350,22 @@ class PostgresBackend(Backend):
 
         from .errors import database_trouble
 
-        raw = bind.raw_connection()
+        if hasattr(bind, "psycopg_connection"):  # a ledger.PostgresReadLedger: psycopg, no Engine
+            raw, conn = None, bind.psycopg_connection()
+        else:
+            raw = bind.raw_connection()
+            conn = raw.driver_connection
         try:
-            yield PostgresReader(raw.driver_connection)
+            yield PostgresReader(conn)
         except psycopg.Error as exc:
             raise database_trouble(exc) from exc
         finally:
             try:
                 with contextlib.suppress(psycopg.Error):
-                    raw.driver_connection.rollback()
+                    conn.rollback()
             finally:
-                raw.close()
+                if raw is not None:
+                    raw.close()
 
     def insert(self, table):
         from sqlalchemy.dialects import postgresql

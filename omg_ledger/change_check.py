@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from .config import Home
 from .discover import DirListing, home_identity, list_home_dir, list_run_dir, stat_or_none
 from .ingest import Problem, file_identity, run_stream_row_needs_reading
+from .ledger import postgres_conninfo
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
 from .tail import Checkpoint
 from .units import format_instant
@@ -330,15 +331,6 @@ def sqlite_file(db: str) -> str | None:
     except OSError:
         return None
     return path if header == SQLITE_HEADER else None
-
-
-def postgres_conninfo(db: str) -> str | None:
-    """The libpq URI of a ledger given as a postgres:// or postgresql[+psycopg]:// URL
-    (a URL libpq does not take fails to connect, and the full sync takes over)."""
-    scheme, sep, rest = db.partition("://")
-    if not sep or scheme.lower() not in ("postgres", "postgresql", "postgresql+psycopg"):
-        return None
-    return "postgresql://" + rest
 
 
 def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, derivation_version: int,

@@ -160,10 +160,16 @@ def current_revision(conn: Connection) -> str | None:
 def stored_revision(ledger) -> str | None:
     """The revision a ledger's alembic_version table holds (None: no such table), read
     with plain SQL: printing it need not import alembic (~0.3 s). ``ledger``: an Engine,
-    or a read-only SQLite ReadLedger (read through sqlite3 alone)."""
+    or a ledger.ReadLedger or PostgresReadLedger (read through sqlite3 or psycopg alone)."""
     path = getattr(ledger, "sqlite_path", None)
     if path is not None:
         return _sqlite_revision(path, str(path))
+    if hasattr(ledger, "psycopg_connection"):  # a PostgresReadLedger: psycopg alone
+        connection = ledger.psycopg_connection()
+        try:
+            return _postgres_revision(connection)
+        finally:
+            connection.rollback()
     from sqlalchemy import inspect
 
     with ledger.connect() as conn:
@@ -431,7 +437,7 @@ def check_database_target(db: str) -> None:
     shown = shown_url(db)
     try:
         url = make_url(database_url(db))
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # (ValueError: a port that is not a number)
         raise UnsupportedDatabase(f"cannot read {shown} as a database URL: give {SUPPORTED_DATABASES}") from exc
     backend = url.get_backend_name()
     if backend == "sqlite":
@@ -506,6 +512,55 @@ def _readonly_sqlite_engine(url: str, path: str) -> Engine:
         conn.exec_driver_sql("BEGIN")  # one consistent snapshot per read
 
     return engine
+
+
+def _readonly_postgres_engine(url: str) -> Engine:
+    from sqlalchemy import create_engine
+
+    from .ledger import POSTGRES_READ_ONLY_OPTIONS
+
+    return create_engine(url, pool_pre_ping=True, connect_args={"options": POSTGRES_READ_ONLY_OPTIONS})
+
+
+def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
+    """A PostgresReadLedger (psycopg alone, no SQLAlchemy) for a PostgreSQL URL libpq
+    takes, its revision checked; None when psycopg cannot connect with it: the Engine's
+    path then connects again and words the failure, as it does for any other URL."""
+    from .ledger import POSTGRES_READ_ONLY_OPTIONS, PostgresReadLedger, postgres_conninfo
+
+    conninfo = postgres_conninfo(url)
+    if conninfo is None:
+        return None
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    try:
+        connection = psycopg.connect(conninfo, options=POSTGRES_READ_ONLY_OPTIONS)
+    except psycopg.OperationalError as exc:  # no server, refused, bad password: worded as the Engine's path does
+        raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
+    except (psycopg.Error, ValueError):  # a URL libpq does not take (a SQLAlchemy-only option…)
+        return None
+    try:
+        try:
+            current = _postgres_revision(connection)
+        finally:
+            connection.rollback()
+        _check_revision(current, shown, oldest)
+    except BaseException:
+        connection.close()
+        raise
+    return PostgresReadLedger(connection, lambda: _readonly_postgres_engine(url))
+
+
+def _postgres_revision(connection) -> str | None:
+    """alembic_version's revision in the connection's current schema (None: no such table)."""
+    found = connection.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() "
+                               "AND table_name = 'alembic_version'").fetchone()
+    if found is None:
+        return None
+    row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    return None if row is None else row[0]
 
 
 def _revision_number(revision: str) -> int | None:
@@ -605,15 +660,20 @@ def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION):
 
     SQLite is opened ``mode=ro`` (a ledger the reader may not write is readable), as a
     ledger.ReadLedger: sqlite3 for the reports, an Engine only if one is asked for.
-    PostgreSQL sessions default to read-only transactions. ``oldest`` is the oldest
+    PostgreSQL sessions default to read-only transactions; a URL libpq takes is read as a
+    ledger.PostgresReadLedger (psycopg for the reports, likewise). ``oldest`` is the oldest
     revision the caller can read (None: any, e.g. to print the revision).
     """
     from .ledger import ReadLedger, plain_sqlite_file
 
-    check_database_target(db)
     url = database_url(db)
     shown = shown_url(db)
     plain = plain_sqlite_file(url)
+    if plain is None:
+        postgres = _postgres_read_ledger(url, shown, oldest)
+        if postgres is not None:
+            return postgres
+    check_database_target(db)
     if plain is not None:
         path = _existing_sqlite_file(plain)
         _check_revision(_sqlite_revision(path, shown), shown, oldest)
@@ -626,8 +686,7 @@ def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION):
     if backend == "sqlite":
         engine = _readonly_sqlite_engine(url, _existing_sqlite_file(make_url(url).database))
     elif backend == "postgresql":
-        engine = create_engine(url, pool_pre_ping=True,
-                               connect_args={"options": "-c default_transaction_read_only=on"})
+        engine = _readonly_postgres_engine(url)
     else:
         engine = create_engine(url, pool_pre_ping=True)
     try:

@@ -1,12 +1,13 @@
-"""A SQLite ledger opened for reading, with SQLAlchemy only on demand.
+"""A ledger opened for reading, with SQLAlchemy only on demand.
 
 Importing SQLAlchemy costs about a third of a second on a small machine, more than a
-report's whole query over 10,000 runs. A read command on a SQLite ledger therefore gets a
-:class:`ReadLedger`: the reports that matter (runs, cost, audit) read it through
-``backend.reading`` on a plain ``sqlite3`` connection opened ``mode=ro``. Anything else
-that asks the handle for an Engine's attribute (``connect``, ``url``, ``dialect``…) gets
-a real read-only Engine, made on first use, so code written against SQLAlchemy keeps
-working unchanged.
+report's whole query over 10,000 runs. A read command therefore gets a :class:`ReadLedger`
+(SQLite) or a :class:`PostgresReadLedger`: the reports read it through
+``backend.reading`` on a plain ``sqlite3`` connection opened ``mode=ro``, or on one
+``psycopg`` connection whose transactions are read-only. Anything else that asks the
+handle for an Engine's attribute (``connect``, ``url``, ``dialect``…) gets a real
+read-only Engine, made on first use, so code written against SQLAlchemy keeps working
+unchanged.
 """
 
 from __future__ import annotations
@@ -45,19 +46,25 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     return connection
 
 
-class ReadLedger:
-    """A SQLite ledger file to read: sqlite3 connections, and an Engine when one is asked for."""
+def postgres_conninfo(db: str) -> str | None:
+    """The libpq URI of a ledger given as a postgres:// or postgresql[+psycopg]:// URL
+    (None for any other URL; one libpq does not take fails to connect)."""
+    scheme, sep, rest = db.partition("://")
+    if not sep or scheme.lower() not in ("postgres", "postgresql", "postgresql+psycopg"):
+        return None
+    return "postgresql://" + rest
 
-    dialect_name = "sqlite"
 
-    def __init__(self, url: str, path: str, make_engine: Callable[[], object]) -> None:
-        self._url = url
-        self.sqlite_path = path
+# Every transaction of a reading session is read-only: the server refuses a write.
+POSTGRES_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
+
+
+class _LazyEngine:
+    """An Engine's attributes, the Engine made on first use."""
+
+    def __init__(self, make_engine: Callable[[], object]) -> None:
         self._make_engine = make_engine
         self._engine = None
-
-    def sqlite3_connection(self) -> sqlite3.Connection:
-        return connect_readonly(self.sqlite_path)
 
     @property
     def engine(self):
@@ -74,3 +81,40 @@ class ReadLedger:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.engine, name)
+
+
+class ReadLedger(_LazyEngine):
+    """A SQLite ledger file to read: sqlite3 connections, and an Engine when one is asked for."""
+
+    dialect_name = "sqlite"
+
+    def __init__(self, url: str, path: str, make_engine: Callable[[], object]) -> None:
+        super().__init__(make_engine)
+        self._url = url
+        self.sqlite_path = path
+
+    def sqlite3_connection(self) -> sqlite3.Connection:
+        return connect_readonly(self.sqlite_path)
+
+
+class PostgresReadLedger(_LazyEngine):
+    """A PostgreSQL ledger to read: one psycopg connection (read-only transactions), kept
+    for the command's reads as SQLAlchemy's pool would keep it, and an Engine when one is
+    asked for."""
+
+    dialect_name = "postgresql"
+    sqlite_path = None  # (asked for by code that reads SQLite files directly: not an Engine's attribute)
+
+    def __init__(self, connection, make_engine: Callable[[], object]) -> None:
+        super().__init__(make_engine)
+        self._connection = connection
+
+    def psycopg_connection(self):
+        """The connection, outside any transaction (a reader rolls back when it is done)."""
+        return self._connection
+
+    def dispose(self) -> None:
+        try:
+            self._connection.close()
+        finally:
+            super().dispose()

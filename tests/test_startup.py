@@ -133,3 +133,82 @@ def test_db_upgrade_of_a_ledger_at_the_head_imports_no_alembic(synced_corpus):
     done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "db", "upgrade", "--db", synced_corpus],
                           capture_output=True, text=True, timeout=60)
     assert done.stdout == f"ledger database at revision {head_revision()} (head)\n", done.stdout
+
+
+# -- the read commands on a PostgreSQL ledger: psycopg only -----------------------------
+
+
+@pytest.fixture(scope="module")
+def synced_postgres_corpus(pg_server) -> str:
+    """A PostgreSQL ledger (a real server) of the conformance corpus, synced by the CLI."""
+    from .conftest import CORPUS_HOME
+
+    url = pg_server.create_database("startup_corpus")
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", url, "--home", str(CORPUS_HOME)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    yield url
+    pg_server.drop_database("startup_corpus")
+
+
+def _stdout(argv: list[str], db: str) -> str:
+    """What a command prints, its clock readings (the report's "now", a home's last sync)
+    masked: the two ledgers were synced, and are read, at different instants."""
+    import re
+
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *argv, "--db", db], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode in (0, 1), done.stderr[-2000:]  # audit exits 1: the corpus has findings
+    return re.sub(r'("(?:now|last_synced_at)": )"[^"]*"', r'\1"…"', done.stdout)
+
+
+POSTGRES_READS = [
+    ["runs", "--json"], ["runs", "--status", "ABANDONED", "--csv"],
+    ["cost", "--since", "2020-01-01", "--until", "2030-01-01", "--by", "day"],  # (a fixed window: no "now" printed)
+    ["cost", "--by", "node", "--json"], ["audit", "--json"], ["audit"], ["problems", "--json"], ["homes", "--json"],
+    ["plans", "--json"], ["invocations", "--by", "status", "--json"],
+]
+
+
+@pytest.mark.parametrize("argv", POSTGRES_READS, ids=[" ".join(a) for a in POSTGRES_READS])
+def test_read_commands_on_a_postgresql_ledger_import_no_sqlalchemy_and_print_what_sqlite_prints(
+        synced_corpus, synced_postgres_corpus, argv):
+    names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_postgres_corpus, exit_codes=(0, 1))
+    assert "psycopg" in names and "omg_ledger.ledger" in names  # it did read the ledger, through psycopg
+    assert heavy_among(names) == []
+    # The same corpus in either database: the same bytes out, whichever driver read them.
+    assert _stdout(argv, synced_postgres_corpus) == _stdout(argv, synced_corpus)
+
+
+def test_show_and_db_current_on_a_postgresql_ledger_import_no_sqlalchemy(synced_corpus, synced_postgres_corpus):
+    import json
+
+    from omg_ledger.db import head_revision
+
+    runs = json.loads(_stdout(["runs", "--json"], synced_postgres_corpus))
+    for argv in (["show", runs[0]["run_id"], "--home", runs[0]["home"], "--json"], ["show", runs[-1]["run_id"][:15]]):
+        names = imported_modules("-m", "omg_ledger.cli", *argv, "--db", synced_postgres_corpus)
+        assert "psycopg" in names and heavy_among(names) == []
+        assert _stdout(argv, synced_postgres_corpus) == _stdout(argv, synced_corpus)
+    names = imported_modules("-m", "omg_ledger.cli", "db", "current", "--db", synced_postgres_corpus)
+    assert heavy_among(names) == []
+    head = head_revision()
+    assert _stdout(["db", "current"], synced_postgres_corpus).splitlines() == [f"current: {head}", f"head:    {head}"]
+
+
+def test_a_postgresql_reading_session_refuses_a_write(synced_postgres_corpus):
+    """The psycopg connection a read command gets is read-only on the server's side."""
+    import psycopg
+
+    from omg_ledger.db import open_ledger_readonly
+
+    ledger = open_ledger_readonly(synced_postgres_corpus)
+    try:
+        assert type(ledger).__name__ == "PostgresReadLedger"
+        conn = ledger.psycopg_connection()
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            conn.execute("DELETE FROM runs")
+        conn.rollback()
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
+    finally:
+        ledger.dispose()
