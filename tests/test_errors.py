@@ -63,6 +63,13 @@ def test_unknown_or_uninstalled_driver_says_what_to_install(args):
 
 
 @pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+def test_a_port_that_is_not_a_number_is_one_line(args):
+    # SQLAlchemy's URL parser raised a bare ValueError on it (a traceback); libpq refuses it too.
+    line = one_line_error(cli(*args, "--db", "postgresql://ledger:hunter2@db.internal:54x2/ledger"), 3)
+    assert "postgresql://ledger:***@db.internal:54x2/ledger" in line and "hunter2" not in line
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
 @pytest.mark.parametrize("typed", ["sqlite://", "sqlite:///:memory:"])
 def test_an_in_memory_sqlite_database_is_refused_not_written_and_lost(args, typed):
     # A sync there would index the home and lose it all at exit (and its error would
