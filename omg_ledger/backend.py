@@ -174,6 +174,11 @@ class Backend:
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         """Inside a write transaction: no other writer re-derives this run meanwhile."""
 
+    def pipelined(self, conn: Connection) -> contextlib.AbstractContextManager[None]:
+        """Statements whose results nobody reads, sent without waiting for each (a driver
+        error is raised, as SQLAlchemy's, by the end of the block at the latest)."""
+        return contextlib.nullcontext()
+
     def lock_identities(self, conn: Connection, identities: Sequence[str]) -> None:
         """Inside a write transaction: one writer at a time settles the copies of a run."""
 
@@ -393,7 +398,29 @@ class PostgresBackend(Backend):
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
 
     def lock_run(self, conn: Connection, run_pk: int) -> None:
+        # Storing a changed run asks three times (its lines, its cleared rows, its row):
+        # one round trip per run and (sub)transaction. A savepoint rolled back releases
+        # what was locked in it, and its object is then no longer active: locked again.
+        scope = conn.get_nested_transaction() or conn.get_transaction()
+        held = conn.info.get("omg_locked_run")
+        if held is not None and held[0] == run_pk and held[1] is scope and scope is not None and scope.is_active:
+            return
         conn.exec_driver_sql("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_pk,))
+        conn.info["omg_locked_run"] = (run_pk, scope)
+
+    @contextlib.contextmanager
+    def pipelined(self, conn: Connection) -> Iterator[None]:
+        # psycopg's pipeline mode: one round trip for the block instead of one a statement
+        # (an executemany is one already). A statement refused is raised at the block's
+        # end, where the driver's error is turned into SQLAlchemy's as executemany does.
+        import psycopg
+        from sqlalchemy import exc as sa_exc
+
+        try:
+            with conn.connection.dbapi_connection.pipeline():
+                yield
+        except psycopg.Error as exc:
+            raise sa_exc.DBAPIError.instance(None, None, exc, psycopg.Error, dialect=conn.dialect) from exc
 
     def lock_identities(self, conn: Connection, identities: Sequence[str]) -> None:
         # Two machines syncing two copies of one run must not both see "no other copy".

@@ -518,9 +518,10 @@ class PendingRows:
 
     def flush(self, conn: Connection) -> None:
         # New runs' rows (write_run's insert_row) before their children.
-        insert_rows(conn, "runs", self.rows.pop("runs", None))
-        for table, rows in self.rows.items():
-            insert_rows(conn, table, rows)
+        with backend_of(conn).pipelined(conn):
+            insert_rows(conn, "runs", self.rows.pop("runs", None))
+            for table, rows in self.rows.items():
+                insert_rows(conn, table, rows)
         self.rows.clear()
         self.written += self.count
         self.count = 0
@@ -716,16 +717,15 @@ def clear_derived(conn: Connection, run_pk: int, resume: dict | None = None) -> 
         return
     mark = backend_of(conn).mark
     live = live_rows(resume["fold"])
-    if live.open_leg is not None:
-        conn.exec_driver_sql(f"DELETE FROM legs WHERE run_pk = {mark} AND ordinal = {mark}", (run_pk, live.open_leg))
-    if live.open_rounds:
-        conn.exec_driver_sql(f"DELETE FROM rounds WHERE run_pk = {mark} AND leg_ordinal = {mark} AND node_id = {mark} "
-                             f"AND seq = {mark}", [(run_pk, *key) for key in live.open_rounds])
-    conn.exec_driver_sql(f"DELETE FROM charges WHERE run_pk = {mark} AND seq > {mark}", (run_pk, live.charges_after))
-    conn.exec_driver_sql(f"DELETE FROM findings WHERE run_pk = {mark} AND seq > {mark}",
-                         (run_pk, live.findings_after))
-    for table in ("nodes", "goal_cycles"):
-        conn.exec_driver_sql(sql.delete_run_rows(table), (run_pk,))
+    execute_unread(conn, [
+        (f"DELETE FROM legs WHERE run_pk = {mark} AND ordinal = {mark}",
+         [(run_pk, live.open_leg)] if live.open_leg is not None else []),
+        (f"DELETE FROM rounds WHERE run_pk = {mark} AND leg_ordinal = {mark} AND node_id = {mark} AND seq = {mark}",
+         [(run_pk, *key) for key in live.open_rounds]),
+        (f"DELETE FROM charges WHERE run_pk = {mark} AND seq > {mark}", [(run_pk, live.charges_after)]),
+        (f"DELETE FROM findings WHERE run_pk = {mark} AND seq > {mark}", [(run_pk, live.findings_after)]),
+        *((sql.delete_run_rows(table), [(run_pk,)]) for table in ("nodes", "goal_cycles")),
+    ])
 
 
 def write_finished(conn: Connection, pending: PendingRows, run_pk: int, finished: FinishedRows, scrub: bool) -> None:
@@ -801,11 +801,19 @@ def _update_run(conn: Connection, sql: _Statements, run_pk: int, values: dict, f
 
 
 def _delete_derived(conn: Connection, sql: _Statements, run_pk: int) -> None:
-    for table in DERIVED_TABLES:
-        conn.exec_driver_sql(sql.delete_run_rows(table.name), (run_pk,))
     # A derivation that leaves no state (a caller that does not keep one) must not leave
     # an older state behind to be resumed from.
-    conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
+    execute_unread(conn, [(sql.delete_run_rows(table), [(run_pk,)])
+                          for table in [*(t.name for t in DERIVED_TABLES), "derive_states"]])
+
+
+def execute_unread(conn: Connection, statements: list[tuple[str, list[tuple]]]) -> None:
+    """Statements (each with its parameter rows) whose results nobody reads, in order, in
+    the caller's transaction: on PostgreSQL in one round trip."""
+    with backend_of(conn).pipelined(conn):
+        for statement, rows in statements:
+            if rows:
+                executemany(conn, statement, rows)
 
 
 INSERT_BATCH = 1000  # rows built as tuples at a time: a run's rows are never all built at once
