@@ -121,3 +121,54 @@ def test_a_rejected_bulk_insert_is_the_same_sqlalchemy_error_on_both_backends(db
     pending.add("events", [(424242, 1, 0, 3, "2026-11-29T10:00:00Z", "run_started", None, "{}")])
     with engine.connect() as conn, pytest.raises(IntegrityError):  # no run 424242: the foreign key refuses
         pending.flush(conn)
+
+
+def test_a_run_locked_once_per_transaction_stays_locked_and_a_rolled_back_savepoint_locks_again(pg_url):
+    """lock_run asks the server once per run and (sub)transaction; the row lock is real
+    (another session cannot take it) and is taken again after a savepoint that held it
+    was rolled back (which released it)."""
+    import psycopg
+    from sqlalchemy import event
+
+    from omg_ledger.backend import backend_of
+    from omg_ledger.ledger import postgres_conninfo
+
+    engine = open_ledger(pg_url)
+    sync(engine, [Home.from_path(str(CORPUS_HOME), "corpus")])
+    locks: list[str] = []
+    event.listen(engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *rest: locks.append(statement) if "FOR UPDATE" in statement else None)
+    other = psycopg.connect(postgres_conninfo(pg_url), autocommit=True)
+
+    def locked_elsewhere(run_pk: int) -> bool:
+        try:
+            other.execute("SELECT id FROM runs WHERE id = %s FOR UPDATE NOWAIT", (run_pk,))
+            return False
+        except psycopg.errors.LockNotAvailable:
+            return True
+
+    try:
+        with engine.connect() as conn:
+            run_pk = conn.exec_driver_sql("SELECT MIN(id) FROM runs").scalar()
+            conn.rollback()
+            backend = backend_of(conn)
+            with conn.begin():
+                backend.lock_run(conn, run_pk)
+                backend.lock_run(conn, run_pk)
+                assert len(locks) == 1 and locked_elsewhere(run_pk)
+                nested = conn.begin_nested()
+                backend.lock_run(conn, run_pk)  # a new subtransaction: asked again
+                assert len(locks) == 2
+                nested.rollback()
+                assert locked_elsewhere(run_pk)  # (the outer transaction's lock stands)
+                backend.lock_run(conn, run_pk + 1)
+                nested = conn.begin_nested()
+                backend.lock_run(conn, run_pk + 2)
+                nested.rollback()  # released with the savepoint...
+                assert not locked_elsewhere(run_pk + 2)
+                backend.lock_run(conn, run_pk + 2)  # ...so taken again
+                assert len(locks) == 5 and locked_elsewhere(run_pk + 2)
+            assert not locked_elsewhere(run_pk)  # the transaction ended
+    finally:
+        other.close()
+        engine.dispose()
