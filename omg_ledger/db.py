@@ -550,7 +550,7 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
     except BaseException:
         connection.close()
         raise
-    return PostgresReadLedger(connection, lambda: _readonly_postgres_engine(url))
+    return PostgresReadLedger(connection, conninfo, lambda: _readonly_postgres_engine(url))
 
 
 def _postgres_revision(connection) -> str | None:

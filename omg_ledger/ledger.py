@@ -105,13 +105,20 @@ class PostgresReadLedger(_LazyEngine):
     dialect_name = "postgresql"
     sqlite_path = None  # (asked for by code that reads SQLite files directly: not an Engine's attribute)
 
-    def __init__(self, connection, make_engine: Callable[[], object]) -> None:
+    def __init__(self, connection, conninfo: str, make_engine: Callable[[], object]) -> None:
         super().__init__(make_engine)
         self._connection = connection
+        self._conninfo = conninfo
 
     def psycopg_connection(self):
         """The connection, outside any transaction (a reader rolls back when it is done)."""
         return self._connection
+
+    def psycopg_session(self):
+        """A new connection of the caller's to close (``sql`` throws its session away)."""
+        import psycopg
+
+        return psycopg.connect(self._conninfo, options=POSTGRES_READ_ONLY_OPTIONS)
 
     def dispose(self) -> None:
         try:

@@ -138,3 +138,20 @@ def test_cli(sqlite_url, corpus_home):
     assert csv_out == "a,b\n1,\n"
     table = runner.invoke(main, ["sql", "--db", sqlite_url, "SELECT 1 AS a"]).output
     assert "(1 row(s))" in table
+
+
+def test_postgresql_placeholders_are_numbered_in_code_only():
+    """`:name` becomes `$n` where PostgreSQL's lexer would see code: not in a string, an
+    E'' string, a dollar-quoted body, a quoted name or a comment; a repeated name is one
+    value; `x::int` is a cast and `:a::int` a placeholder cast."""
+    from omg_ledger.errors import BadArgument
+    from omg_ledger.reports.sql import _pg_bind
+
+    statement = ("SELECT :a, ':b', E'\\':c', $$:d$$, \"x:e\", :a::int, n::int -- :f\n"
+                 "/* :g /* :h */ */ FROM t WHERE y = :i")
+    assert _pg_bind(statement, {"a": 1, "i": "two", "unused": 3}) == (
+        "SELECT $1, ':b', E'\\':c', $$:d$$, \"x:e\", $1::int, n::int -- :f\n"
+        "/* :g /* :h */ */ FROM t WHERE y = $2", [1, "two"])
+    assert _pg_bind(statement, None) == (statement, None)
+    with pytest.raises(BadArgument, match="missing a value for a placeholder: :i"):
+        _pg_bind(statement, {"a": 1})

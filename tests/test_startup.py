@@ -167,6 +167,9 @@ POSTGRES_READS = [
     ["cost", "--since", "2020-01-01", "--until", "2030-01-01", "--by", "day"],  # (a fixed window: no "now" printed)
     ["cost", "--by", "node", "--json"], ["audit", "--json"], ["audit"], ["problems", "--json"], ["homes", "--json"],
     ["plans", "--json"], ["invocations", "--by", "status", "--json"],
+    # (':x' in a string is text, not a placeholder; a saved query's :since and :limit are bound)
+    ["sql", "SELECT COUNT(*) AS n, ':x' AS s FROM runs"], ["query", "spend_by_day", "--param", "since=2026-01-01"],
+    ["query", "most_expensive_nodes", "--param", "limit=5", "--json"],
 ]
 
 

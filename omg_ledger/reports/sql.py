@@ -46,6 +46,7 @@ stays empty (the queries read ``''`` as "no bound"). Everything else is text.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -437,18 +438,25 @@ def _pg_refusal(sqlstate: str | None, primary: str, position: str | None = None)
 
 
 def _pg_bind(statement: str, params: dict | None) -> tuple[str, list | None]:
-    """The statement with `:name` turned into PostgreSQL's own `$n`, and the values."""
+    """The statement with `:name` turned into PostgreSQL's own `$n`, and the values. A
+    placeholder is what `placeholders` finds: in the code, never in a string, a quoted
+    name or a comment (PostgreSQL's lexical rules: E'…', $tag$…$tag$, nested comments);
+    `x::int` is a cast, `:x::int` a placeholder cast."""
     if params is None:
         return statement, None
-    from sqlalchemy import text
-    from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+    names: list[str] = []
 
-    compiled = text(statement).compile(dialect=psycopg_dialect(paramstyle="numeric_dollar"))
-    try:
-        values = compiled.construct_params(params)
-    except Exception as exc:  # a placeholder without a value
-        raise BadArgument(f"missing a value for a placeholder: {exc}") from exc
-    return str(compiled), [values[name] for name in compiled.positiontup or []]
+    def number(match: re.Match) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = "".join(_PLACEHOLDER.sub(number, piece) if kind == "code" else piece
+                   for kind, piece in code_spans(statement, "postgresql"))
+    missing = [name for name in names if name not in params]
+    if missing:
+        raise BadArgument(f"missing a value for a placeholder: :{missing[0]}")
+    return text, [params[name] for name in names]
 
 
 # PostgreSQL's statement_timeout is an int of milliseconds.
@@ -490,7 +498,6 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
 
     import psycopg
     from psycopg import pq
-    from sqlalchemy.exc import DBAPIError
 
     query, values = _pg_bind(statement, params)
     started = time.monotonic()
@@ -502,16 +509,15 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
             return timed_out(timeout)
         return _pg_refusal(sqlstate, primary, position)
 
-    with engine.connect() as conn:
-        driver = conn.connection.dbapi_connection
+    with _postgres_session(engine) as driver:
         pgconn = driver.pgconn
         try:
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
-            conn.exec_driver_sql("SET default_transaction_read_only = on")
+            driver.execute("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
+            driver.execute("SET default_transaction_read_only = on")
             if timeout is not None:
                 # LOCAL: it ends with the transaction, which is always rolled back.
                 milliseconds = min(max(math.ceil(timeout * 1000), 1), _PG_MAX_TIMEOUT_MS)
-                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+                driver.execute(f"SET LOCAL statement_timeout = {milliseconds}")
             encoded = query.encode(driver.info.encoding)
             # Parse (the extended protocol's one-statement step) and Describe, without
             # running anything: a statement that returns no rows is not a query.
@@ -537,11 +543,6 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
         except psycopg.Error as exc:
             diag = exc.diag
             raise refusal(exc.sqlstate, diag.message_primary or str(exc), diag.statement_position) from exc
-        except DBAPIError as exc:
-            orig = exc.orig
-            diag = getattr(orig, "diag", None)
-            raise refusal(getattr(orig, "sqlstate", None), getattr(diag, "message_primary", None) or str(orig),
-                          getattr(diag, "statement_position", None)) from exc
         except BaseException:
             # Ctrl-C can land between psycopg sending the statement and its wait for the
             # result, where psycopg cannot cancel it: the server would run on, and the
@@ -550,12 +551,35 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
                 _cancel_on_server(driver)
             raise
         finally:
-            # Nothing the statement did to the session outlives it.
-            try:
-                if pgconn.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
-                    conn.rollback()
-            finally:
-                conn.invalidate()
+            if pgconn.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+                with contextlib.suppress(psycopg.Error):  # (the connection is thrown away either way)
+                    driver.rollback()
+
+
+@contextlib.contextmanager
+def _postgres_session(engine):
+    """A psycopg connection for one statement, closed after it: nothing the statement did
+    to the session outlives it. A ledger.PostgresReadLedger opens one of its own (no
+    SQLAlchemy); from an Engine, the pool's connection is invalidated, not given back."""
+    if hasattr(engine, "psycopg_session"):
+        import psycopg
+
+        from ..errors import database_trouble
+
+        try:
+            driver = engine.psycopg_session()
+        except psycopg.Error as exc:  # the server went away since the ledger was opened
+            raise database_trouble(exc) from exc
+        try:
+            yield driver
+        finally:
+            driver.close()
+        return
+    with engine.connect() as conn:
+        try:
+            yield conn.connection.dbapi_connection
+        finally:
+            conn.invalidate()
 
 
 def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float | None = None) -> QueryResult:
@@ -600,12 +624,15 @@ def parse_saved(name: str, sql: str) -> SavedQuery:
     return SavedQuery(name, sql, header, params)
 
 
+_PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
 def placeholders(sql: str) -> list[str]:
     """The `:name` placeholders in the statement's code (not in strings or comments)."""
     found: list[str] = []
     for kind, piece in code_spans(sql):
         if kind == "code":
-            for match in re.finditer(r"(?<![:\w]):([A-Za-z_]\w*)", piece):
+            for match in _PLACEHOLDER.finditer(piece):
                 if match.group(1) not in found:
                     found.append(match.group(1))
     return found
