@@ -355,22 +355,16 @@ class PostgresBackend(Backend):
 
         from .errors import database_trouble
 
-        if hasattr(bind, "psycopg_connection"):  # a ledger.PostgresReadLedger: psycopg, no Engine
-            raw, conn = None, bind.psycopg_connection()
-        else:
-            raw = bind.raw_connection()
-            conn = raw.driver_connection
-        try:
-            yield PostgresReader(conn)
+        lending = bind.psycopg_reading() if hasattr(bind, "psycopg_reading") else _pooled_driver_connection(bind)
+        try:  # (a ledger.PostgresReadLedger lends psycopg connections: no Engine)
+            with lending as conn:
+                try:
+                    yield PostgresReader(conn)
+                finally:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.rollback()
         except psycopg.Error as exc:
             raise database_trouble(exc) from exc
-        finally:
-            try:
-                with contextlib.suppress(psycopg.Error):
-                    conn.rollback()
-            finally:
-                if raw is not None:
-                    raw.close()
 
     def insert(self, table):
         from sqlalchemy.dialects import postgresql
@@ -485,6 +479,15 @@ def retry_until(attempt: Callable[[], bool], wait_seconds: float, pause: float, 
 
 
 _BACKENDS: dict[str, Backend] = {"sqlite": SQLiteBackend(), "postgresql": PostgresBackend()}
+
+
+@contextlib.contextmanager
+def _pooled_driver_connection(engine: Engine) -> Iterator:
+    raw = engine.raw_connection()
+    try:
+        yield raw.driver_connection
+    finally:
+        raw.close()
 
 
 def backend_of(bind: Engine | Connection) -> Backend:

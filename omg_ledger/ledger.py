@@ -12,8 +12,9 @@ unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from urllib.parse import quote
 
 from .db import SQLITE_BUSY_TIMEOUT_MS
@@ -109,10 +110,29 @@ class PostgresReadLedger(_LazyEngine):
         super().__init__(make_engine)
         self._connection = connection
         self._conninfo = conninfo
+        self._lent = False
 
     def psycopg_connection(self):
         """The connection, outside any transaction (a reader rolls back when it is done)."""
         return self._connection
+
+    @contextlib.contextmanager
+    def psycopg_reading(self) -> Iterator:
+        """A connection for one reader: the kept one, or, while a reader holds it (readings
+        nested), a new one closed after: each reader has its own transaction, as each
+        has its own pool connection from an Engine."""
+        if self._lent:
+            connection = self.psycopg_session()
+            try:
+                yield connection
+            finally:
+                connection.close()
+            return
+        self._lent = True
+        try:
+            yield self._connection
+        finally:
+            self._lent = False
 
     def psycopg_session(self):
         """A new connection of the caller's to close (``sql`` throws its session away)."""

@@ -215,3 +215,30 @@ def test_a_postgresql_reading_session_refuses_a_write(synced_postgres_corpus):
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
     finally:
         ledger.dispose()
+
+
+def test_nested_readings_of_a_postgresql_ledger_each_have_their_own_transaction(synced_postgres_corpus):
+    """A reader inside another (a report reading while it renders another's rows) gets a
+    connection of its own, so its end does not end the outer reader's snapshot; the kept
+    connection is lent again afterwards."""
+    from psycopg.pq import TransactionStatus
+
+    from omg_ledger.backend import reading
+    from omg_ledger.db import open_ledger_readonly
+
+    ledger = open_ledger_readonly(synced_postgres_corpus)
+    try:
+        with reading(ledger) as outer:
+            runs = outer.scalar("SELECT COUNT(*) FROM runs")
+            with reading(ledger) as inner:
+                assert inner.conn is not outer.conn
+                assert inner.scalar("SELECT COUNT(*) FROM runs") == runs
+            assert outer.conn.info.transaction_status == TransactionStatus.INTRANS  # still in its transaction
+            assert inner.conn.closed
+            assert outer.scalar("SELECT COUNT(*) FROM runs") == runs
+        with reading(ledger) as again:
+            assert again.conn is outer.conn
+            assert again.scalar("SELECT COUNT(*) FROM runs") == runs
+        assert outer.conn.info.transaction_status == TransactionStatus.IDLE  # each reader rolls back
+    finally:
+        ledger.dispose()
