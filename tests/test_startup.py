@@ -242,3 +242,20 @@ def test_nested_readings_of_a_postgresql_ledger_each_have_their_own_transaction(
         assert outer.conn.info.transaction_status == TransactionStatus.IDLE  # each reader rolls back
     finally:
         ledger.dispose()
+
+
+def test_the_html_report_imports_no_sqlalchemy_and_is_the_same_page_from_either_database(
+        synced_corpus, synced_postgres_corpus, tmp_path):
+    """report --html reads through the DB-API (SQLAlchemy only with a price book, for the
+    estimate); the corpus gives the same page from SQLite and PostgreSQL but for the
+    instant it was generated."""
+    import re
+
+    pages = []
+    for n, db in enumerate((synced_corpus, synced_postgres_corpus)):
+        page = tmp_path / f"report{n}.html"
+        names = imported_modules("-m", "omg_ledger.cli", "report", "--html", str(page), "--db", db)
+        assert heavy_among(names) == []
+        pages.append(re.sub(r"generated [0-9T:.+-]+", "generated …", page.read_text()))
+    assert "generated …" in pages[0]
+    assert pages[0] == pages[1]

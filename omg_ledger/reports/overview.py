@@ -20,19 +20,17 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from sqlalchemy import and_, case, func, select, true
-from sqlalchemy.engine import Engine
-
-from .. import schema
+from ..backend import reading
 from ..prices import PriceBook
 from ..units import instant_to_us, us_to_instant
-from . import estimate as est
 from .audit import audit_report
 from .cost import (
     BUCKET_US,
     UNDATED,
     _conditions,
+    _conditions_sql,
     _period_key,
     cost_report,
     period_start,
@@ -40,6 +38,9 @@ from .cost import (
     zone_named,
 )
 from .runs import iter_runs
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 TOP = 10
 
@@ -54,14 +55,16 @@ def _day_key(at_us: int | None, zone) -> str:
     return _period_key(period_start(us_to_instant(int(at_us) // BUCKET_US * BUCKET_US).astimezone(zone), "day"), "day")
 
 
-def _days(engine: Engine, conditions: list, zone, prices: PriceBook | None) -> list[dict]:
-    c, r = schema.charges.c, schema.runs.c
-    bucket = (c.at_us // BUCKET_US).label("bucket")
-    no_snapshot = r.snapshot_schema.is_(None)
-    query = (select(bucket, r.runtime, no_snapshot.label("no_snapshot"), func.sum(c.cost_nano_usd).label("known"),
-                    func.count().label("invocations"), func.sum(case((c.cost_unknown, 1), else_=0)).label("unpriced"))
-             .select_from(schema.charges.join(schema.runs, r.id == c.run_pk))
-             .where(and_(true(), *conditions)).group_by(bucket, r.runtime, no_snapshot))
+# Per 15-minute bucket, runtime and whether the run had a snapshot: the buckets are cut
+# into days in the report's zone (the same buckets as `cost --by day`).
+_DAYS_SQL = (f"SELECT c.at_us / {BUCKET_US} AS bucket, r.runtime AS runtime, (r.snapshot_schema IS NULL) AS no_snapshot, "
+             "SUM(c.cost_nano_usd) AS known, COUNT(*) AS invocations, "
+             "SUM(CASE WHEN c.cost_unknown THEN 1 ELSE 0 END) AS unpriced "
+             "FROM charges c JOIN runs r ON r.id = c.run_pk WHERE {where} "
+             f"GROUP BY c.at_us / {BUCKET_US}, r.runtime, (r.snapshot_schema IS NULL)")
+
+
+def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
     days: dict[str, dict[str, dict]] = {}
 
     def cell(day: str, runtime: str) -> dict:
@@ -69,15 +72,20 @@ def _days(engine: Engine, conditions: list, zone, prices: PriceBook | None) -> l
                                                              "unknown_cost_invocations": 0,
                                                              **({"estimated_nano_usd": 0} if prices else {})})
 
-    with engine.connect() as conn:
-        for m in conn.execute(query):
-            into = cell(_day_key(None if m.bucket is None else int(m.bucket) * BUCKET_US, zone),
-                        _runtime_key(m.runtime, m.no_snapshot))
-            into["cost_nano_usd"] += int(m.known or 0)
-            into["invocations"] += int(m.invocations)
-            into["unknown_cost_invocations"] += int(m.unpriced or 0)
-        if prices is not None:
-            for row in conn.execute(est.unpriced_charges(conditions)):
+    params: dict = {}
+    sql = _DAYS_SQL.format(where=_conditions_sql(win, (), params))
+    with reading(engine) as reader:
+        for bucket, runtime, no_snapshot, known, invocations, unpriced in reader.rows(sql, params):
+            into = cell(_day_key(None if bucket is None else int(bucket) * BUCKET_US, zone),
+                        _runtime_key(runtime, no_snapshot))
+            into["cost_nano_usd"] += int(known or 0)
+            into["invocations"] += int(invocations)
+            into["unknown_cost_invocations"] += int(unpriced or 0)
+    if prices is not None:
+        from . import estimate as est  # (SQLAlchemy: only a report with a price book needs it)
+
+        with engine.connect() as conn:
+            for row in conn.execute(est.unpriced_charges(_conditions(win, ()))):
                 m = row._mapping
                 nanos = est.estimate(prices, m)
                 if nanos is not None:
@@ -87,31 +95,30 @@ def _days(engine: Engine, conditions: list, zone, prices: PriceBook | None) -> l
             for day, rts in sorted(days.items(), key=lambda kv: (kv[0] == UNDATED, kv[0]))]
 
 
-def _redone(engine: Engine, conditions: list, since_us: int | None) -> dict:
-    c = schema.charges.c
-    later = schema.charges.alias("later")
-    last = (select(c.run_pk, c.node_id, func.max(c.seq).label("last_seq"))
-            .where(c.node_id.is_not(None)).group_by(c.run_pk, c.node_id).subquery("last"))
-    query = (select(c.kind, c.leg_ordinal, later.c.leg_ordinal.label("last_leg"), c.cost_nano_usd)
-             .select_from(schema.charges
-                          .join(last, and_(last.c.run_pk == c.run_pk, last.c.node_id == c.node_id))
-                          .join(later, and_(later.c.run_pk == c.run_pk, later.c.seq == last.c.last_seq)))
-             .where(and_(c.seq < last.c.last_seq, *conditions)))
+# A charge of a node is redone when the node has a later charge in its run: "feedback"
+# when that last charge is in the same leg (or the charge is a feedback round's),
+# "retry" when it is in a later leg. Each charge is compared with its node's last one
+# (a window over the node's charges, not a self-join), and the sums are made in SQL.
+_REDONE_SQL = (
+    "SELECT CASE WHEN c.kind = 'feedback' OR c.leg_ordinal = c.last_leg "
+    "OR (c.leg_ordinal IS NULL AND c.last_leg IS NULL) THEN 'feedback' ELSE 'retry' END AS cause, "
+    "COUNT(*) AS invocations, SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS unpriced, "
+    "SUM(c.cost_nano_usd) AS known "
+    "FROM (SELECT run_pk, seq, kind, leg_ordinal, cost_nano_usd, at_us, MAX(seq) OVER node AS last_seq, "
+    "FIRST_VALUE(leg_ordinal) OVER (node ORDER BY seq DESC) AS last_leg "
+    "FROM charges WHERE node_id IS NOT NULL WINDOW node AS (PARTITION BY run_pk, node_id)) c "
+    "WHERE c.seq < c.last_seq AND {where} GROUP BY 1")
+
+
+def _redone(engine, win) -> dict:
     out = {cause: {"cost_nano_usd": 0, "invocations": 0, "unknown_cost_invocations": 0}
            for cause in ("feedback", "retry")}
-    r = schema.runs.c
-    with engine.connect() as conn:
-        for m in conn.execute(query):
-            cause = "feedback" if m.kind == "feedback" or m.leg_ordinal == m.last_leg else "retry"
-            out[cause]["invocations"] += 1
-            if m.cost_nano_usd is None:
-                out[cause]["unknown_cost_invocations"] += 1
-            else:
-                out[cause]["cost_nano_usd"] += int(m.cost_nano_usd)
-        unrecorded = select(func.coalesce(func.sum(r.unrecorded_attempts), 0)).where(r.billed)
-        if since_us is not None:
-            unrecorded = unrecorded.where(r.last_event_at_us >= since_us)
-        out["unrecorded_attempts"] = int(conn.execute(unrecorded).scalar() or 0)
+    params: dict = {}
+    with reading(engine) as reader:
+        for cause, invocations, unpriced, known in reader.rows(_REDONE_SQL.format(
+                where=_conditions_sql(win, (), params)), params):
+            out[cause] = {"cost_nano_usd": int(known or 0), "invocations": int(invocations),
+                          "unknown_cost_invocations": int(unpriced or 0)}
     return out
 
 
@@ -132,13 +139,12 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     now = now or datetime.now(UTC)
     zone = zone_named(tz)
     win = window(since, until, zone, now)
-    conditions = _conditions(win, ())
     by_runtime = cost_report(engine, since=since, until=until, by="runtime", tz=tz, now=now, prices=prices)
     by_node = cost_report(engine, since=since, until=until, by="node", tz=tz, now=now, prices=prices)
     since_us = None if win.since is None else instant_to_us(win.since)
     audit = audit_report(engine, since=None if win.since is None else win.since.isoformat(), now=now)
     status = Counter(run["status"] for run in iter_runs(engine, since_us=since_us))
-    redone = _redone(engine, conditions, since_us)
+    redone = _redone(engine, win)
     # the same count audit gives: killed calls of ABANDONED runs included (status.unrecorded_attempts)
     redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]
     return {
@@ -150,7 +156,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
         "runtimes": by_runtime["rows"],
         "graphs": _graphs(by_node["rows"])[:TOP],
         "nodes": by_node["rows"][:TOP],
-        "days": _days(engine, conditions, zone, prices),
+        "days": _days(engine, win, zone, prices),
         "redone": redone,
         "status": dict(status),
         "abandoned": audit["abandoned"],
