@@ -516,17 +516,19 @@ def _readonly_sqlite_engine(url: str, path: str) -> Engine:
 
 def _readonly_postgres_engine(url: str) -> Engine:
     from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
 
-    from .ledger import POSTGRES_READ_ONLY_OPTIONS
+    from .ledger import read_only_options
 
-    return create_engine(url, pool_pre_ping=True, connect_args={"options": POSTGRES_READ_ONLY_OPTIONS})
+    options = read_only_options(make_url(url).query.get("options"))
+    return create_engine(url, pool_pre_ping=True, connect_args={"options": options})
 
 
 def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
     """A PostgresReadLedger (psycopg alone, no SQLAlchemy) for a PostgreSQL URL libpq
     takes, its revision checked; None when psycopg cannot connect with it: the Engine's
     path then connects again and words the failure, as it does for any other URL."""
-    from .ledger import POSTGRES_READ_ONLY_OPTIONS, PostgresReadLedger, postgres_conninfo
+    from .ledger import PostgresReadLedger, postgres_conninfo, psycopg_read_only_connection
 
     conninfo = postgres_conninfo(url)
     if conninfo is None:
@@ -536,7 +538,7 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
     except ImportError:
         return None
     try:
-        connection = psycopg.connect(conninfo, options=POSTGRES_READ_ONLY_OPTIONS)
+        connection = psycopg_read_only_connection(conninfo)
     except psycopg.OperationalError as exc:  # no server, refused, bad password: worded as the Engine's path does
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
     except (psycopg.Error, ValueError):  # a URL libpq does not take (a SQLAlchemy-only option…)

@@ -60,6 +60,22 @@ def postgres_conninfo(db: str) -> str | None:
 POSTGRES_READ_ONLY_OPTIONS = "-c default_transaction_read_only=on"
 
 
+def read_only_options(url_options: str | tuple | None) -> str:
+    """The ``options`` of a reading session: the URL's own (a ledger in a schema named by
+    ``-c search_path=…``) and then the read-only setting, which the URL cannot undo."""
+    if isinstance(url_options, tuple):  # (SQLAlchemy's URL query, the parameter repeated)
+        url_options = " ".join(url_options)
+    return f"{url_options} {POSTGRES_READ_ONLY_OPTIONS}" if url_options else POSTGRES_READ_ONLY_OPTIONS
+
+
+def psycopg_read_only_connection(conninfo: str):
+    """A psycopg connection whose transactions are read-only (the URL's options kept)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    return psycopg.connect(conninfo, options=read_only_options(conninfo_to_dict(conninfo).get("options")))
+
+
 class _LazyEngine:
     """An Engine's attributes, the Engine made on first use."""
 
@@ -136,9 +152,7 @@ class PostgresReadLedger(_LazyEngine):
 
     def psycopg_session(self):
         """A new connection of the caller's to close (``sql`` throws its session away)."""
-        import psycopg
-
-        return psycopg.connect(self._conninfo, options=POSTGRES_READ_ONLY_OPTIONS)
+        return psycopg_read_only_connection(self._conninfo)
 
     def dispose(self) -> None:
         try:

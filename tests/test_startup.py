@@ -259,3 +259,35 @@ def test_the_html_report_imports_no_sqlalchemy_and_is_the_same_page_from_either_
         pages.append(re.sub(r"generated [0-9T:.+-]+", "generated …", page.read_text()))
     assert "generated …" in pages[0]
     assert pages[0] == pages[1]
+
+
+def test_a_ledger_in_a_schema_named_by_the_url_options_is_read_and_stays_read_only(pg_server, synced_corpus):
+    """`?options=-c search_path=…` puts the ledger in a schema: sync writes it there, and
+    the reading session keeps the URL's options (it used to replace them with its
+    read-only setting, so no read command found the ledger), both through psycopg and
+    through an Engine (--estimate); a URL that turns read-only off does not win."""
+    import json
+
+    from .conftest import CORPUS_HOME
+
+    url = pg_server.create_database("schema_options")
+    try:
+        import psycopg
+
+        from omg_ledger.ledger import postgres_conninfo
+
+        with psycopg.connect(postgres_conninfo(url), autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA led")
+        in_schema = f"{url}&options=-csearch_path%3Dled"
+        done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", in_schema, "--home",
+                               str(CORPUS_HOME)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _stdout(["runs", "--json"], in_schema) == _stdout(["runs", "--json"], synced_corpus)
+        estimate = ["cost", "--by", "runtime", "--estimate", "--json"]
+        assert json.loads(_stdout(estimate, in_schema))["total"] == json.loads(_stdout(estimate, synced_corpus))["total"]
+        writable = f"{in_schema}%20-c%20default_transaction_read_only%3Doff"
+        setting = _stdout(["sql", "SELECT current_schema() AS s, current_setting('default_transaction_read_only') "
+                                  "AS ro", "--json"], writable)
+        assert json.loads(setting)["rows"] == [{"s": "led", "ro": "on"}]
+    finally:
+        pg_server.drop_database("schema_options")
