@@ -675,10 +675,13 @@ class _HomeSync:
             facts = self._facts(path, known, read, dir_info, failed_info, now_ns)
             new_events = rows.events_walked
         self._to_settle.add(before)
-        run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
-                           scrub=scrub, created=created,
-                           pending=pending, insert_row=insert_row)
-        _save_state(conn, run_pk, rows, fresh=created, pending=pending)
+        # The run's row, identities and state: statements nothing reads back (PostgreSQL:
+        # one round trip instead of one each).
+        with backend_of(conn).pipelined(conn):
+            run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
+                               scrub=scrub, created=created,
+                               pending=pending, insert_row=insert_row)
+            _save_state(conn, run_pk, rows, fresh=created, pending=pending)
         self._to_settle.add(rows.run["stream_identity"])
         self.report.events_derived += rows.events_walked
         problems = read.problems + _derived_problems(path, rows)
