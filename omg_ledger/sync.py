@@ -101,6 +101,11 @@ DERIVE_BATCH = 100  # runs re-derived per transaction
 # by the rows it holds back (memory), whichever comes first.
 SYNC_BATCH_RUNS = 250
 SYNC_BATCH_ROWS = 50_000
+# A batch counts the changed runs it writes; unchanged ones looked at in between are
+# cheap (stat calls), but a batch still ends after this many times its runs looked at,
+# so its write lock and the progress line are never held for a whole home. (Counting
+# every run looked at, 100 changed runs spread over 10,000 made 29 commits.)
+SYNC_BATCH_LOOKS = 10
 # A batch of new runs from a pool whose work files a SQLite ledger copies from inside
 # SQLite: the writer holds none of its rows, so it may be larger. Each commit rewrites
 # the last pages of every B-tree it touched and may checkpoint the WAL: at 10,000 runs,
@@ -337,7 +342,8 @@ class _HomeSync:
         self._received: list[tuple[str, PreparedRun, int]] = []  # the batch's runs from the pool, to write
         self._received_rows = 0  # their rows, in the work files
         self._to_settle: set[str | None] = set()
-        self._in_batch = 0  # run entries looked at since the last commit
+        self._in_batch = 0  # changed runs in the open batch
+        self._looked_in_batch = 0  # run entries looked at since the last commit
         self._looked_at = 0  # run entries looked at, committed or not
         self._total = 0
         self.open_problem_paths: list[str] | None = None  # loaded once, when first needed
@@ -399,16 +405,19 @@ class _HomeSync:
             for entry, known in zip(entries, known_runs, strict=True):
                 if known is not None and not known.gone:
                     listed_not_gone += 1
+                changed_before = self.report.runs_listed
                 if pool is not None and entry.run_id not in known_ids:
                     self._store_prepared(entry.run_id, entry.path, next(prepared))
                 else:
                     self._sync_run(entry.run_id, entry.path, known)
                 self.report.runs_seen += 1
                 self._looked_at += 1
-                self._in_batch += 1
+                self._in_batch += self.report.runs_listed - changed_before
+                self._looked_in_batch += 1
                 if self._batch is None and not self._received:
                     self._committed()  # nothing written since the last commit: these are done too
-                elif self._in_batch >= batch_runs or self._batch_rows() >= batch_rows:
+                elif (self._in_batch >= batch_runs or self._looked_in_batch >= batch_runs * SYNC_BATCH_LOOKS
+                      or self._batch_rows() >= batch_rows):
                     self._commit()
             self._commit()
         except BaseException as exc:
@@ -792,7 +801,7 @@ class _HomeSync:
         self._committed()
 
     def _committed(self) -> None:
-        self._in_batch = 0
+        self._in_batch = self._looked_in_batch = 0
         if self.progress is not None:
             self.progress("sync", self._looked_at, self._total)
 

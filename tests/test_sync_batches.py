@@ -207,3 +207,41 @@ def test_a_run_read_as_new_by_a_worker_resolves_the_problems_left_under_its_dire
         assert report.runs_changed == 2
         results[workers] = (open_paths, resolved)
     assert results[2] == results[0] == (["HOME/runs/r2/events.jsonl"], ["HOME/runs/r1/events.jsonl"])
+
+
+def test_a_batch_counts_the_changed_runs_it_writes_not_the_runs_looked_at(tmp_path, db_url, monkeypatch):
+    """Three changed runs spread over the corpus's 25 (the first, the 13th, the last): in
+    batches of 3 changed runs they are one commit, where one per run is three; a batch
+    also ends after SYNC_BATCH_LOOKS times its size of runs looked at (2 × 3 = 6 here:
+    three commits again). Counting every run looked at, batches of 3 were three commits."""
+    from sqlalchemy import event
+
+    from omg_ledger import sync as sync_module
+
+    home = tmp_path / "home"
+    shutil.copytree(CORPUS_HOME / "runs", home / "runs")
+    names = sorted(p.name for p in (home / "runs").iterdir() if (p / "events.jsonl").is_file())
+    changed = [names[0], names[len(names) // 2], names[-1]]
+    assert len(names) == 25 and len(names) // 2 > 2 * 3  # (the changed runs are more than a window apart)
+    homes = [Home.from_path(str(home), "h")]
+    engine = open_ledger(db_url)
+    commits: list[int] = []
+    event.listen(engine, "commit", lambda conn: commits.append(1))
+
+    def commits_of_a_sync(batch_runs: int) -> int:
+        for name in changed:  # one more valid line each: the last line again
+            stream = home / "runs" / name / "events.jsonl"
+            stream.write_bytes(stream.read_bytes() + stream.read_bytes().splitlines(keepends=True)[-1])
+        commits.clear()
+        report = sync(engine, homes, batch_runs=batch_runs, workers=0)
+        assert (report.runs_changed, report.events_ingested) == (3, 3)
+        return len(commits)
+
+    try:
+        sync(engine, homes, workers=0)
+        one_per_run = commits_of_a_sync(1)
+        assert commits_of_a_sync(3) == one_per_run - 2
+        monkeypatch.setattr(sync_module, "SYNC_BATCH_LOOKS", 2)
+        assert commits_of_a_sync(3) == one_per_run
+    finally:
+        engine.dispose()
