@@ -396,9 +396,8 @@ class PostgresBackend(Backend):
         # one round trip per run and (sub)transaction. A savepoint rolled back releases
         # what was locked in it, and its object is then no longer active: locked again.
         scope = conn.get_nested_transaction() or conn.get_transaction()
-        held = conn.info.get("omg_locked_run")
-        if held is not None and held[0] == run_pk and held[1] is scope and scope is not None and scope.is_active:
-            return
+        if scope is not None and scope.is_active and conn.info.get("omg_locked_run") == (run_pk, scope):
+            return  # (a Transaction compares by identity)
         conn.exec_driver_sql("SELECT id FROM runs WHERE id = %s FOR UPDATE", (run_pk,))
         conn.info["omg_locked_run"] = (run_pk, scope)
 

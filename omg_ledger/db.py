@@ -160,16 +160,12 @@ def current_revision(conn: Connection) -> str | None:
 def stored_revision(ledger) -> str | None:
     """The revision a ledger's alembic_version table holds (None: no such table), read
     with plain SQL: printing it need not import alembic (~0.3 s). ``ledger``: an Engine,
-    or a ledger.ReadLedger or PostgresReadLedger (read through sqlite3 or psycopg alone)."""
-    path = getattr(ledger, "sqlite_path", None)
-    if path is not None:
-        return _sqlite_revision(path, str(path))
-    if hasattr(ledger, "psycopg_connection"):  # a PostgresReadLedger: psycopg alone
-        connection = ledger.psycopg_connection()
-        try:
-            return _postgres_revision(connection)
-        finally:
-            connection.rollback()
+    or a ledger.ReadLedger or PostgresReadLedger (which read it, with sqlite3 or psycopg
+    alone, when they were opened)."""
+    from .ledger import PostgresReadLedger, ReadLedger
+
+    if isinstance(ledger, ReadLedger | PostgresReadLedger):
+        return ledger.revision
     from sqlalchemy import inspect
 
     with ledger.connect() as conn:
@@ -552,7 +548,7 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
     except BaseException:
         connection.close()
         raise
-    return PostgresReadLedger(connection, conninfo, lambda: _readonly_postgres_engine(url))
+    return PostgresReadLedger(connection, conninfo, current, lambda: _readonly_postgres_engine(url))
 
 
 def _postgres_revision(connection) -> str | None:
@@ -678,8 +674,8 @@ def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION):
     check_database_target(db)
     if plain is not None:
         path = _existing_sqlite_file(plain)
-        _check_revision(_sqlite_revision(path, shown), shown, oldest)
-        return ReadLedger(url, path, lambda: _readonly_sqlite_engine(url, path))
+        revision = _check_revision(_sqlite_revision(path, shown), shown, oldest)
+        return ReadLedger(url, path, revision, lambda: _readonly_sqlite_engine(url, path))
 
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url

@@ -105,10 +105,11 @@ class ReadLedger(_LazyEngine):
 
     dialect_name = "sqlite"
 
-    def __init__(self, url: str, path: str, make_engine: Callable[[], object]) -> None:
+    def __init__(self, url: str, path: str, revision: str | None, make_engine: Callable[[], object]) -> None:
         super().__init__(make_engine)
         self._url = url
         self.sqlite_path = path
+        self.revision = revision  # (its migration revision, read when it was opened)
 
     def sqlite3_connection(self) -> sqlite3.Connection:
         return connect_readonly(self.sqlite_path)
@@ -120,12 +121,12 @@ class PostgresReadLedger(_LazyEngine):
     asked for."""
 
     dialect_name = "postgresql"
-    sqlite_path = None  # (asked for by code that reads SQLite files directly: not an Engine's attribute)
 
-    def __init__(self, connection, conninfo: str, make_engine: Callable[[], object]) -> None:
+    def __init__(self, connection, conninfo: str, revision: str | None, make_engine: Callable[[], object]) -> None:
         super().__init__(make_engine)
         self._connection = connection
         self._conninfo = conninfo
+        self.revision = revision  # (its migration revision, read when it was opened)
         self._lent = False
 
     def psycopg_connection(self):
