@@ -211,7 +211,7 @@ def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[
         rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
         for line_no, byte_offset, raw in rows:
             data = orjson.loads(raw)
-            ts, at_us = parse_timestamp(data["ts"], check_range=False)  # accepted when it was stored
+            ts, at_us = parse_timestamp(data["ts"], strict=False)  # accepted when it was stored
             yield Event(line_no, byte_offset, data, raw, ts, at_us)
         if len(rows) < EVENT_PAGE:
             return

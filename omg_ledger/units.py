@@ -86,13 +86,13 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + doe - 719468
 
 
-def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
+def parse_timestamp(text: str, *, strict: bool = True) -> tuple[str, int]:
     """Parse an RFC 3339 timestamp (nanosecond precision allowed).
 
     Returns (normalized UTC text with microseconds, epoch microseconds). Nanoseconds
     beyond the microsecond are truncated: ts is a display clock, never a sort key.
     Only RFC 3339's shape is taken (date, 'T' or a space, time, 'Z' or ±hh:mm), and an
-    instant outside INSTANT_RANGE is refused, unless ``check_range`` is false: re-reading
+    instant outside INSTANT_RANGE is refused, unless ``strict`` is false: re-reading
     what an older omg-ledger already stored, which took any separator and ISO 8601's
     other spellings, and no range.
     """
@@ -121,13 +121,13 @@ def parse_timestamp(text: str, *, check_range: bool = True) -> tuple[str, int]:
                 micros = int(text[20:-1].ljust(6, "0"))  # "" without a fraction
                 at_us = base + micros
                 normalized = f"{second_text}.{micros:06d}Z"
-            if check_range and not MIN_INSTANT_US <= at_us < MAX_INSTANT_US:
+            if strict and not MIN_INSTANT_US <= at_us < MAX_INSTANT_US:
                 raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
             return normalized, at_us
-    return _parse_timestamp_general(text, check_range)
+    return _parse_timestamp_general(text, strict)
 
 
-def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
+def _parse_timestamp_general(text: str, strict: bool) -> tuple[str, int]:
     match = _ENGINE_TS.match(text) if isinstance(text, str) else None
     if match is not None:
         # The engine's shape in digits of other scripts, which the ASCII fast path above
@@ -137,11 +137,11 @@ def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
         if 1 <= month <= 12 and 1 <= day <= _month_days(year, month) and hour < 24 and minute < 60 and second < 60:
             micros = int((frac or "").ljust(6, "0")[:6])
             epoch = (_days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000
-            if check_range and not instant_in_range(epoch + micros):
+            if strict and not instant_in_range(epoch + micros):
                 raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
             return f"{y}-{mo}-{d}T{h}:{mi}:{s}.{micros:06d}Z", epoch + micros
     if not isinstance(text, str) or len(text) < 20 or len(text) > 64 \
-            or (check_range and RFC3339_DATE_TIME.fullmatch(text) is None):
+            or (strict and RFC3339_DATE_TIME.fullmatch(text) is None):
         raise BadTimestamp(f"not an RFC 3339 timestamp: {text!r}")
     s = text.strip()
     if s[-1] in "zZ":
@@ -163,7 +163,7 @@ def _parse_timestamp_general(text: str, check_range: bool) -> tuple[str, int]:
     # UTC would): check the range on the number first.
     us = instant_to_us(moment)
     if not instant_in_range(us):
-        if check_range:
+        if strict:
             raise BadTimestamp(f"timestamp {text!r} is outside the range this ledger accepts ({INSTANT_RANGE})")
         try:
             return format_instant(moment), us
