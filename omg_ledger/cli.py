@@ -291,12 +291,13 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     killed (runs committed so far are kept: sync again).
     """
     from .change_check import unchanged_sync
-    from .db import HEAD_REVISION
+    from .db import HEAD_REVISION, check_sqlite_target
     from .derive import DERIVATION_VERSION
 
     progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
     resolved_homes = config.resolve_homes(homes)
     report = None
+    check_sqlite_target(config.resolve_db(db))  # before a lock file is made beside another program's file
     if not invocation_files:
         # The cron case, without SQLAlchemy: a SQLite or PostgreSQL ledger at the head where nothing changed.
         report = unchanged_sync(config.resolve_db(db), resolved_homes, head_revision=HEAD_REVISION,

@@ -456,6 +456,16 @@ def check_database_target(db: str) -> None:
                                   f"pip install 'omg-ledger[postgres]'") from exc
 
 
+def check_sqlite_target(db: str) -> None:
+    """check_database_target's SQLite-file half alone (no SQLAlchemy): for the no-op
+    sync, which takes a lock beside the file before anything else looks at it."""
+    from .ledger import plain_sqlite_file
+
+    path = plain_sqlite_file(database_url(db))
+    if path is not None:
+        _check_sqlite_file(path, shown_url(db))
+
+
 NOT_SQLITE = ("is not a SQLite database: not a ledger, or a damaged one (restore it from a backup, or delete it "
               "and run `omg-ledger sync` to rebuild it from the homes)")
 
@@ -476,6 +486,36 @@ def _check_sqlite_file(path: str, shown: str) -> None:
         raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if header and header != SQLITE_HEADER:
         raise NotALedger(f"{shown} {NOT_SQLITE}")
+    if header:
+        foreign = _foreign_sqlite_tables(path)
+        if foreign:
+            raise NotALedger(f"{shown} holds no ledger but another program's tables ({_names(foreign)}): "
+                             f"omg-ledger neither reads it nor adds its own tables to it; point --db at the "
+                             f"ledger's file, or at a new path for a new ledger")
+
+
+def _foreign_sqlite_tables(path: str) -> list[str]:
+    """The tables of a SQLite file that holds some but no ledger (no alembic_version),
+    read through a read-only connection; [] for a ledger, an empty file, or one that
+    cannot be read here (the caller's own open then says why)."""
+    import sqlite3
+
+    from .ledger import connect_readonly
+
+    try:
+        conn = connect_readonly(path)
+        try:
+            names = [name for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    return [] if "alembic_version" in names else names
+
+
+def _names(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def shown_url(db: str) -> str:
@@ -618,8 +658,7 @@ def _check_revision(current: str | None, shown: str, oldest: str | None) -> str 
     from .errors import DatabaseTooOld, NotALedger
 
     if current is None:
-        raise NotALedger(f"{shown} holds no ledger (an empty or foreign database): "
-                         f"`omg-ledger sync --db {shown}` makes it one")
+        raise NotALedger(f"{shown} holds no ledger (an empty database): `omg-ledger sync --db {shown}` makes it one")
     if oldest is None:
         return current
     number, head = _revision_number(current), _revision_number(HEAD_REVISION)

@@ -91,14 +91,52 @@ def test_a_directory_or_a_file_that_is_not_sqlite_is_not_a_ledger(tmp_path, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def _another_programs_database(path) -> bytes:
+    con = sqlite3.connect(path)
+    con.executescript("CREATE TABLE t (x); CREATE TABLE notes (y); CREATE TABLE tags (z); CREATE TABLE w (v);"
+                      "INSERT INTO t VALUES (1);")
+    con.close()
+    return path.read_bytes()
+
+
 def test_a_foreign_sqlite_database_is_not_a_ledger_for_reads(tmp_path):
     other = tmp_path / "other.sqlite"
-    con = sqlite3.connect(other)
-    con.execute("CREATE TABLE t (x)")
-    con.commit()
-    con.close()
+    before = _another_programs_database(other)
     line = one_line_error(cli("runs", "--db", other), 3)
-    assert "holds no ledger" in line
+    assert "holds no ledger but another program's tables (notes, t, tags and 1 more)" in line
+    assert "sync" not in line  # (syncing into it is refused too: the hint must not send the user there)
+    assert other.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["sync", "--home", str(EXAMPLES)], ["db", "upgrade"], ["db", "current"]])
+def test_a_foreign_sqlite_database_is_never_made_a_ledger(tmp_path, args):
+    """A --db that names another program's SQLite file: refused before anything is
+    written (no ledger tables beside its own, no WAL mode, no -wal or -shm file)."""
+    other = tmp_path / "other.sqlite"
+    before = _another_programs_database(other)
+    line = one_line_error(cli(*args, "--db", other), 3)
+    assert f"{other} holds no ledger but another program's tables" in line
+    assert "point --db at the ledger's file, or at a new path for a new ledger" in line
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
+
+
+def test_export_refuses_another_programs_database_as_its_target(tmp_path):
+    ledger, other = tmp_path / "ledger.sqlite", tmp_path / "other.sqlite"
+    assert cli("sync", "--db", ledger, "--home", EXAMPLES).returncode == 0
+    before = _another_programs_database(other)
+    line = one_line_error(cli("export", "--db", ledger, "--to", other), 3)
+    assert "holds no ledger but another program's tables" in line
+    assert other.read_bytes() == before
+
+
+def test_an_empty_sqlite_file_becomes_a_ledger(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()  # (sqlite3 creates a file of no bytes: no table, nobody's data)
+    line = one_line_error(cli("runs", "--db", empty), 3)
+    assert f"{empty} holds no ledger (an empty database): `omg-ledger sync --db {empty}` makes it one" in line
+    assert cli("sync", "--db", empty, "--home", EXAMPLES).returncode == 0
+    assert cli("runs", "--db", empty).returncode == 0
 
 
 def test_unknown_run_is_a_usage_error(tmp_path):
