@@ -214,6 +214,13 @@ def open_db(db: str | None):
     return open_ledger(config.resolve_db(db), say=stderr_say)
 
 
+def _home_labels(ledger, given) -> tuple[str, ...]:
+    """--home of a reading command: labels, or homes' directories, as the ledger's labels."""
+    from .reports.homes import home_labels_of
+
+    return home_labels_of(ledger, given)
+
+
 def open_db_readonly(db: str | None, oldest: str | None = None):
     """For commands that only read: never creates, migrates or writes the ledger."""
     from .db import HEAD_REVISION, open_ledger_readonly
@@ -296,6 +303,9 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 
     progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
     resolved_homes = config.resolve_homes(homes)
+    if invocation_files and not homes and not os.environ.get(config.ENV_HOME):
+        # Runner streams alone asked for: the default home is synced only where there is one.
+        resolved_homes = [home for home in resolved_homes if os.path.isdir(home.path)]
     report = None
     check_sqlite_target(config.resolve_db(db))  # before a lock file is made beside another program's file
     if not invocation_files:
@@ -372,7 +382,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
               type=click.Choice(STATUSES,
                                 case_sensitive=False),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home: its label or its directory (repeatable).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
 @tz_option
@@ -402,7 +412,7 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         since_us = parse_since(since, _now(), zone)
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     rows = iter_runs(engine, since_us=since_us, statuses=tuple(s.upper() for s in statuses),
-                     home_labels=home_labels)
+                     home_labels=_home_labels(engine, home_labels))
     if limit is not None:
         rows = itertools.islice(rows, limit)
     prices = _price_book(estimate, prices_file)
@@ -417,7 +427,8 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         _say(render.runs_csv(rows, prices is not None), nl=False)
     else:
         # The table makes every cell inert itself, then adds its own colour codes.
-        click.echo(render.runs_table(list(rows), zone=zone if tz else None, **render.terminal_options(sys.stdout)))
+        click.echo(render.runs_table(list(rows), zone=zone if tz else None, filtered=bool(since or statuses or home_labels),
+                                     **render.terminal_options(sys.stdout)))
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -427,7 +438,8 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
 @json_option
 @click.argument("run_id")
 @click.option("--home", "home_label", metavar="LABEL",
-              help="The home to take the run from, where one run id names different runs in two homes.")
+              help="The home (its label or its directory) to take the run from, where one run id names "
+                   "different runs in two homes.")
 @tz_option
 @estimate_options
 @ledger_errors
@@ -447,7 +459,9 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     from .timespec import zone_named
 
     zone = zone_named(tz) if tz else None
-    detail = show_run(open_db_readonly(db, RUN_TABLES_SINCE), run_id, home_label)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
+    labels = _home_labels(engine, (home_label,) if home_label is not None else ())
+    detail = show_run(engine, run_id, labels[0] if labels else None)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
         from .reports.estimate import annotate_run
@@ -669,7 +683,7 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
                                         case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home label (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home: its label or its directory (repeatable).")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
 @click.option("--total", "with_total", is_flag=True, help="With --csv: end with a row keyed TOTAL.")
@@ -699,7 +713,8 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
 
     if chart and (as_json or as_csv or not by):
         raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
-    report = cost_report(open_db_readonly(db, RUN_TABLES_SINCE), since=since, until=until, by=by, tz=tz, home_labels=home_labels,
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
+    report = cost_report(engine, since=since, until=until, by=by, tz=tz, home_labels=_home_labels(engine, home_labels),
                          now=_now(), prices=_price_book(estimate, prices_file))
     if chart:
         _emit_chart(report)
@@ -1038,7 +1053,7 @@ def datasette_metadata(db, database_name) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only plans of this home label (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only plans of this home: its label or its directory (repeatable).")
 @ledger_errors
 def plans(db, as_json, home_labels) -> None:
     """List plan previews (<home>/plans/<id>/), newest first: graph name and whether the
@@ -1051,7 +1066,8 @@ def plans(db, as_json, home_labels) -> None:
     from .db import RUN_TABLES_SINCE
     from .reports.plans import list_plans
 
-    rows = list_plans(open_db_readonly(db, RUN_TABLES_SINCE), home_labels=home_labels)
+    engine = open_db_readonly(db, RUN_TABLES_SINCE)
+    rows = list_plans(engine, home_labels=_home_labels(engine, home_labels))
     if as_json:
         _emit_json(rows)
     else:

@@ -121,9 +121,13 @@ def tokens(row: dict) -> str:
     return "-" if not any(values) else "/".join(str(v) for v in values)
 
 
-def runs_table(rows: list[dict], width: int | None = None, colour: bool = False, zone=None) -> str:
+def runs_table(rows: list[dict], width: int | None = None, colour: bool = False, zone=None,
+               filtered: bool = False) -> str:
+    """``filtered``: --since, --status or --home were given (so no row is not "no run")."""
     if not rows:
-        return "no runs in the ledger match (run `omg-ledger sync` first?)"
+        if filtered:
+            return "no run matches --since, --status and --home as given"
+        return "no runs in the ledger yet (run `omg-ledger sync` first)"
     body = []
     for r in rows:
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
@@ -50,7 +50,7 @@ from .discover import (
     stat_or_none,
     trusted_mtime,
 )
-from .errors import DatabaseUnavailable, RunNotFound, SyncWorkerLost
+from .errors import BadArgument, DatabaseUnavailable, RunNotFound, SyncWorkerLost
 from .ingest import (
     Problem,
     RunDirRead,
@@ -176,6 +176,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     started = time.monotonic()
     deadline = started + wait_seconds
     now = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
+    _refuse_unknown_missing_homes(engine, homes)
     try:
         for home in homes:
             with sync_lock(engine, home.label, _left(deadline)):
@@ -199,6 +200,27 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
         raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
     report.seconds = time.monotonic() - started
     return report
+
+
+def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None:
+    """A home directory that does not exist is a problem to record for a home the ledger
+    indexes already (a disk not mounted: its runs stay, marked nothing); one it has never
+    indexed is a mistyped --home or OMG_HOME, refused before anything is written, so a
+    cron job never keeps syncing a home that is not there."""
+    missing = [home for home in homes if not os.path.isdir(home.path)]
+    if not missing:
+        return
+    homes_t = schema.homes
+    with engine.connect() as conn:
+        for home in missing:
+            identity = home_identity(home.path)
+            named = [homes_t.c.path == home.path,
+                     (homes_t.c.machine == identity["machine"]) & (homes_t.c.real_path == identity["real_path"])]
+            if home.explicit:
+                named.append(homes_t.c.label == home.label)
+            if conn.execute(select(homes_t.c.id).where(or_(*named))).first() is None:
+                raise BadArgument(f"home directory {home.path} does not exist and this ledger has never indexed "
+                                  f"a home there: check --home or OMG_HOME (nothing was indexed)")
 
 
 def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float = 60.0,

@@ -547,8 +547,10 @@ def test_a_bad_line_names_its_line_number_in_the_file(engine, stream, tmp_path):
     if engine.dialect.name != "sqlite":
         return
     other = tmp_path / "other.sqlite"
-    result = CliRunner().invoke(main, ["sync", "--db", str(other), "--home", str(tmp_path / "no-home"),
-                                       "--invocations", str(stream)])
+    # No --home, and no home at the default place (~/.oh-my-graph): the streams alone are synced.
+    result = CliRunner().invoke(main, ["sync", "--db", str(other), "--invocations", str(stream)],
+                                env={"HOME": str(tmp_path / "user"), "OMG_HOME": None})
     problem_lines = [ln for ln in result.stderr.splitlines() if str(stream) in ln]
     assert len(problem_lines) == 2, result.stderr
     assert "line 3:" in problem_lines[0] and "line 5:" in problem_lines[1], result.stderr
+    assert result.exit_code == 0 and len(result.stderr.splitlines()) == 2, result.stderr  # (no home problem)

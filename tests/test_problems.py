@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
+import pytest
 from click.testing import CliRunner
 
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
+from omg_ledger.errors import BadArgument
 from omg_ledger.reports.audit import audit_report
+from omg_ledger.reports.homes import list_homes
 from omg_ledger.reports.problems import list_problems
 from omg_ledger.reports.runs import list_runs, show_run
 from omg_ledger.sync import Home, sync
 
+from .cli_checks import one_line_error
 from .test_cost import NOW, ev, passed, state, t, write_run
 
 RUN = "20261129-100000.000000001-1"
@@ -88,24 +94,52 @@ def test_a_stream_problem_resolves_only_when_the_stream_is_read_again_from_the_s
     assert list_problems(engine) == []
 
 
-def test_a_missing_home_resolves_once_it_exists(sqlite_url, tmp_path):
-    home = tmp_path / "later"
+def _gone_for_now(home):
+    """The home's directory moved away (a disk not mounted, say): its path names nothing."""
+    away = home.with_name(home.name + ".away")
+    home.rename(away)
+    return away
+
+
+def test_a_known_home_gone_missing_is_a_problem_until_it_is_back(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    _clean(home)
     engine = open_ledger(sqlite_url)
     _sync(engine, home)
+    away = _gone_for_now(home)
+    _sync(engine, home)
     assert [p["reason"] for p in list_problems(engine)] == ["home directory does not exist or is not a directory"]
-    _clean(home)
+    assert len(list_runs(engine)) == 1  # its runs stay, as they were
+    away.rename(home)
     _sync(engine, home)
     assert list_problems(engine) == [] and len(list_problems(engine, include_resolved=True)) == 1
 
 
+def test_a_home_never_indexed_that_does_not_exist_is_refused(sqlite_url, tmp_path):
+    """A mistyped --home or OMG_HOME: a usage error, no home row, no problem recorded (a
+    cron job would otherwise sync a home that is not there, exit 0, for ever)."""
+    engine = open_ledger(sqlite_url)
+    with pytest.raises(BadArgument, match="does not exist and this ledger has never indexed a home there"):
+        _sync(engine, tmp_path / "typo")
+    assert list_homes(engine) == [] and list_problems(engine, include_resolved=True) == []
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", sqlite_url,
+                             "--home", str(tmp_path / "typo")], capture_output=True, text=True, timeout=120)
+    assert one_line_error(result, 2).endswith("check --home or OMG_HOME (nothing was indexed)")
+    assert list_homes(engine) == []
+
+
 def test_problems_command(sqlite_url, tmp_path):
     engine = open_ledger(sqlite_url)
-    _sync(engine, tmp_path / "nowhere")
+    home = tmp_path / "nowhere"
+    _clean(home)
+    _sync(engine, home)
+    away = _gone_for_now(home)
+    _sync(engine, home)
     runner = CliRunner()
     listed = runner.invoke(main, ["problems", "--db", sqlite_url])
     assert listed.exit_code == 0 and "[open]" in listed.output and "does not exist" in listed.output
-    _clean(tmp_path / "nowhere")
-    _sync(engine, tmp_path / "nowhere")
+    away.rename(home)
+    _sync(engine, home)
     assert runner.invoke(main, ["problems", "--db", sqlite_url]).output.strip() == "no open input problems"
     doc = json.loads(runner.invoke(main, ["problems", "--db", sqlite_url, "--all", "--json"]).output)
     assert [(p["open"], p["byte_offset"]) for p in doc] == [(False, 0)]

@@ -333,13 +333,20 @@ def test_sync_wait_zero_with_invocations_exits_75_at_once(tmp_path):
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        result = CliRunner().invoke(main, ["sync", "--db", str(db), "--home", str(tmp_path / "nohome"),
+        result = CliRunner().invoke(main, ["sync", "--db", str(db), "--home", str(_empty_home(tmp_path)),
                                            "--wait", "0", "--invocations", str(stream)])
         assert result.exit_code == 75, result.output
         assert "another sync holds this ledger" in result.output
     finally:
         holder.kill()
         holder.wait()
+
+
+def _empty_home(tmp_path):
+    """A home with no runs: these syncs are about the invocation stream."""
+    home = tmp_path / "empty-home"
+    home.mkdir(exist_ok=True)
+    return home
 
 
 @pytest.mark.postgres
@@ -355,7 +362,7 @@ def test_wait_covers_the_invocation_stream_on_postgresql(tmp_path, pg_url):
         with engine.connect() as other:
             other = other.execution_options(isolation_level="AUTOCOMMIT")
             assert other.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()
-            result = CliRunner().invoke(main, ["sync", "--db", pg_url, "--home", str(tmp_path / "nohome"),
+            result = CliRunner().invoke(main, ["sync", "--db", pg_url, "--home", str(_empty_home(tmp_path)),
                                                "--wait", "0", "--invocations", str(stream)])
             other.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
         assert result.exit_code == 75, result.output

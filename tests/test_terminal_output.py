@@ -209,7 +209,8 @@ def test_runner_invocation_reports_are_inert(tmp_path):
              {"ts": "2024-05-01T10:01:00.000Z", "role": role, "milestone": milestone, "event": "start"}]
     stream.write_text("".join(json.dumps(line) + "\n" for line in lines) + "not json \x1b[2J\u202e\n")
     db = tmp_path / "ledger.sqlite"
-    inert(cli("sync", "--db", db, "--home", tmp_path / "no-home", "--invocations", stream), "sync --invocations")
+    (tmp_path / "empty-home").mkdir()
+    inert(cli("sync", "--db", db, "--home", tmp_path / "empty-home", "--invocations", stream), "sync --invocations")
     for by in ("role", "status", "milestone"):
         text = inert(cli("invocations", "--db", db, "--by", by), f"invocations --by {by}")
         assert "\\x1b]0;pwned" in text  # the role, shown in the dangling list at least

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..backend import reading
@@ -44,6 +45,32 @@ def _common_parent(first: str | None, last: str | None) -> str | None:
         return None
     parent = os.path.dirname(first)
     return parent if os.path.dirname(last) == parent else None
+
+
+def home_labels_of(engine: Engine, given: Iterable[str]) -> tuple[str, ...]:
+    """The labels ``--home`` names on a reading command: each a home's label, or the
+    directory of a home (the path it was synced as, or where its symlinks lead). One
+    that is neither is a usage error naming the labels there are: a filter that matched
+    no home would print an empty table, or $0, as if that were the answer."""
+    given = tuple(given)
+    if not given:
+        return ()
+    with reading(engine) as reader:
+        homes = list(reader.rows("SELECT label, path, real_path FROM homes ORDER BY label"))
+    labels = {label for label, _, _ in homes}
+    out = []
+    for name in given:
+        if name in labels:
+            out.append(name)
+            continue
+        where = os.path.realpath(os.path.expanduser(name))
+        named = [label for label, path, real_path in homes if where in (path, real_path)]
+        if not named:
+            known = ", ".join(repr(label) for label in sorted(labels)) or "none yet"
+            raise BadArgument(f"--home {name!r} is no home of this ledger: give a label or a home's directory "
+                              f"(its homes: {known}; `omg-ledger homes` lists them)")
+        out.extend(named)
+    return tuple(dict.fromkeys(out))
 
 
 def rename_home(engine: Engine, old: str, new: str) -> None:
