@@ -639,16 +639,14 @@ def invocations(db, as_json, as_csv, since, by) -> None:
       omg-ledger sync --invocations ~/proj/.ledger/events.jsonl
       omg-ledger invocations --since 7d --by status
     """
-    from datetime import UTC, datetime
-
+    from .db import INVOCATIONS_SINCE
     from .errors import BadArgument
     from .reports.invocations import invocation_report, to_csv, to_text
     from .timespec import parse_since
 
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
-    now = datetime.now(UTC)
-    from .db import INVOCATIONS_SINCE
+    now = _now()
 
     report = invocation_report(open_db_readonly(db, INVOCATIONS_SINCE), now=now, by=by, since_us=parse_since(since, now=now))
     if as_json:

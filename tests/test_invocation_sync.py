@@ -554,3 +554,22 @@ def test_a_bad_line_names_its_line_number_in_the_file(engine, stream, tmp_path):
     assert len(problem_lines) == 2, result.stderr
     assert "line 3:" in problem_lines[0] and "line 5:" in problem_lines[1], result.stderr
     assert result.exit_code == 0 and len(result.stderr.splitlines()) == 2, result.stderr  # (no home problem)
+
+
+def test_the_command_reads_now_from_omg_ledger_now(tmp_path, stream):
+    """As every reading command does: a replay at a fixed instant reproduces."""
+    stream.write_bytes(start("dev", "M1", ts(0)) + end("dev", "M1", ts(1), "DONE", 60_000)
+                       + start("qa", "M1", ts(2)))
+    db = tmp_path / "ledger.sqlite"
+    home = tmp_path / "home"
+    home.mkdir()
+    runner = CliRunner()
+    assert runner.invoke(main, ["sync", "--db", str(db), "--home", str(home), "--invocations", str(stream)]).exit_code == 0
+    # The stream is of 2024-05-01 10:00 (ts above): at 11:00 that day, the 3 hours before hold it.
+    result = runner.invoke(main, ["invocations", "--db", str(db), "--since", "3h", "--json"],
+                           env={"OMG_LEDGER_NOW": "2024-05-01T11:00:00Z"})
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert (doc["now"], doc["since"]) == ("2024-05-01T11:00:00.000000Z", "2024-05-01T08:00:00.000000Z")
+    assert [(r["key"], r["invocations"]) for r in doc["rows"]] == [("dev", 1), ("qa", 1)]  # (a start counts)
+    assert [d["role"] for d in doc["dangling"]] == ["qa"]
