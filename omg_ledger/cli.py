@@ -293,7 +293,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     \b
     Example:
       omg-ledger sync --home ~/.oh-my-graph --json
-    Exit codes: 0 done; 1 done with problems (--strict only); 3 database trouble;
+    Exit codes: 0 done; 1 done with problems (--strict only); 2 usage (a home that is
+    not there and was never indexed, a label that names another home); 3 database trouble;
     75 another sync holds the ledger for longer than --wait, or a worker process was
     killed (runs committed so far are kept: sync again).
     """
@@ -357,7 +358,8 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     Example:
       omg-ledger rebuild --json
       omg-ledger rebuild --run 20261129-181518.678721711-1
-    Exit codes: 0 done; 3 database trouble; 4 no such run; 75 the ledger is busy.
+    Exit codes: 0 done; 2 no such run (or another usage error); 3 database trouble;
+    75 the ledger is busy.
     """
     from .sync import rebuild as run_rebuild
 
@@ -417,10 +419,10 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         rows = itertools.islice(rows, limit)
     prices = _price_book(estimate, prices_file)
     if prices is not None:
-        from .reports.estimate import by_run, zero
+        from .reports.estimate import by_run, with_usd, zero
 
-        estimates = by_run(engine, prices)
-        rows = ({**row, **estimates.get((row["home"], row["run_id"]), zero())} for row in rows)
+        estimates, none = by_run(engine, prices), with_usd(zero())
+        rows = ({**row, **estimates.get((row["home"], row["run_id"]), none)} for row in rows)
     if as_json:
         _emit_json_array(rows)
     elif as_csv:

@@ -457,8 +457,7 @@ RUN_CSV_FIELDS = ["run_id", "home", "graph", "runtime", "status", "nodes_total",
 
 def runs_csv(rows, with_estimate: bool = False) -> str:
     """`runs --csv`: the scalar fields of a `runs --json` row, one run a line."""
-    fields = RUN_CSV_FIELDS + (["estimated_nano_usd", "estimated_invocations", "unestimated_invocations"]
-                               if with_estimate else [])
+    fields = RUN_CSV_FIELDS + (ESTIMATE_CSV_FIELDS if with_estimate else [])
     return csv_rows(fields, rows)
 
 

@@ -310,6 +310,13 @@ def test_runs_and_show_estimate(sqlite_url, tmp_path, estimate_home):
     killed = rows["20261129-113000.000000001-1"]
     assert (killed["estimated_nano_usd"], killed["unestimated_invocations"]) == (0, 1)
     assert rows["20261129-101000.000000001-1"]["estimated_invocations"] == 0  # all priced
+    # README's fields, on every row: dollars beside the exact nano-dollars, the reasons counted.
+    assert rows[A]["estimated_usd"] == 0.0083 and rows["20261129-101000.000000001-1"]["estimated_usd"] == 0.0
+    assert killed["unestimated_reasons"] == {"no tokens": 1, "no price": 0}
+    csv_text = runner.invoke(main, ["runs", "--db", sqlite_url, "--csv", "--estimate", "--prices", str(prices)]).output
+    header, *lines = csv_text.splitlines()
+    assert header.endswith(",estimated_usd,estimated_nano_usd,estimated_invocations,unestimated_invocations")
+    assert next(line for line in lines if line.startswith(A)).endswith(",0.0083,8300000,2,0")
     text = runner.invoke(main, ["runs", "--db", sqlite_url, "--estimate", "--prices", str(prices)]).output
     assert "~$0.0083 (2 of 2)" in text
     assert "$0.4514 known + ~$0.0083 estimated (2 of 4 unpriced)" in text
@@ -317,10 +324,12 @@ def test_runs_and_show_estimate(sqlite_url, tmp_path, estimate_home):
     shown = json.loads(runner.invoke(main, ["show", "--db", sqlite_url, A, "--json", "--estimate",
                                             "--prices", str(prices)]).output)
     assert [c["estimated_nano_usd"] for c in shown["charges"]] == [SCAN_NANOS, FIX_NANOS]
+    assert [c["estimated_usd"] for c in shown["charges"]] == [SCAN_NANOS / 1e9, FIX_NANOS / 1e9]
     assert shown["estimated_nano_usd"] == 8_300_000 and shown["cost_nano_usd"] == 0
     slow = json.loads(runner.invoke(main, ["show", "--db", sqlite_url, "20261129-113000", "--json", "--estimate",
                                            "--prices", str(prices)]).output)
-    assert [(c["estimated_nano_usd"], c["estimate_unavailable"]) for c in slow["charges"]] == [(None, "no tokens")]
+    assert [(c["estimated_nano_usd"], c["estimated_usd"], c["estimate_unavailable"]) for c in slow["charges"]] \
+        == [(None, None, "no tokens")]
     text = runner.invoke(main, ["show", "--db", sqlite_url, A, "--estimate", "--prices", str(prices)]).output
     assert "estimate for its unpriced work: ~$0.0083 estimated (2 of 2 unpriced)" in text and "~$0.0031" in text
 

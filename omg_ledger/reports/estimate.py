@@ -49,14 +49,21 @@ def add(into: dict, book: PriceBook, charge: Mapping) -> None:
 
 
 
+def with_usd(totals: dict) -> dict:
+    """Estimate totals with ``estimated_usd`` beside the exact nano-dollars (for display)."""
+    totals["estimated_usd"] = round(totals["estimated_nano_usd"] / 1e9, 9)
+    return totals
+
+
 def by_run(engine, book: PriceBook) -> dict[tuple[str, str], dict]:
-    """The estimate of every run with unpriced charges, keyed (home label, run id)."""
+    """The estimate of every run with unpriced charges, keyed (home label, run id); a run
+    that is not a key has none: ``with_usd(zero())``."""
     out: dict[tuple[str, str], dict] = {}
     with engine.connect() as conn:
         for row in conn.execute(unpriced_charges([])):
             m = row._mapping
             add(out.setdefault((m["home"], m["run_id"]), zero()), book, m)
-    return out
+    return {key: with_usd(totals) for key, totals in out.items()}
 
 
 def annotate_run(detail: dict, book: PriceBook) -> dict:
@@ -69,9 +76,9 @@ def annotate_run(detail: dict, book: PriceBook) -> dict:
         facts = {**charge, "runtime": detail["runtime"], "graph": detail["graph"]}
         nanos = estimate(book, facts)
         charge["estimated_nano_usd"] = nanos
+        charge["estimated_usd"] = None if nanos is None else round(nanos / 1e9, 9)
         charge["estimate_unavailable"] = why_not(book, facts)
         add(totals, book, facts)
-    detail.update(totals)
-    detail["estimated_usd"] = round(totals["estimated_nano_usd"] / 1e9, 9)
+    detail.update(with_usd(totals))
     detail["price_book"] = book.describe()
     return detail
