@@ -202,6 +202,15 @@ def run_detail(d: dict, zone=None) -> str:
          str(n["retries"] or 0), money(n["cost_nano_usd"], n["unknown_cost_invocations"]),
          ",".join(x for x, ok in (("out", n["has_artifact"]), ("failed", n["has_failed_output"])) if ok) or "-"]
         for n in d["nodes"]]) if d["nodes"] else "  (none)")
+    if len({r["node_id"] for r in d["rounds"]}) < len(d["rounds"]):
+        # Where a node ran more than once (feedback rounds, a retried or resumed node);
+        # else each round is its node's line above.
+        out.append("\nROUNDS")
+        out.append(table(["NODE", "LEG", "ROUND", "STARTED", "OUTCOME", "PROVENANCE", "COST", "DETAIL"], [
+            [safe(r["node_id"]), str(r["leg_ordinal"] or "-"), str(r["round"] or 0), when(r["started_at"], zone),
+             r["outcome"] or "-", r["provenance"] or "-", money(r["cost_nano_usd"], 1 if r["cost_unknown"] else 0),
+             safe(r["detail"] or "")[:60]]
+            for r in d["rounds"]], right={6}))
     out.append("\nCHARGES")
     charge_rows = [
         [str(c["seq"]), c["kind"], str(c["leg_ordinal"] or "-"), safe(c["node_id"] or "-"), str(c["round"] or 0),

@@ -45,3 +45,20 @@ def test_legs_is_a_list_in_show_and_leg_count_a_number_in_both(db):
         (1, "initial", "failed"), (2, "retry", "passed")]
     # Every key of a runs row means the same in show.
     assert {k: shown[k] for k in listed} == listed
+
+
+# examples/home's s12-feedback-2rounds: review sends impl back twice (node_retried with
+# feedback), so impl runs three times and review three; spec and merge once each.
+S12 = "20261129-181518.131561744-1"
+
+
+def test_show_lists_rounds_where_a_node_ran_more_than_once(db):
+    text = cli("show", "--db", db, S12).stdout
+    section = text.split("\nROUNDS\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section[0].split() == ["NODE", "LEG", "ROUND", "STARTED", "OUTCOME", "PROVENANCE", "COST", "DETAIL"]
+    cells = [line.split() for line in section[2:]]  # (STARTED is two words: date and time)
+    assert [(c[0], c[2], c[5]) for c in cells] == [
+        ("impl", "0", "PASS"), ("impl", "1", "PASS"), ("impl", "2", "PASS"), ("merge", "0", "PASS"),
+        ("review", "0", "FEEDBACK"), ("review", "1", "FEEDBACK"), ("review", "2", "PASS"), ("spec", "0", "PASS")]
+    # One run through each node: its round is its NODES line, no ROUNDS section.
+    assert "\nROUNDS\n" not in cli("show", "--db", db, "20261129-181512.929654081-1").stdout
