@@ -28,6 +28,7 @@ except ValueError:  # imported outside the main thread: the signal is not ours t
 
 import functools
 from collections.abc import Callable
+from typing import NoReturn
 
 import click
 import orjson
@@ -228,12 +229,43 @@ def open_db_readonly(db: str | None, oldest: str | None = None):
     return open_ledger_readonly(config.resolve_db(db), oldest=oldest or HEAD_REVISION)
 
 
+def _usage_error(exc: click.UsageError, command_path: str) -> NoReturn:
+    """One line, as every other error (click's own is a usage block and a blank line)."""
+    where = exc.ctx.command_path if exc.ctx is not None else command_path
+    _say_line(f"omg-ledger: error: {exc.format_message()} (`{where} --help` says more)")
+    sys.exit(exc.exit_code)
+
+
+class _StatusChoice(click.Choice):
+    """Statuses in any case, named in errors and completions as the help and the tables
+    write them (click casefolds a case-insensitive choice's names there)."""
+
+    def __init__(self, choices) -> None:
+        super().__init__(choices, case_sensitive=False)
+
+    def get_invalid_choice_message(self, value, ctx) -> str:
+        return f"{value!r} is not one of {', '.join(self.choices)}."
+
+    def shell_complete(self, ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(c) for c in self.choices if c.lower().startswith(incomplete.lower())]
+
+
 class _LedgerGroup(click.Group):
     """The top-level group: Ctrl-C and database damage end any command in one line."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # an option of its own (omg-ledger --bogus)
+            _usage_error(exc, info_name or "omg-ledger")
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:
+            _usage_error(exc, ctx.command_path)
         except KeyboardInterrupt:
             click.echo("omg-ledger: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
@@ -381,8 +413,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @click.option("--since", metavar="T", help="Only runs with an event since T (30m, 12h, 7d, 2w, 3mo, 1y, today, "
                                           "yesterday, 2026-11-01, RFC 3339).")
 @click.option("--status", "statuses", multiple=True, metavar="S",
-              type=click.Choice(STATUSES,
-                                case_sensitive=False),
+              type=_StatusChoice(STATUSES),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home: its label or its directory (repeatable).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
@@ -1080,4 +1111,4 @@ if _SIGINT_BEFORE is not None:
     signal.signal(signal.SIGINT, _SIGINT_BEFORE)
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    main(prog_name="omg-ledger")  # (python -m omg_ledger.cli: messages name the command as installed)

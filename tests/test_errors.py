@@ -152,3 +152,19 @@ def test_readme_documents_the_exit_codes_in_one_table():
     codes = re.findall(r"^\| `(\d+)` \|", section, re.M)
     assert codes == ["0", "1", "2", "3", "75", "130"]
     assert readme.count("### Exit codes") == 1
+
+
+@pytest.mark.parametrize("args, says, where", [
+    (["snyc"], "No such command 'snyc'. Did you mean 'sync'?", "omg-ledger"),
+    (["--bogus"], "No such option '--bogus'.", "omg-ledger"),
+    (["db", "bogus"], "No such command 'bogus'.", "omg-ledger db"),
+    (["runs", "--stauts", "x"], "No such option '--stauts'.", "omg-ledger runs"),
+    (["cost", "--by", "dya"], "Invalid value for '--by': 'dya' is not one of", "omg-ledger cost"),
+    (["runs", "--limit", "0"], "Invalid value for '--limit'", "omg-ledger runs"),
+    (["show"], "Missing argument 'RUN_ID'.", "omg-ledger show"),
+    (["runs", "--status", "finished"], "'finished' is not one of PLANNING, RUNNING, ABANDONED, PAUSED, PASS, FAIL",
+     "omg-ledger runs"),
+])
+def test_a_usage_mistake_is_one_line_naming_the_help_to_read(args, says, where):
+    line = one_line_error(cli(*args), 2)
+    assert says in line and line.endswith(f"(`{where} --help` says more)")
