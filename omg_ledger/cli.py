@@ -562,7 +562,7 @@ def homes_group(ctx, db, as_json) -> None:
     _say(render.table(
         ["HOME", "PATH", "RUNS", "GONE", "BILLED ELSEWHERE", "LAST SYNC"],
         [[r["label"], _home_path_shown(r), str(r["runs"]), str(r["gone"]), str(r["copies_elsewhere"]),
-          r["last_synced_at"] or "never"] for r in rows], right={2, 3, 4}))
+          render.when(r["last_synced_at"]) if r["last_synced_at"] else "never"] for r in rows], right={2, 3, 4}))
 
 
 def _home_path_shown(row: dict) -> str:

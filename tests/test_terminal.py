@@ -118,3 +118,21 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(db):
     audit = in_pty("audit", "--db", db)
     assert f"{ESC}1;31mNEEDS ATTENTION" in audit
     assert ESC not in in_pty("audit", "--db", db, env_extra={"NO_COLOR": "1"})
+
+
+def test_text_tables_write_every_time_one_way(tmp_path):
+    """README: text tables write times one way, `2026-11-29 18:15:22.073Z` (UTC)."""
+    import re
+
+    one_way = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z")
+    db, home, stream = tmp_path / "ledger.sqlite", tmp_path / "home", tmp_path / "events.jsonl"
+    (home / "runs").mkdir(parents=True)
+    stream.write_text('{"ts":"2024-05-01T10:00:00.5Z","role":"dev","milestone":"M1","event":"start"}\n')
+    assert cli("sync", "--db", db, "--home", home, "--invocations", stream).returncode == 0
+    homes = cli("homes", "--db", db).stdout.splitlines()
+    assert homes[0].split()[-2:] == ["LAST", "SYNC"]
+    assert one_way.search(homes[2]) and "T" not in homes[2].split()[-2]
+    report = cli("invocations", "--db", db, "--since", "2024-05-01", env_extra={"TZ": "UTC"}).stdout
+    assert "\nsince 2024-05-01 00:00:00.000Z\n" in report
+    working = report.split("WORKING NOW", 1)[1].splitlines()
+    assert working[1].split()[2] == "STARTED" and working[3].split()[:4] == ["dev", "M1", "2024-05-01", "10:00:00.500Z"]

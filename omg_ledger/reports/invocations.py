@@ -34,7 +34,7 @@ from ..invocations import (
     percentile,
     summarize,
 )
-from ..render import csv_cell, safe, table
+from ..render import csv_cell, safe, table, when
 from ..units import format_instant, instant_to_us, us_to_instant
 
 if TYPE_CHECKING:
@@ -185,11 +185,11 @@ def to_text(report: dict[str, Any]) -> str:
     out = [table([report["by"].upper(), "INVOCATIONS", "FAILURES", "DANGLING", "P50", "P95", "MAX",
                   "FAILURES BY STATUS"], body, right={1, 2, 3, 4, 5, 6})]
     if report["since"]:
-        out.append(f"since {report['since']}")
+        out.append(f"since {when(report['since'])}")
     out.append("\nWORKING NOW (a start with no end yet)")
     if report["dangling"]:
         out.append(table(["ROLE", "MILESTONE", "STARTED (UTC)", "AGO", "FILE:LINE"], [
-            [safe(d["role"] or "-"), safe(d["milestone"] or "-"), (d["started_at"] or "-")[:23],
+            [safe(d["role"] or "-"), safe(d["milestone"] or "-"), when(d["started_at"]),
              format_ms(d["age_ms"]), f"{safe(d['path'])}:{d['line']}"]
             for d in report["dangling"]]))
     else:
