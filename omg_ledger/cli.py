@@ -113,6 +113,9 @@ def _emit_json_array(items, chunk_bytes: int = JSON_ARRAY_CHUNK_BYTES) -> None:
     write(chunk)
 
 
+SINCE_HELP = "Start of the window: 30m, 12h, 7d, 2w, 3mo, 1y, today, yesterday, 2026-11-01, 2026-11-01T08:00, RFC 3339."
+
+
 def tz_option(f: Callable) -> Callable:
     return click.option("--tz", metavar="ZONE",
                         help="IANA zone to read dates without an offset in (and to show times in). "
@@ -707,8 +710,7 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @db_option
 @json_option
 @csv_option
-@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 3mo, 1y, today, yesterday, 2026-11-01, "
-                                          "2026-11-01T08:00, RFC 3339.")
+@click.option("--since", metavar="T", help=SINCE_HELP)
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
 @click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"],
                                         case_sensitive=False),
@@ -769,7 +771,8 @@ def _emit_chart(report: dict) -> None:
 
 
 def limit_options(f: Callable) -> Callable:
-    f = click.option("--tz", metavar="ZONE", help="IANA zone the limit periods are cut in. Default: local zone.")(f)
+    f = click.option("--tz", metavar="ZONE", help="IANA zone days, weeks and months are cut in (the limit periods, and "
+                          "the report's days). Default: local zone.")(f)
     return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
                         help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
                              "node:GRAPH/NODE/day=1. Added to the [limits] of config.toml in the config directory "
@@ -810,7 +813,7 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
     \b
     Example:
       omg-ledger limits --limit day=50 --limit graph:nightly-refactor/day=5 --tz Europe/Berlin
-      omg-ledger limits --json --estimate || notify-someone
+      omg-ledger limits --limit day=50 --estimate || notify-someone
     """
     from .db import RUN_TABLES_SINCE
 
@@ -887,7 +890,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
 @db_option
 @click.option("--html", "html_file", required=True, metavar="FILE",
               help="Write the report to FILE (one self-contained HTML file, written atomically).")
-@click.option("--since", metavar="T", help="Start of the window: 30m, 12h, 7d, 2w, 2026-11-01, RFC 3339.")
+@click.option("--since", metavar="T", help=SINCE_HELP)
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
 @limit_options
 @estimate_options
@@ -965,7 +968,7 @@ def sql(db, as_json, as_csv, timeout, statement) -> None:
     Anything that would write (INSERT, UPDATE, DELETE, CREATE, DROP, ATTACH, a PRAGMA
     assignment, several statements, COMMIT or SET) is refused and nothing changes
     (exit 2); a typo is reported as the database's syntax error. The
-    v_charges, v_runs, v_nodes, v_node_rounds, v_problems and v_findings views are the
+    v_charges, v_runs, v_nodes, v_node_rounds, v_problems, v_findings and v_invocations views are the
     stable names to query. A statement still running after --timeout seconds is
     stopped (exit 2); Ctrl-C stops it at once (exit 130).
 
