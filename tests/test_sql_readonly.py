@@ -247,3 +247,59 @@ def test_the_early_check_finds_a_keyword_hidden_by_a_nested_comment():
 
     assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "postgresql") == "delete"
     assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "sqlite") == "select"
+
+
+READING_PRAGMAS = [
+    "SELECT name FROM pragma_table_info('runs')",
+    "SELECT * FROM main.pragma_table_xinfo('runs')",
+    "PRAGMA table_info(runs)",
+    "PRAGMA main.table_info(runs)",
+    "SELECT * FROM pragma_index_list('runs')",
+    "SELECT * FROM pragma_index_info('ix_runs_stream_identity')",
+    "SELECT * FROM pragma_foreign_key_list('charges')",
+    "PRAGMA foreign_key_check",
+    "SELECT * FROM pragma_table_list",
+    "PRAGMA user_version",
+    "SELECT * FROM pragma_user_version",
+    "PRAGMA application_id",
+    "PRAGMA schema_version",
+    "PRAGMA data_version",
+    "PRAGMA query_only",
+    "SELECT page_count * page_size FROM pragma_page_count, pragma_page_size",
+    "PRAGMA freelist_count",
+    "PRAGMA encoding",
+    "SELECT COUNT(*) FROM pragma_compile_options",
+    "SELECT COUNT(*) FROM pragma_function_list",
+    "SELECT COUNT(*) FROM pragma_pragma_list",
+    "PRAGMA collation_list",
+    "PRAGMA module_list",
+    "PRAGMA database_list",
+    "PRAGMA integrity_check",
+    "SELECT * FROM pragma_quick_check('runs')",
+]
+
+
+def test_sqlite_reading_pragmas_run(sqlite_ledger):
+    """Each allowed pragma, as a PRAGMA and as a table-valued pragma_… function: it runs,
+    and the ledger is unchanged."""
+    before = fingerprint(sqlite_ledger)
+    for statement in READING_PRAGMAS:
+        result = run_cli(sqlite_ledger, statement)
+        assert result.exit_code == 0, (statement, result.output)
+        assert "row(s))" in result.stdout, (statement, result.stdout)
+    assert run_cli(sqlite_ledger, "SELECT name FROM pragma_table_info('runs') WHERE name = 'home_id'").stdout \
+        .splitlines()[2] == "home_id"
+    assert fingerprint(sqlite_ledger) == before
+
+
+def test_sqlite_setting_a_pragma_stays_refused_in_every_form(sqlite_ledger):
+    """`PRAGMA x = v` and `PRAGMA x(v)` both reach the authorizer with the value: a value
+    for a pragma that only reads when given none is refused, and a pragma outside the
+    allowed ones is refused even as a read. The fingerprint holds the ledger's user_version."""
+    for statement in ("PRAGMA user_version = 7", "PRAGMA user_version(7)", "PRAGMA main.user_version = 7",
+                      "PRAGMA \"user_version\" = 7", "PRAGMA application_id = 7", "PRAGMA application_id(7)",
+                      "PRAGMA schema_version = 99", "PRAGMA schema_version(99)", "PRAGMA query_only = OFF",
+                      "PRAGMA query_only(0)", "PRAGMA page_size = 1024", "PRAGMA encoding = 'UTF-16'",
+                      "PRAGMA journal_mode", "PRAGMA journal_mode = DELETE", "SELECT * FROM pragma_journal_mode",
+                      "PRAGMA foreign_keys", "PRAGMA optimize", "PRAGMA wal_checkpoint", "PRAGMA writable_schema"):
+        assert_refused(sqlite_ledger, statement)

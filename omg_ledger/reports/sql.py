@@ -62,12 +62,20 @@ if TYPE_CHECKING:
 
 READING_STATEMENTS = {"select", "with", "values", "table", "explain"}
 EXTRA_READING = {"sqlite": {"pragma"}, "postgresql": {"show"}}
-# Pragmas that take an argument without writing anything.
-_READING_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list",
-                    "integrity_check", "quick_check", "table_list", "pragma_list", "function_list",
-                    "collation_list", "compile_options", "database_list"}
-_WRITING_PRAGMAS = {"optimize", "wal_checkpoint", "incremental_vacuum", "shrink_memory", "query_only",
-                    "writable_schema"}
+# The pragmas `sql` may run: each only reads. Anything else (journal_mode, optimize,
+# wal_checkpoint …) is refused, read form or not: a pragma without a value can still act.
+SQLITE_READING_PRAGMAS = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "foreign_key_check", "user_version", "application_id", "schema_version", "data_version", "page_count",
+    "page_size", "freelist_count", "encoding", "query_only", "compile_options", "function_list", "pragma_list",
+    "collation_list", "module_list", "database_list", "integrity_check", "quick_check",
+})
+# Of those, the ones whose argument says what to read (a table or an index; for the two
+# checks, a table or how many errors to list). The others take a value only to set it.
+SQLITE_PRAGMAS_TAKING_A_NAME = frozenset({
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
+    "foreign_key_check", "integrity_check", "quick_check",
+})
 _SQLITE_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                    getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 
@@ -317,12 +325,22 @@ def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
+        # arg1 is the pragma's name and arg2 its argument, the same for `PRAGMA x = v`,
+        # `PRAGMA x(v)` and the table-valued `pragma_x(v)`: one rule covers the three.
         name = (arg1 or "").lower()
-        if name in _WRITING_PRAGMAS:
-            return sqlite3.SQLITE_DENY
-        if arg2 is None or name in _READING_PRAGMAS:
+        if name in SQLITE_READING_PRAGMAS and (arg2 is None or name in SQLITE_PRAGMAS_TAKING_A_NAME):
             return sqlite3.SQLITE_OK
     return sqlite3.SQLITE_DENY
+
+
+def _declare_pragma_tables(conn: sqlite3.Connection) -> None:
+    """Declare the allowed pragmas' table-valued functions (pragma_table_info …) before
+    the authorizer is set. SQLite declares one the first time a connection names it and
+    asks the authorizer to UPDATE sqlite_master as it does, which the authorizer must
+    refuse for any statement of the user's."""
+    for name in sorted(SQLITE_READING_PRAGMAS):
+        with contextlib.suppress(sqlite3.OperationalError):  # one this SQLite does not have
+            conn.execute(f"SELECT 1 FROM pragma_{name} LIMIT 0").fetchall()
 
 
 def _is_write_error(message: str) -> bool:
@@ -400,6 +418,7 @@ def _sqlite_run(engine: Engine, statement: str, params: dict | None,
     stop = _Stop(timeout)
     try:
         conn.execute("PRAGMA query_only = ON")
+        _declare_pragma_tables(conn)
         conn.set_authorizer(_authorizer)
         conn.set_progress_handler(stop.now, _PROGRESS_STEPS)
         with stop:
