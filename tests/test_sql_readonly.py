@@ -249,6 +249,15 @@ def test_the_early_check_finds_a_keyword_hidden_by_a_nested_comment():
     assert first_keyword("/* /* */ SELECT */ DELETE FROM runs", "sqlite") == "select"
 
 
+def test_sqlite_fts3_tokenizer_is_refused(sqlite_ledger):
+    """fts3_tokenizer('simple') returns the address of a tokenizer module (a heap
+    pointer), and with a second argument registers any pointer as one."""
+    for statement in ("SELECT hex(fts3_tokenizer('simple'))",
+                      "SELECT fts3_tokenizer('evil', x'4141414141414141')",
+                      "SELECT FTS3_Tokenizer('simple')"):
+        assert "fts3_tokenizer" in assert_refused(sqlite_ledger, statement).lower()
+
+
 READING_PRAGMAS = [
     "SELECT name FROM pragma_table_info('runs')",
     "SELECT * FROM main.pragma_table_xinfo('runs')",

@@ -76,6 +76,9 @@ SQLITE_PRAGMAS_TAKING_A_NAME = frozenset({
     "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list",
     "foreign_key_check", "integrity_check", "quick_check",
 })
+# Functions a read can still do harm with: load code, write files, or (fts3_tokenizer)
+# show a heap address and register a pointer as a tokenizer.
+SQLITE_DENIED_FUNCTIONS = frozenset({"load_extension", "writefile", "edit", "fts3_tokenizer"})
 _SQLITE_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                    getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 
@@ -321,7 +324,7 @@ def early_check(sql: str, dialect: str) -> None:
 
 def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
     if action in _SQLITE_ALLOWED:
-        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in {"load_extension", "writefile", "edit"}:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in SQLITE_DENIED_FUNCTIONS:
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
