@@ -4,9 +4,9 @@ Read-only holds by construction in the database connection; no statement parser 
 trusted with it:
 
 * **SQLite**: a separate ``sqlite3`` connection opened with ``file:…?mode=ro`` and
-  ``PRAGMA query_only=ON``, plus an authorizer that allows only reads (no ATTACH, no
-  pragma assignment, no temp tables, no transaction control). ``sqlite3`` runs
-  exactly one statement per ``execute`` and refuses a second one.
+  ``PRAGMA query_only=ON``, plus an authorizer that allows only reads (no ATTACH, only
+  the pragmas that read and without a value, no temp tables, no transaction control).
+  ``sqlite3`` runs exactly one statement per ``execute`` and refuses a second one.
 * **PostgreSQL**: the statement goes through the extended query protocol, whose Parse
   step accepts exactly one statement (the simple protocol would run several). It is
   described before it runs and must return rows (a query, EXPLAIN or SHOW: never
