@@ -214,7 +214,14 @@ def test_reads_still_work_after_the_guards(backend, request):
     if backend == "postgresql":
         for statement, expected in [("SELECT E'it''s \\x41'", "it's A"),
                                     ("SELECT 1 /* nested /* comment */ still */ AS n", "1"),
-                                    ("SHOW transaction_read_only", "on")]:
+                                    ("SHOW transaction_read_only", "on"),
+                                    # function calls, none of them one that acts outside the transaction
+                                    ("SELECT lower(ledger_state) AS s, coalesce(MAX(run_id), '') FROM v_runs "
+                                     "GROUP BY 1 ORDER BY 1 LIMIT 1", "fail"),
+                                    ("SELECT length('lo_unlink(1)') AS n, pg_backend_pid() > 0 AS p", "12"),
+                                    ('SELECT "count"(*) AS n FROM pg_catalog.pg_locks', "n"),
+                                    ("SELECT runtime, SUM(cost_nano_usd) AS c FROM v_charges GROUP BY runtime",
+                                     "codex")]:
             result = run_cli(url, statement)
             assert result.exit_code == 0, result.output
             assert expected in result.stdout, result.stdout

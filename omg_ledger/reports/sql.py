@@ -12,7 +12,10 @@ trusted with it:
   described before it runs and must return rows (a query, EXPLAIN or SHOW: never
   COMMIT, SET, COPY …), runs inside ``SET TRANSACTION READ ONLY`` with
   ``default_transaction_read_only`` on, must leave that transaction open, and the
-  transaction is always rolled back and the connection thrown away.
+  transaction is always rolled back and the connection thrown away. A statement whose
+  code calls a function that acts outside that transaction (:data:`PG_DENIED_FUNCTIONS`)
+  is refused before it is sent: defence in depth, since a function a writer defines
+  can wrap one.
 
 Before that, :func:`early_check` reads the text the way the dialect does (E'' escapes
 and nested comments on PostgreSQL, [brackets] and `backticks` on SQLite) to refuse
@@ -319,6 +322,83 @@ def early_check(sql: str, dialect: str) -> None:
                                 "is read-only here (SELECT, WITH, VALUES, EXPLAIN). Nothing was changed.")
 
 
+# -- PostgreSQL functions that act outside the transaction --------------------------
+
+# Functions a READ ONLY transaction does not stop: they write WAL, end or signal other
+# sessions, take session locks (pg_advisory_lock blocks sync), read or write server
+# files, change settings, slots, statistics or indexes, or use up a transaction id.
+# A statement whose code calls one is refused before it is sent. An entry ending in "*"
+# stands for every function whose name starts with what precedes it.
+PG_DENIED_FUNCTIONS = (
+    "pg_logical_emit_message", "pg_terminate_backend", "pg_cancel_backend", "pg_advisory_*",
+    "pg_try_advisory_*", "lo_*", "pg_create_physical_replication_slot", "pg_create_logical_replication_slot",
+    "pg_drop_replication_slot", "pg_copy_physical_replication_slot", "pg_copy_logical_replication_slot",
+    "pg_replication_slot_advance", "pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+    "pg_replication_origin_*", "pg_stat_reset*", "pg_stat_statements_reset", "pg_switch_wal", "pg_switch_xlog",
+    "pg_create_restore_point", "pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
+    "pg_reload_conf", "pg_rotate_logfile", "pg_rotate_logfile_old", "pg_log_backend_memory_contexts",
+    "pg_promote", "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_xlog_replay_pause", "pg_xlog_replay_resume",
+    "pg_read_*", "pg_ls_*", "pg_stat_file", "pg_file_*", "set_config", "pg_notify", "dblink*",
+    "pg_import_system_collations", "txid_current", "pg_current_xact_id", "brin_summarize_new_values",
+    "brin_summarize_range", "brin_desummarize_range", "gin_clean_pending_list",
+)
+# Functions that run SQL given to them as text, which the check above cannot read.
+PG_SQL_RUNNING_FUNCTIONS = ("query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "ts_stat",
+                            "ts_rewrite")
+
+# A name (PostgreSQL's: any non-ASCII character is a letter, "$" may follow the first),
+# white space, or any other one character.
+_PG_CODE_TOKEN = re.compile(r"(?P<name>[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*)|(?P<space>\s+)|.",
+                            re.DOTALL)
+# PostgreSQL folds only ASCII letters of an unquoted name.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _pg_denied(name: str) -> bool:
+    return any(name.startswith(entry[:-1]) if entry.endswith("*") else name == entry
+               for entry in PG_DENIED_FUNCTIONS)
+
+
+def pg_called_functions(statement: str) -> list[str]:
+    """The names of the functions the statement's code calls, as PostgreSQL reads them:
+    a name followed by "(", unquoted ones folded to lower case and quoted ones exact,
+    whatever schema qualifies it and whatever comments sit between. Nothing in a
+    string, a comment or a $$ body counts. A U&"…" name is refused: its escapes could
+    spell any name."""
+    tokens: list[tuple[bool, str]] = []  # (is a name, its text): names, "(" and the rest
+    spans = code_spans(statement, "postgresql")
+    for index, (kind, piece) in enumerate(spans):
+        if kind == "string":
+            tokens.append((False, ""))
+        elif kind == "ident":
+            if index and spans[index - 1][1].endswith(("U&", "u&")):
+                raise ReadOnlyViolation('refused: a U&"…" name (Unicode escapes) could spell a function that '
+                                        "acts outside the read-only transaction; write the name plainly "
+                                        "(nothing was run)")
+            tokens.append((True, piece[1:-1].replace('""', '"')))
+        elif kind == "code":
+            for match in _PG_CODE_TOKEN.finditer(piece):
+                if match.group("name"):
+                    tokens.append((True, match.group("name").translate(_ASCII_LOWER)))
+                elif not match.group("space"):
+                    tokens.append((False, match.group(0)))
+    return [name for (is_name, name), after in zip(tokens, tokens[1:], strict=False)
+            if is_name and after == (False, "(")]
+
+
+def refuse_pg_functions_outside_transaction(statement: str) -> None:
+    """Refuse a statement that calls a function of :data:`PG_DENIED_FUNCTIONS` or
+    :data:`PG_SQL_RUNNING_FUNCTIONS`. Defence in depth: a function someone with write
+    access defines can still wrap one; the reading role is the boundary (README)."""
+    for name in pg_called_functions(statement):
+        if _pg_denied(name):
+            raise ReadOnlyViolation(f"refused: the statement calls {name}, which acts outside the read-only "
+                                    "transaction (nothing was run)")
+        if name in PG_SQL_RUNNING_FUNCTIONS:
+            raise ReadOnlyViolation(f"refused: the statement calls {name}, which runs SQL given as text that "
+                                    "cannot be checked (nothing was run)")
+
+
 # -- execution --------------------------------------------------------------------------
 
 
@@ -521,6 +601,7 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
     import psycopg
     from psycopg import pq
 
+    refuse_pg_functions_outside_transaction(statement)
     query, values = _pg_bind(statement, params)
     started = time.monotonic()
 
