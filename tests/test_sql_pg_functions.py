@@ -189,3 +189,17 @@ def test_postgres_a_unicode_escaped_name_is_refused(pg_ledger, victim):  # noqa:
     assert_refused(pg_ledger, 'SELECT u&"x" FROM v_runs', expect='U&"…"')
     assert victim.execute("SELECT 1").fetchone() == (1,)
 
+
+def test_postgres_backslashes_cannot_hide_a_call_when_strings_take_them(pg_server, pg_ledger, victim):  # noqa: F811
+    """With standard_conforming_strings off (a database's old setting), '\\'' would be one
+    string to the server and an unfinished one to the check, hiding the call after it:
+    the statement runs with the setting on, so both read it as one string."""
+    from sqlalchemy.engine import make_url
+
+    database = make_url(pg_ledger).database
+    pg_server.execute_admin(f'ALTER DATABASE "{database}" SET standard_conforming_strings = off')
+    pid = victim.info.backend_pid
+    result = run_cli(pg_ledger, f"SELECT '\\'', pg_terminate_backend({pid}) --'")
+    assert victim.execute("SELECT 1").fetchone() == (1,)
+    assert result.exit_code == 0, result.output
+    assert "pg_terminate_backend" in result.stdout  # the text of the one string

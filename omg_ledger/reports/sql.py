@@ -617,6 +617,9 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
         try:
             driver.execute("SET TRANSACTION READ ONLY")  # the first statement: opens the transaction
             driver.execute("SET default_transaction_read_only = on")
+            # The server must read quotes the way pg_called_functions and _pg_bind do: with
+            # this off (a role's or database's old setting), '\'' ends a string later.
+            driver.execute("SET LOCAL standard_conforming_strings = on")
             if timeout is not None:
                 # LOCAL: it ends with the transaction, which is always rolled back.
                 milliseconds = min(max(math.ceil(timeout * 1000), 1), _PG_MAX_TIMEOUT_MS)
