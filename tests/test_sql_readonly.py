@@ -6,6 +6,8 @@ money total, tables and sequences with what they were before."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -319,3 +321,31 @@ def test_sqlite_setting_a_pragma_stays_refused_in_every_form(sqlite_ledger):
                       "PRAGMA journal_mode", "PRAGMA journal_mode = DELETE", "SELECT * FROM pragma_journal_mode",
                       "PRAGMA foreign_keys", "PRAGMA optimize", "PRAGMA wal_checkpoint", "PRAGMA writable_schema"):
         assert_refused(sqlite_ledger, statement)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_text_that_is_not_utf8_is_one_line_error(backend, request, tmp_path):
+    """Bytes that are not UTF-8 (bash's $'\\xff') in the statement or in a --param value,
+    through the real command line: one line naming the byte, exit 2, no traceback."""
+    url = request.getfixturevalue("sqlite_ledger" if backend == "sqlite" else "pg_ledger")
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "by_runtime.sql").write_text(
+        "-- by_runtime: charges of one runtime\n-- :runtime  the runtime\n"
+        "SELECT COUNT(*) AS n FROM v_charges WHERE runtime = :runtime\n", encoding="utf-8")
+    before = fingerprint(url)
+    command = [sys.executable, "-m", "omg_ledger.cli"]
+    query = [*command, "query", "--db", url, "--queries", str(tmp_path / "q"), "by_runtime"]
+    for args, expected in [
+        ([*command, "sql", "--db", url, b"SELECT '\xff'"], "the statement is not valid UTF-8 at byte 9"),
+        ([*command, "sql", "--db", url, "SELECT 'é".encode() + b"\xfe\xff' AS s"],
+         "the statement is not valid UTF-8 at byte 11"),
+        ([*query, "--param", b"runtime=co\xffdex"], "--param runtime=… is not valid UTF-8 at byte 11"),
+        ([*query, "--param", b"run\xfftime=codex"], "--param …=… is not valid UTF-8 at byte 4"),
+    ]:
+        result = subprocess.run(args, capture_output=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.decode() == f"omg-ledger: error: {expected}\n"
+        assert result.stdout == b""
+    assert subprocess.run([*query, "--param", "runtime=codex"], capture_output=True, timeout=120).stdout \
+        .splitlines()[2].strip() == b"6"
+    assert fingerprint(url) == before

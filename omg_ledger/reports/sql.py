@@ -688,6 +688,16 @@ def _postgres_session(engine):
             conn.invalidate()
 
 
+def require_utf8(text: str, what: str) -> None:
+    """Raise BadArgument unless `text` is valid UTF-8 text. Bytes that are not (a shell's
+    $'\\xff') reach Python as lone surrogates, which no database driver can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        at = len(text[:exc.start].encode("utf-8")) + 1
+        raise BadArgument(f"{what} is not valid UTF-8 at byte {at}") from None
+
+
 def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float | None = None) -> QueryResult:
     """Run one read-only statement. `params` binds `:name` placeholders; `timeout`
     seconds (None or 0: no limit) stop it with :class:`QueryTimedOut`."""
@@ -695,6 +705,10 @@ def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float
     if dialect not in ("sqlite", "postgresql"):
         raise BadArgument(f"read-only SQL is not supported on {dialect}")
     limit = _effective_timeout(timeout)
+    require_utf8(sql, "the statement")
+    for name, value in (params or {}).items():
+        if isinstance(value, str):
+            require_utf8(value, f"the value of :{name}")
     early_check(sql, dialect)
     statement = sql.strip()
     if dialect == "sqlite":
@@ -802,6 +816,7 @@ def parse_params(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        require_utf8(pair, f"--param {key if key.isprintable() else '…'}=…")  # (a lone surrogate is not printable)
         if not sep or not key:
             raise BadArgument(f"--param takes NAME=VALUE, got {pair!r}")
         out[key.strip()] = value
