@@ -349,3 +349,12 @@ def test_text_that_is_not_utf8_is_one_line_error(backend, request, tmp_path):
     assert subprocess.run([*query, "--param", "runtime=codex"], capture_output=True, timeout=120).stdout \
         .splitlines()[2].strip() == b"6"
     assert fingerprint(url) == before
+
+
+def test_sqlite_a_trigger_body_is_refused_as_a_write_not_as_two_statements(sqlite_ledger):
+    """The semicolon in BEGIN … END does not end a CREATE TRIGGER: the reason given is
+    the write."""
+    for statement in ("CREATE TEMP TRIGGER t AFTER INSERT ON runs BEGIN SELECT 1; END",
+                      "CREATE TRIGGER t AFTER INSERT ON runs BEGIN DELETE FROM charges; SELECT 1; END;"):
+        line = assert_refused(sqlite_ledger, statement, expect="CREATE is not a read-only statement")
+        assert "statements given" not in line

@@ -313,13 +313,15 @@ def early_check(sql: str, dialect: str) -> None:
     found = statements(sql, dialect)
     if not found:
         raise BadArgument("no SQL statement given")
-    if len(found) > 1:
-        raise ReadOnlyViolation(f"refused: {len(found)} statements given; `sql` and `query` run exactly one "
-                                "read-only statement (nothing was run)")
+    # The first statement's verb before the count: a CREATE TRIGGER's BEGIN … END body
+    # holds semicolons that do not end it, and "not a read-only statement" is the reason.
     keyword = first_keyword(found[0], dialect)
     if keyword in KNOWN_NON_READING or (keyword in ("pragma", "show") and keyword not in EXTRA_READING[dialect]):
         raise ReadOnlyViolation(f"refused: {keyword.upper()} is not a read-only statement; the ledger "
                                 "is read-only here (SELECT, WITH, VALUES, EXPLAIN). Nothing was changed.")
+    if len(found) > 1:
+        raise ReadOnlyViolation(f"refused: {len(found)} statements given; `sql` and `query` run exactly one "
+                                "read-only statement (nothing was run)")
 
 
 # -- PostgreSQL functions that act outside the transaction --------------------------
