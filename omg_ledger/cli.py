@@ -970,11 +970,14 @@ def sql(db, as_json, as_csv, timeout, statement) -> None:
     (exit 2); a typo is reported as the database's syntax error. The
     v_charges, v_runs, v_nodes, v_node_rounds, v_problems, v_findings and v_invocations views are the
     stable names to query. A statement still running after --timeout seconds is
-    stopped (exit 2); Ctrl-C stops it at once (exit 130).
+    stopped (exit 2); Ctrl-C stops it at once (exit 130). A statement that starts
+    with "-" (a comment) goes after "--", which ends the options.
 
     \b
     Example:
       omg-ledger sql "SELECT runtime, SUM(cost_nano_usd) FROM v_charges GROUP BY runtime"
+      omg-ledger sql --json -- "-- runs per state
+      SELECT ledger_state, COUNT(*) FROM v_runs GROUP BY 1"
     """
     from .db import VIEWS_SINCE
     from .reports.sql import run_sql

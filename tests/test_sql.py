@@ -155,3 +155,14 @@ def test_postgresql_placeholders_are_numbered_in_code_only():
     assert _pg_bind(statement, None) == (statement, None)
     with pytest.raises(BadArgument, match="missing a value for a placeholder: :i"):
         _pg_bind(statement, {"a": 1})
+
+
+def test_sql_help_says_how_to_give_a_statement_starting_with_a_comment(sqlite_url, corpus_home):
+    """click reads "-- c" as an option; after "--" it is the statement, as --help says."""
+    ledger(sqlite_url, corpus_home, "corpus")
+    runner = CliRunner()
+    assert 'goes after "--"' in " ".join(runner.invoke(main, ["sql", "--help"]).output.split())
+    result = runner.invoke(main, ["sql", "--db", sqlite_url, "--json", "--", "-- runs per state\n"
+                                  "SELECT COUNT(*) AS n FROM v_runs"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["rows"] == [{"n": 25}]
