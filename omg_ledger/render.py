@@ -164,6 +164,15 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False,
     return text + "".join(notes)
 
 
+def when_local(iso_text: str) -> str:
+    """An ISO 8601 instant with its offset (as a zone shows it) the way ``when`` writes
+    one in --tz: ``2026-11-29 19:15:22.073+0100``."""
+    from datetime import datetime
+
+    moment = datetime.fromisoformat(iso_text)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}" + moment.strftime("%z")
+
+
 def when(utc_text: str | None, zone=None) -> str:
     """One timestamp format for every table: ``2026-11-29 18:15:22.073Z`` in UTC, or the
     same in --tz with its offset at that instant (``2026-11-29 19:15:22.073+0100``)."""
@@ -173,8 +182,7 @@ def when(utc_text: str | None, zone=None) -> str:
         return utc_text[:10] + " " + utc_text[11:23] + "Z"
     from datetime import datetime
 
-    moment = datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}" + moment.strftime("%z")
+    return when_local(datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone).isoformat())
 
 
 def run_detail(d: dict, zone=None) -> str:
@@ -595,7 +603,7 @@ def limits_table(report: dict) -> str:
         status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
         body.append([*cells, format_usd(item["limit_nano_usd"]), status])
     right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
-    return (f"spend limits at {report['at']} (periods in {report['tz']})\n"
+    return (f"spend limits at {when_local(report['at'])} (periods in {report['tz']})\n"
             + table(headers, body, right=right))
 
 

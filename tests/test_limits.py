@@ -154,7 +154,7 @@ def test_cli_limits_exit_codes_and_breach_lines_first(sqlite_url, scenario_home)
     ledger(sqlite_url, scenario_home)
     ok = run(["limits", "--db", sqlite_url, "--tz", "UTC", "--limit", "day=1", "--limit", "month=800"])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("spend limits at 2026-11-29T20:00:00+00:00 (periods in UTC)")
+    assert ok.output.startswith("spend limits at 2026-11-29 20:00:00.000+0000 (periods in UTC)")
     over = run(["limits", "--db", sqlite_url, "--tz", "UTC", "--limit", "month=800",
                 "--limit", "graph:feedback-graph/day=0.1"])
     assert over.exit_code == 1
