@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+from .cli_checks import one_line_error
 from .conftest import REPO
 
 
@@ -46,4 +47,7 @@ def test_plans_lists_previews_with_graph_and_refusal(tmp_path):
     gone = {p["plan_id"]: p["gone"] for p in json.loads(cli("plans", "--db", db, "--json").stdout)}
     assert gone == {"20261130-080000.000000001-1": True, "20261129-181522.137935627-1": False}
     assert "(gone)" in cli("plans", "--db", db).stdout
-    assert cli("plans", "--db", db, "--home", "elsewhere", "--json").stdout.strip() == "[]"
+    # A label that names no home of this ledger is a usage mistake, not an empty listing.
+    unknown = cli("plans", "--db", db, "--home", "elsewhere", "--json")
+    assert "--home 'elsewhere' is no home of this ledger" in one_line_error(unknown, 2)
+    assert unknown.stdout == ""

@@ -153,8 +153,10 @@ def test_user_input_is_never_sql(corpus_home, tmp_path):
     ok(cli("sync", "--db", db, "--home", corpus_home))
     result = ok(cli("show", "--db", db, "x' OR '1'='1"), code=2)  # an unknown run id is a usage error
     assert b"no run matches" in result.stderr, result.stderr
-    listed = ok(cli("runs", "--db", db, "--json", "--home", "x' OR '1'='1"))
-    assert json.loads(listed.stdout) == []
+    # The hostile label is compared as data: it names no home, so the listing refuses it by name.
+    listed = ok(cli("runs", "--db", db, "--json", "--home", "x' OR '1'='1"), code=2)
+    assert b"--home \"x' OR '1'='1\" is no home of this ledger" in listed.stderr, listed.stderr
+    assert listed.stdout == b""
     engine = open_ledger(str(db))  # the same library calls, for the rest of the list
     try:
         for hostile in ("%", "_", "2026%", "'; DROP TABLE runs; --", '" OR 1=1 --', "\\", "' || '"):
