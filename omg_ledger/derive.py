@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from .feed import Event
 from .invocations import InvocationLine, PairedInvocation, pair_invocations
 from .reconcile import FinishedRows, RunInput, RunRows, reconcile
-from .snapshot import PARSERS, BadSnapshot
+from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
 
 # 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
 # 3: a run's known spend is bounded ($1e9): charges past it count as unknown, with a problem.
 # 4: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
 #    engine failed for its budget_usd; a node's last_leg from its own executions.
-DERIVATION_VERSION = 4
+# 5: a state.json naming another run_id (a run directory copied under another id) is that
+#    run's, and so is the assess.json beside it: neither is charged to this directory.
+DERIVATION_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,10 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
     when two node ids would then be one key (no row of the run can be stored)."""
     docs = {name: (parsed[name] if parsed is not None and name in parsed else parse_file(name, text))
             for name, text in facts.files.items()}
+    if snapshot_names_another_run(docs.get("state.json"), facts.run_id):
+        # The directory is a copy of that run (its stream lines are refused the same way):
+        # recovering its records or billing its assessment would bill that run twice.
+        docs = {**docs, "state.json": None, "assess.json": None}
     resume = facts.resume
     seen = _Watched(facts.events, nul=bool(resume and resume["nul"]))
     keys = _NodeKeys(resume["fold"]["nodes"] if resume else ())

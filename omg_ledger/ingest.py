@@ -14,10 +14,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from . import feed
+from .bounds import shown
 from .discover import DirListing, list_run_dir, stat_or_none
 from .feed import parse_stream_line
 from .invocation_sync import parse_tail_line
-from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
+from .snapshot import (
+    PARSERS,
+    SNAPSHOT_NAMES,
+    BadSnapshot,
+    UnreadableFile,
+    read_small_file,
+    snapshot_names_another_run,
+)
 from .tail import (
     Checkpoint,
     NotARegularFile,
@@ -165,10 +173,21 @@ def read_snapshot_file(path: str, name: str, info: os.stat_result) -> tuple[Snap
     except BadSnapshot as exc:
         error = str(exc)
         problem = Problem(path, 0, error)
+    if name == "state.json" and parsed is not None:
+        problem = _snapshot_of_another_run(path, parsed) or problem
     ident = small.identity
     row = {"dev": ident.dev, "inode": ident.inode, "size": ident.size, "mtime_ns": ident.mtime_ns,
            "sha256": small.sha256, "content": text, "error": error}
     return SnapshotRead(row, parsed), problem
+
+
+def _snapshot_of_another_run(path: str, parsed: dict) -> Problem | None:
+    """The problem of a state.json naming another run (derivation then ignores it)."""
+    run_id = os.path.basename(os.path.dirname(path))
+    if not snapshot_names_another_run(parsed, run_id):
+        return None
+    return Problem(path, 0, f"state.json names run_id {shown(parsed['run_id'])}, not this directory's "
+                            f"{run_id!r}: another run's snapshot, not used here (nor the assess.json beside it)")
 
 
 @dataclass

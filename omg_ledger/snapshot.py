@@ -139,6 +139,12 @@ def _depth_ok(value: object) -> bool:
     return True
 
 
+def snapshot_names_another_run(snapshot: dict | None, run_id: str) -> bool:
+    """Whether a parsed state.json names a run_id other than its directory's."""
+    named = snapshot.get("run_id") if snapshot is not None else None
+    return isinstance(named, str) and named != run_id
+
+
 def parse_state(content: bytes) -> dict:
     """Validate state.json's shape wherever the ledger derives from it."""
     data = parse_json_object(content, "state.json")

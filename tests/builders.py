@@ -55,7 +55,7 @@ def graph(*node_ids: str, **types: str) -> dict:
                                                   for n in node_ids]}
 
 
-_RUN_ID_FIELD = re.compile(rb'"run_id":"[^"\\]*"')
+_RUN_ID_FIELD = re.compile(rb'"run_id":\s*"[^"\\]*"')
 
 
 def retarget(stream: bytes, run_id: str) -> bytes:
@@ -66,12 +66,14 @@ def retarget(stream: bytes, run_id: str) -> bytes:
 
 
 def copy_run(src: Path, dst: Path) -> Path:
-    """Copy a run directory under another run id, its stream retargeted to that id."""
+    """Copy a run directory under another run id, its stream and state.json retargeted
+    to that id (a snapshot naming another run is that run's, not used here)."""
     shutil.copytree(src, dst, symlinks=True)
-    stream = dst / "events.jsonl"
-    if stream.is_file() and not stream.is_symlink():
-        stream.write_bytes(retarget(stream.read_bytes(), dst.name))
-        shutil.copystat(src / "events.jsonl", stream)
+    for name in ("events.jsonl", "state.json"):
+        path = dst / name
+        if path.is_file() and not path.is_symlink():
+            path.write_bytes(retarget(path.read_bytes(), dst.name))
+            shutil.copystat(src / name, path)
     return dst
 
 

@@ -18,9 +18,12 @@ from .ledger_dump import dump
 PLACE_COLUMNS = {"dev", "inode", "ctime_ns", "machine"}
 
 
-def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = None) -> dict[str, list]:
+def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = None,
+           as_of: dict[str, dict[str, object]] | None = None) -> dict[str, list]:
     """{table: [row count, sha256 hex]} of the whole ledger, the home's path made ``<home>``.
-    ``leave_out``: {table: columns} not digested (columns a golden digest predates)."""
+    ``leave_out``: {table: columns} not digested (columns a golden digest predates).
+    ``as_of``: {table: {column: value}} digested as that value (a version stamp that
+    moved while the rows it stamps did not)."""
     prefixes = sorted({home, os.path.realpath(home)}, key=len, reverse=True)
 
     def placeless(value):
@@ -36,6 +39,8 @@ def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = No
         if table == "alembic_version":
             continue  # the migration head, not a sync's output
         skip = PLACE_COLUMNS | (leave_out or {}).get(table, set())
-        normal = sorted((tuple((c, placeless(v)) for c, v in row if c not in skip) for row in rows), key=repr)
+        stamped = (as_of or {}).get(table, {})
+        normal = sorted((tuple((c, placeless(stamped.get(c, v))) for c, v in row if c not in skip) for row in rows),
+                        key=repr)
         out[table] = [len(normal), hashlib.sha256(repr(normal).encode()).hexdigest()]
     return out

@@ -231,7 +231,7 @@ def _build_home(root: Path) -> Path:
         d.mkdir()
         (d / "events.jsonl").write_bytes(retarget(GOOD_EVENTS, d.name))
         if file_name != "state.json":
-            (d / "state.json").write_bytes(GOOD_STATE)
+            (d / "state.json").write_bytes(retarget(GOOD_STATE, d.name))
         (d / file_name).write_bytes(content)
     # Untouched real runs beside all of it.
     for src in sorted((CORPUS_HOME / "runs").iterdir())[:5]:

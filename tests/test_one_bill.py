@@ -266,3 +266,30 @@ def test_homes_counts_a_home_with_no_run_as_none_billed_elsewhere(db_url, tmp_pa
     finally:
         engine.dispose()
     assert counts == {"a": (25, 0, 0), "b": (25, 0, 25), "c": (0, 0, 0)}
+
+
+def test_a_run_directory_copied_under_another_run_id_is_billed_once(tmp_path, home, db_url):
+    """`cp -a runs/X runs/Y`: every line of Y's stream names X (another run's, not Y's),
+    and so does Y's state.json; the assess.json beside it is X's assessment. None of it
+    is Y's spend: X is still billed once, and Y's snapshot is a problem, not recovered
+    charges."""
+    second = tmp_path / "second"
+    copied = {"20261129-181522.237468643-1": "20261129-181522.237468643-7",  # goal cycle 1, with assess.json
+              RUN: "20261129-181518.678721711-9"}
+    for source, name in copied.items():
+        shutil.copytree(home / "runs" / source, second / "runs" / name)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
+        known = _corpus_known_nanos(home)
+        assert cost_report(engine, by=None)["total"]["cost_nano_usd"] == known == KNOWN_NANOS
+        by_home = cost_report(engine, by="run", home_labels=("b",))
+        assert by_home["total"]["invocations"] == 0 and by_home["rows"] == []
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT SUM(cost_nano_usd) FROM v_charges")).scalar() == known
+            reasons = [r for (r,) in conn.execute(text("SELECT reason FROM problems WHERE path LIKE '%state.json'"))]
+        assert sum(r["cost_nano_usd"] for r in list_runs(engine)) == known
+        assert sorted(r.split(":")[0] for r in reasons) == [
+            f"state.json names run_id '{source}', not this directory's '{name}'" for source, name in sorted(copied.items())]
+    finally:
+        engine.dispose()

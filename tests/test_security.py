@@ -111,6 +111,7 @@ def _escape_home(tmp_path: Path, run_name: str = "escapes") -> Path:
     )
     state = json.loads((CORPUS_HOME / "runs" / "20261129-181512.929654081-1" / "state.json").read_bytes())
     state["graph"]["name"] = "graph" + ESCAPES
+    state["run_id"] = run_name  # a snapshot naming another run is not this one's
     (run / "state.json").write_text(json.dumps(state))
     return home
 

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from omg_ledger import derive
 from omg_ledger.db import open_ledger
@@ -65,12 +66,17 @@ def test_batched_cold_sync_of_the_scale_corpus_equals_one_transaction_per_run(fa
 
 def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fast_and_slow, scale_home):
     golden = json.loads(GOLDEN.read_text())
-    assert derive.DERIVATION_VERSION == golden["derivation_version"] == 4, (
+    # Version 5 changed a rule for a directory whose state.json names another run, which
+    # the scale corpus has none of: its rows are the v4 ones but for the version stamp.
+    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (5, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
     # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
     # them out (test_corpus_scale checks their values); every other runs column is compared.
-    ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)})
+    with fast.connect() as conn:
+        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {5}
+    ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)},
+                  as_of={"runs": {"derivation_version": 4}})
     # derive_states (where each run's derivation stopped, a cache of the stored events)
     # came after the digest was taken: every run leaves one; every other table is as it was.
     states = ours.pop("derive_states")
