@@ -28,7 +28,8 @@ from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
 # 4: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
 #    engine failed for its budget_usd; a node's last_leg from its own executions.
 # 5: a state.json naming another run_id (a run directory copied under another id) is that
-#    run's, and so is the assess.json beside it: neither is charged to this directory.
+#    run's, and so is the assess.json beside it: neither is charged to this directory; an
+#    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge.
 DERIVATION_VERSION = 5
 
 

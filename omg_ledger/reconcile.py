@@ -806,15 +806,15 @@ def reconcile(run: RunInput) -> RunRows:
 def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
     """(nano-dollars or None, unknown) of the assessment call, or None when there was no
     assessment charge. An assessor on Codex writes ``assess_cost_unknown: true`` beside
-    a filler 0: that call was paid for at a price nobody recorded (NULL, never $0)."""
+    a filler 0: that call was paid for at a price nobody recorded (NULL, never $0). The
+    engine always writes assess_cost_usd, so a file without one is an assessment that
+    ran at a price it does not give: unknown too, never dropped."""
     if assess is None:
         return None
-    if assess.get("assess_cost_unknown"):
-        return None, True
     cost = assess.get("assess_cost_usd")
-    if isinstance(cost, int | float) and not isinstance(cost, bool):
-        return usd_nanos(cost), False
-    return None
+    if assess.get("assess_cost_unknown") or not isinstance(cost, int | float) or isinstance(cost, bool):
+        return None, True
+    return usd_nanos(cost), False
 
 
 def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:

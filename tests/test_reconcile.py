@@ -285,6 +285,10 @@ ASSESS_CASES = [
     ("unknown without any number is still a paid call",
      {"goal_met": False, "assess_cost_unknown": True}, (None, True, (0, 0, 0, 0)), None),
     ("a known $0 stays a known $0", {"goal_met": True, "assess_cost_usd": 0}, (0, False, (0, 0, 0, 0)), 0),
+    # The engine always writes assess_cost_usd (no omitempty): a file without it still
+    # records an assessment that ran, whose price nobody wrote down.
+    ("no assess_cost_usd at all is a paid call of unknown cost, never dropped",
+     {"goal_met": True, "usage": USAGE}, (None, True, (1200, 300, 45, 7)), None),
 ]
 
 
