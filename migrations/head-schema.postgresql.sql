@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0011, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0012, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -7,11 +7,11 @@ CREATE TABLE charges (
     run_pk integer NOT NULL,
     seq integer NOT NULL,
     leg_ordinal integer,
-    leg_kind text,
-    node_id text,
+    leg_kind text COLLATE pg_catalog."C",
+    node_id text COLLATE pg_catalog."C",
     round integer,
-    kind text NOT NULL,
-    at text,
+    kind text NOT NULL COLLATE pg_catalog."C",
+    at text COLLATE pg_catalog."C",
     at_us bigint,
     cost_nano_usd bigint,
     cost_unknown boolean NOT NULL,
@@ -19,7 +19,7 @@ CREATE TABLE charges (
     cached_input_tokens bigint NOT NULL,
     output_tokens bigint NOT NULL,
     reasoning_output_tokens bigint NOT NULL,
-    source_file text NOT NULL,
+    source_file text NOT NULL COLLATE pg_catalog."C",
     source_offset bigint,
     source_line integer
 )
@@ -28,7 +28,7 @@ CREATE TABLE derive_states (
     run_pk integer NOT NULL,
     derivation_version integer NOT NULL,
     line_no bigint NOT NULL,
-    state text NOT NULL
+    state text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE events (
@@ -36,43 +36,43 @@ CREATE TABLE events (
     line_no integer NOT NULL,
     byte_offset bigint NOT NULL,
     schema integer,
-    ts text,
-    event text,
-    node_id text,
-    raw text NOT NULL
+    ts text COLLATE pg_catalog."C",
+    event text COLLATE pg_catalog."C",
+    node_id text COLLATE pg_catalog."C",
+    raw text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE findings (
     run_pk integer NOT NULL,
     seq integer NOT NULL,
-    kind text NOT NULL,
-    node_id text,
+    kind text NOT NULL COLLATE pg_catalog."C",
+    node_id text COLLATE pg_catalog."C",
     leg_ordinal integer,
-    detail text NOT NULL
+    detail text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE goal_cycles (
     run_pk integer NOT NULL,
-    first_run_id text NOT NULL,
+    first_run_id text NOT NULL COLLATE pg_catalog."C",
     cycle integer,
     max_cycles integer,
-    text text,
+    text text COLLATE pg_catalog."C",
     assessed boolean NOT NULL,
     goal_met boolean,
-    remaining text,
-    evidence text,
+    remaining text COLLATE pg_catalog."C",
+    evidence text COLLATE pg_catalog."C",
     assess_cost_nano_usd bigint
 )
 ;
 CREATE TABLE homes (
     id integer NOT NULL,
-    label text NOT NULL,
-    path text NOT NULL,
-    machine text,
+    label text NOT NULL COLLATE pg_catalog."C",
+    path text NOT NULL COLLATE pg_catalog."C",
+    machine text COLLATE pg_catalog."C",
     dev bigint,
     inode bigint,
-    real_path text,
-    last_synced_at text
+    real_path text COLLATE pg_catalog."C",
+    last_synced_at text COLLATE pg_catalog."C"
 )
 ;
 CREATE SEQUENCE homes_id_seq
@@ -95,29 +95,29 @@ CREATE TABLE invocation_lines (
     file_pk integer NOT NULL,
     line_no integer NOT NULL,
     byte_offset bigint NOT NULL,
-    ts text NOT NULL,
+    ts text NOT NULL COLLATE pg_catalog."C",
     ts_us bigint NOT NULL,
-    event text NOT NULL,
-    role text,
-    milestone text,
-    status text,
+    event text NOT NULL COLLATE pg_catalog."C",
+    role text COLLATE pg_catalog."C",
+    milestone text COLLATE pg_catalog."C",
+    status text COLLATE pg_catalog."C",
     duration_ms bigint,
-    raw text NOT NULL
+    raw text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE invocations (
     file_pk integer NOT NULL,
     seq integer NOT NULL,
-    role text,
-    milestone text,
-    started_at text,
+    role text COLLATE pg_catalog."C",
+    milestone text COLLATE pg_catalog."C",
+    started_at text COLLATE pg_catalog."C",
     started_at_us bigint,
-    ended_at text,
+    ended_at text COLLATE pg_catalog."C",
     ended_at_us bigint,
-    status text,
+    status text COLLATE pg_catalog."C",
     duration_ms bigint,
-    duration_source text,
-    outcome text NOT NULL,
+    duration_source text COLLATE pg_catalog."C",
+    outcome text NOT NULL COLLATE pg_catalog."C",
     start_line integer,
     end_line integer
 )
@@ -125,15 +125,15 @@ CREATE TABLE invocations (
 CREATE TABLE legs (
     run_pk integer NOT NULL,
     ordinal integer NOT NULL,
-    phase text NOT NULL,
-    kind text NOT NULL,
-    started_at text,
+    phase text NOT NULL COLLATE pg_catalog."C",
+    kind text NOT NULL COLLATE pg_catalog."C",
+    started_at text COLLATE pg_catalog."C",
     started_at_us bigint,
-    finished_at text,
-    outcome text,
-    detail text,
+    finished_at text COLLATE pg_catalog."C",
+    outcome text COLLATE pg_catalog."C",
+    detail text COLLATE pg_catalog."C",
     is_open boolean NOT NULL,
-    closed_by text,
+    closed_by text COLLATE pg_catalog."C",
     session_limited boolean NOT NULL,
     start_line integer,
     end_line integer
@@ -141,22 +141,22 @@ CREATE TABLE legs (
 ;
 CREATE TABLE nodes (
     run_pk integer NOT NULL,
-    node_id text NOT NULL,
-    node_type text,
+    node_id text NOT NULL COLLATE pg_catalog."C",
+    node_type text COLLATE pg_catalog."C",
     in_graph boolean NOT NULL,
-    verdict text,
-    verdict_source text,
-    state text NOT NULL,
+    verdict text COLLATE pg_catalog."C",
+    verdict_source text COLLATE pg_catalog."C",
+    state text NOT NULL COLLATE pg_catalog."C",
     retries integer,
     round integer,
-    provenance text,
+    provenance text COLLATE pg_catalog."C",
     judged boolean,
     budget_nano_usd bigint,
     duration_ns bigint,
-    session_id text,
-    detail text,
-    artifact_name text NOT NULL,
-    artifact_path text,
+    session_id text COLLATE pg_catalog."C",
+    detail text COLLATE pg_catalog."C",
+    artifact_name text NOT NULL COLLATE pg_catalog."C",
+    artifact_path text COLLATE pg_catalog."C",
     has_artifact boolean NOT NULL,
     has_failed_output boolean NOT NULL,
     budget_overrun boolean NOT NULL,
@@ -165,7 +165,7 @@ CREATE TABLE nodes (
     invocations integer NOT NULL,
     unknown_cost_invocations integer NOT NULL,
     unrecorded_attempts integer NOT NULL,
-    snapshot_verdict text,
+    snapshot_verdict text COLLATE pg_catalog."C",
     snapshot_round integer,
     snapshot_cost_nano_usd bigint,
     snapshot_cost_unknown boolean
@@ -173,22 +173,22 @@ CREATE TABLE nodes (
 ;
 CREATE TABLE plans (
     home_id integer NOT NULL,
-    plan_id text NOT NULL,
+    plan_id text NOT NULL COLLATE pg_catalog."C",
     has_graph_json boolean NOT NULL,
     has_rejected boolean NOT NULL,
-    graph_name text,
+    graph_name text COLLATE pg_catalog."C",
     gone boolean NOT NULL
 )
 ;
 CREATE TABLE problems (
     id integer NOT NULL,
     run_pk integer,
-    path text NOT NULL,
+    path text NOT NULL COLLATE pg_catalog."C",
     byte_offset bigint NOT NULL,
-    reason text NOT NULL,
-    first_seen_at text NOT NULL,
-    last_seen_at text NOT NULL,
-    resolved_at text
+    reason text NOT NULL COLLATE pg_catalog."C",
+    first_seen_at text NOT NULL COLLATE pg_catalog."C",
+    last_seen_at text NOT NULL COLLATE pg_catalog."C",
+    resolved_at text COLLATE pg_catalog."C"
 )
 ;
 CREATE SEQUENCE problems_id_seq
@@ -204,16 +204,16 @@ ALTER SEQUENCE problems_id_seq OWNED BY problems.id
 CREATE TABLE rounds (
     run_pk integer NOT NULL,
     leg_ordinal integer NOT NULL,
-    node_id text NOT NULL,
+    node_id text NOT NULL COLLATE pg_catalog."C",
     seq integer NOT NULL,
     round integer NOT NULL,
-    started_at text,
-    ended_at text,
-    outcome text,
+    started_at text COLLATE pg_catalog."C",
+    ended_at text COLLATE pg_catalog."C",
+    outcome text COLLATE pg_catalog."C",
     retries integer NOT NULL,
-    session_id text,
-    provenance text,
-    detail text,
+    session_id text COLLATE pg_catalog."C",
+    provenance text COLLATE pg_catalog."C",
+    detail text COLLATE pg_catalog."C",
     cost_nano_usd bigint,
     cost_unknown boolean NOT NULL,
     start_line integer,
@@ -222,15 +222,15 @@ CREATE TABLE rounds (
 ;
 CREATE TABLE run_files (
     run_pk integer NOT NULL,
-    place text NOT NULL,
-    name text NOT NULL
+    place text NOT NULL COLLATE pg_catalog."C",
+    name text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE runs (
     id integer NOT NULL,
     home_id integer NOT NULL,
-    run_id text NOT NULL,
-    dir_path text NOT NULL,
+    run_id text NOT NULL COLLATE pg_catalog."C",
+    dir_path text NOT NULL COLLATE pg_catalog."C",
     gone boolean NOT NULL,
     has_events boolean NOT NULL,
     has_state boolean NOT NULL,
@@ -239,23 +239,23 @@ CREATE TABLE runs (
     has_assess boolean NOT NULL,
     has_lock boolean NOT NULL,
     snapshot_schema integer,
-    runtime text,
-    graph_name text,
-    graph_version text,
+    runtime text COLLATE pg_catalog."C",
+    graph_name text COLLATE pg_catalog."C",
+    graph_version text COLLATE pg_catalog."C",
     node_count integer,
-    graph_source_path text,
-    graph_sha256 text,
-    inputs_json text,
+    graph_source_path text COLLATE pg_catalog."C",
+    graph_sha256 text COLLATE pg_catalog."C",
+    inputs_json text COLLATE pg_catalog."C",
     continue_on_fail boolean,
-    goal_text text,
+    goal_text text COLLATE pg_catalog."C",
     goal_cycle integer,
     goal_max_cycles integer,
-    goal_first_run_id text,
-    build_evidence_answer text,
-    build_evidence_declared_by text,
-    build_evidence_signals_json text,
-    gate_paused_at text,
-    gate_decisions_json text,
+    goal_first_run_id text COLLATE pg_catalog."C",
+    build_evidence_answer text COLLATE pg_catalog."C",
+    build_evidence_declared_by text COLLATE pg_catalog."C",
+    build_evidence_signals_json text COLLATE pg_catalog."C",
+    gate_paused_at text COLLATE pg_catalog."C",
+    gate_decisions_json text COLLATE pg_catalog."C",
     planning_cost_nano_usd bigint,
     planning_cost_unknown boolean,
     snapshot_cost_nano_usd bigint,
@@ -263,16 +263,16 @@ CREATE TABLE runs (
     nodes_passed integer,
     all_nodes_passed boolean,
     event_count integer NOT NULL,
-    first_event_at text,
+    first_event_at text COLLATE pg_catalog."C",
     first_event_at_us bigint,
-    last_event_at text,
+    last_event_at text COLLATE pg_catalog."C",
     last_event_at_us bigint,
     leg_count integer NOT NULL,
     any_leg boolean NOT NULL,
     last_leg_open boolean NOT NULL,
-    last_leg_phase text,
-    last_outcome text,
-    last_detail text,
+    last_leg_phase text COLLATE pg_catalog."C",
+    last_outcome text COLLATE pg_catalog."C",
+    last_detail text COLLATE pg_catalog."C",
     stream_paused boolean NOT NULL,
     cost_nano_usd bigint NOT NULL,
     invocations integer NOT NULL,
@@ -283,7 +283,7 @@ CREATE TABLE runs (
     output_tokens bigint NOT NULL,
     reasoning_output_tokens bigint NOT NULL,
     derivation_version integer DEFAULT 0 NOT NULL,
-    stream_identity text,
+    stream_identity text COLLATE pg_catalog."C",
     billed boolean DEFAULT true NOT NULL,
     passes integer DEFAULT 0 NOT NULL,
     passes_verified integer DEFAULT 0 NOT NULL,
@@ -305,21 +305,21 @@ ALTER SEQUENCE runs_id_seq OWNED BY runs.id
 ;
 CREATE TABLE snapshot_files (
     run_pk integer NOT NULL,
-    name text NOT NULL,
+    name text NOT NULL COLLATE pg_catalog."C",
     dev bigint,
     inode bigint,
     size bigint,
     mtime_ns bigint,
-    sha256 text,
-    content text,
-    error text
+    sha256 text COLLATE pg_catalog."C",
+    content text COLLATE pg_catalog."C",
+    error text COLLATE pg_catalog."C"
 )
 ;
 CREATE TABLE streams (
     id integer NOT NULL,
-    kind text NOT NULL,
-    source text NOT NULL,
-    path text NOT NULL,
+    kind text NOT NULL COLLATE pg_catalog."C",
+    source text NOT NULL COLLATE pg_catalog."C",
+    path text NOT NULL COLLATE pg_catalog."C",
     run_pk integer,
     dev bigint,
     inode bigint,
@@ -329,13 +329,13 @@ CREATE TABLE streams (
     end_offset bigint NOT NULL,
     next_line integer NOT NULL,
     head_len integer NOT NULL,
-    head_sha256 text,
+    head_sha256 text COLLATE pg_catalog."C",
     tail_len integer NOT NULL,
-    tail_sha256 text,
+    tail_sha256 text COLLATE pg_catalog."C",
     scan_offset bigint,
     scan_line integer,
     paused_schema integer,
-    paused_reason text,
+    paused_reason text COLLATE pg_catalog."C",
     derivation_version integer NOT NULL
 )
 ;

@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0011, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0012, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)

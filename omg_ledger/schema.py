@@ -42,6 +42,11 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+# Text sorts and compares in code point order on both backends: SQLite's BINARY
+# collation is that for UTF-8, and on PostgreSQL "C" is, whatever locale the database
+# was created in (en_US.UTF-8 would put "alpha" before "Zed" and "a_b" before "a-b").
+TEXT = Text().with_variant(Text(collation="C"), "postgresql")
+
 
 def _run_fk() -> Column:
     return Column("run_pk", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
@@ -62,14 +67,14 @@ homes = Table(
     "homes",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("label", Text, nullable=False),
-    Column("path", Text, nullable=False),
+    Column("label", TEXT, nullable=False),
+    Column("path", TEXT, nullable=False),
     # the directory's identity: a home is its real directory, whatever label or path names it
-    Column("machine", Text),  # machine id (or hostname where there is none) of the machine it is on
+    Column("machine", TEXT),  # machine id (or hostname where there is none) of the machine it is on
     Column("dev", BigInteger),
     Column("inode", BigInteger),
-    Column("real_path", Text),  # symlinks resolved
-    Column("last_synced_at", Text),
+    Column("real_path", TEXT),  # symlinks resolved
+    Column("last_synced_at", TEXT),
     UniqueConstraint("label"),
 )
 
@@ -80,8 +85,8 @@ runs = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("home_id", Integer, ForeignKey("homes.id", ondelete="CASCADE"), nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("dir_path", Text, nullable=False),
+    Column("run_id", TEXT, nullable=False),
+    Column("dir_path", TEXT, nullable=False),
     # directory facts
     Column("gone", Boolean, nullable=False, default=False),  # directory disappeared; history kept
     Column("has_events", Boolean, nullable=False, default=False),
@@ -92,23 +97,23 @@ runs = Table(
     Column("has_lock", Boolean, nullable=False, default=False),
     # snapshot (state.json) facts; NULL when there is no readable snapshot
     Column("snapshot_schema", Integer),
-    Column("runtime", Text),  # absent key in a snapshot means "claude"
-    Column("graph_name", Text),
-    Column("graph_version", Text),
+    Column("runtime", TEXT),  # absent key in a snapshot means "claude"
+    Column("graph_name", TEXT),
+    Column("graph_version", TEXT),
     Column("node_count", Integer),  # nodes in the snapshot's graph
-    Column("graph_source_path", Text),
-    Column("graph_sha256", Text),
-    Column("inputs_json", Text),
+    Column("graph_source_path", TEXT),
+    Column("graph_sha256", TEXT),
+    Column("inputs_json", TEXT),
     Column("continue_on_fail", Boolean),
-    Column("goal_text", Text),
+    Column("goal_text", TEXT),
     Column("goal_cycle", Integer),
     Column("goal_max_cycles", Integer),
-    Column("goal_first_run_id", Text),
-    Column("build_evidence_answer", Text),  # attached | declared | disclosed | none-detected
-    Column("build_evidence_declared_by", Text),
-    Column("build_evidence_signals_json", Text),
-    Column("gate_paused_at", Text),
-    Column("gate_decisions_json", Text),
+    Column("goal_first_run_id", TEXT),
+    Column("build_evidence_answer", TEXT),  # attached | declared | disclosed | none-detected
+    Column("build_evidence_declared_by", TEXT),
+    Column("build_evidence_signals_json", TEXT),
+    Column("gate_paused_at", TEXT),
+    Column("gate_decisions_json", TEXT),
     Column("planning_cost_nano_usd", BigInteger),
     Column("planning_cost_unknown", Boolean),
     Column("snapshot_cost_nano_usd", BigInteger),  # engine's `runs list` figure: state.json sums
@@ -117,21 +122,21 @@ runs = Table(
     Column("all_nodes_passed", Boolean),
     # stream (events.jsonl) facts
     Column("event_count", Integer, nullable=False, default=0),
-    Column("first_event_at", Text),
+    Column("first_event_at", TEXT),
     Column("first_event_at_us", BigInteger),
-    Column("last_event_at", Text),
+    Column("last_event_at", TEXT),
     Column("last_event_at_us", BigInteger),
     Column("leg_count", Integer, nullable=False, default=0),  # unphased legs, as the engine counts
     Column("any_leg", Boolean, nullable=False, default=False),
     Column("last_leg_open", Boolean, nullable=False, default=False),
-    Column("last_leg_phase", Text),  # 'planning' or 'run'
-    Column("last_outcome", Text),  # outcome of the last closed leg
-    Column("last_detail", Text),
+    Column("last_leg_phase", TEXT),  # 'planning' or 'run'
+    Column("last_outcome", TEXT),  # outcome of the last closed leg
+    Column("last_detail", TEXT),
     Column("stream_paused", Boolean, nullable=False, default=False),  # newer schema: ingestion waits
     # the DERIVATION_VERSION whose rules wrote this run's derived rows (0 = before versions)
     Column("derivation_version", Integer, nullable=False, default=0, server_default="0"),
     # run id + hash of the stream's first line: equal identities are copies of one run
-    Column("stream_identity", Text),
+    Column("stream_identity", TEXT),
     # the one copy of a run that counts (most of the stream); the views show only these
     Column("billed", Boolean, nullable=False, default=True, server_default=true()),
     # money, summed from charges (all legs, assessment included)
@@ -161,15 +166,15 @@ legs = Table(
     metadata,
     _run_fk(),
     Column("ordinal", Integer, primary_key=True),  # 1-based, file order
-    Column("phase", Text, nullable=False),  # 'planning' | 'run'
-    Column("kind", Text, nullable=False),  # planning | initial | resume | retry | after-abandoned
-    Column("started_at", Text),
+    Column("phase", TEXT, nullable=False),  # 'planning' | 'run'
+    Column("kind", TEXT, nullable=False),  # planning | initial | resume | retry | after-abandoned
+    Column("started_at", TEXT),
     Column("started_at_us", BigInteger),
-    Column("finished_at", Text),
-    Column("outcome", Text),  # passed | failed | paused | planned (plan committed) | NULL
-    Column("detail", Text),
+    Column("finished_at", TEXT),
+    Column("outcome", TEXT),  # passed | failed | paused | planned (plan committed) | NULL
+    Column("detail", TEXT),
     Column("is_open", Boolean, nullable=False),
-    Column("closed_by", Text),  # run_finished | plan_committed | superseded | NULL (open)
+    Column("closed_by", TEXT),  # run_finished | plan_committed | superseded | NULL (open)
     Column("session_limited", Boolean, nullable=False, default=False),
     Column("start_line", Integer),
     Column("end_line", Integer),
@@ -187,22 +192,22 @@ nodes = Table(
     "nodes",
     metadata,
     _run_fk(),
-    Column("node_id", Text, primary_key=True),
-    Column("node_type", Text),  # from the snapshot's graph; NULL = a model-CLI node
+    Column("node_id", TEXT, primary_key=True),
+    Column("node_type", TEXT),  # from the snapshot's graph; NULL = a model-CLI node
     Column("in_graph", Boolean, nullable=False),
-    Column("verdict", Text),  # PASS | FAIL | NULL (not settled)
-    Column("verdict_source", Text),  # 'stream' | 'snapshot' (recovered dropped event)
-    Column("state", Text, nullable=False),  # settled | running | paused | unfinished | pending
+    Column("verdict", TEXT),  # PASS | FAIL | NULL (not settled)
+    Column("verdict_source", TEXT),  # 'stream' | 'snapshot' (recovered dropped event)
+    Column("state", TEXT, nullable=False),  # settled | running | paused | unfinished | pending
     Column("retries", Integer),
     Column("round", Integer),
-    Column("provenance", Text),
+    Column("provenance", TEXT),
     Column("judged", Boolean),
     Column("budget_nano_usd", BigInteger),
     Column("duration_ns", BigInteger),
-    Column("session_id", Text),
-    Column("detail", Text),
-    Column("artifact_name", Text, nullable=False),  # '<id with / replaced by ~>.out'
-    Column("artifact_path", Text),  # as recorded by the engine (path on the engine's machine)
+    Column("session_id", TEXT),
+    Column("detail", TEXT),
+    Column("artifact_name", TEXT, nullable=False),  # '<id with / replaced by ~>.out'
+    Column("artifact_path", TEXT),  # as recorded by the engine (path on the engine's machine)
     Column("has_artifact", Boolean, nullable=False),
     Column("has_failed_output", Boolean, nullable=False),
     Column("budget_overrun", Boolean, nullable=False, default=False),  # FAIL with its .out on disk
@@ -211,7 +216,7 @@ nodes = Table(
     Column("invocations", Integer, nullable=False, default=0),
     Column("unknown_cost_invocations", Integer, nullable=False, default=0),
     Column("unrecorded_attempts", Integer, nullable=False, default=0),
-    Column("snapshot_verdict", Text),
+    Column("snapshot_verdict", TEXT),
     Column("snapshot_round", Integer),
     Column("snapshot_cost_nano_usd", BigInteger),
     Column("snapshot_cost_unknown", Boolean),
@@ -229,16 +234,16 @@ rounds = Table(
     metadata,
     _run_fk(),
     Column("leg_ordinal", Integer, primary_key=True),  # 0 = outside any leg (damage)
-    Column("node_id", Text, primary_key=True),
+    Column("node_id", TEXT, primary_key=True),
     Column("seq", Integer, primary_key=True),  # execution order of this node within the leg
     Column("round", Integer, nullable=False),
-    Column("started_at", Text),
-    Column("ended_at", Text),
-    Column("outcome", Text),  # PASS | FAIL | FEEDBACK | PAUSED | NULL (no terminal)
+    Column("started_at", TEXT),
+    Column("ended_at", TEXT),
+    Column("outcome", TEXT),  # PASS | FAIL | FEEDBACK | PAUSED | NULL (no terminal)
     Column("retries", Integer, nullable=False, default=0),
-    Column("session_id", Text),
-    Column("provenance", Text),
-    Column("detail", Text),
+    Column("session_id", TEXT),
+    Column("provenance", TEXT),
+    Column("detail", TEXT),
     Column("cost_nano_usd", BigInteger),
     Column("cost_unknown", Boolean, nullable=False, default=False),
     Column("start_line", Integer),
@@ -250,14 +255,14 @@ goal_cycles = Table(
     "goal_cycles",
     metadata,
     _run_fk(),
-    Column("first_run_id", Text, nullable=False),
+    Column("first_run_id", TEXT, nullable=False),
     Column("cycle", Integer),
     Column("max_cycles", Integer),
-    Column("text", Text),
+    Column("text", TEXT),
     Column("assessed", Boolean, nullable=False),
     Column("goal_met", Boolean),
-    Column("remaining", Text),
-    Column("evidence", Text),
+    Column("remaining", TEXT),
+    Column("evidence", TEXT),
     Column("assess_cost_nano_usd", BigInteger),
     Index("ix_goal_cycles_first_run_id", "first_run_id"),
 )
@@ -276,16 +281,16 @@ charges = Table(
     _run_fk(),
     Column("seq", Integer, primary_key=True),
     Column("leg_ordinal", Integer),
-    Column("leg_kind", Text),
-    Column("node_id", Text),
+    Column("leg_kind", TEXT),
+    Column("node_id", TEXT),
     Column("round", Integer),
-    Column("kind", Text, nullable=False),
-    Column("at", Text),
+    Column("kind", TEXT, nullable=False),
+    Column("at", TEXT),
     Column("at_us", BigInteger),
     Column("cost_nano_usd", BigInteger),  # NULL = unknown, never 0 for unknown
     Column("cost_unknown", Boolean, nullable=False),
     *_tokens(),
-    Column("source_file", Text, nullable=False),
+    Column("source_file", TEXT, nullable=False),
     Column("source_offset", BigInteger),
     Column("source_line", Integer),
     Index("ix_charges_at_us", "at_us"),
@@ -302,10 +307,10 @@ events = Table(
     Column("line_no", Integer, primary_key=True),  # 1-based line number in events.jsonl
     Column("byte_offset", BigInteger, nullable=False),
     Column("schema", Integer),
-    Column("ts", Text),
-    Column("event", Text),
-    Column("node_id", Text),
-    Column("raw", Text, nullable=False),  # the line exactly as written (unknown fields kept)
+    Column("ts", TEXT),
+    Column("event", TEXT),
+    Column("node_id", TEXT),
+    Column("raw", TEXT, nullable=False),  # the line exactly as written (unknown fields kept)
 )
 
 # The directory change cache of a run: its own mtimes (a new .out, a renamed
@@ -329,7 +334,7 @@ derive_states = Table(
     _run_fk(),
     Column("derivation_version", Integer, nullable=False),
     Column("line_no", BigInteger, nullable=False),  # the last event line the state covers
-    Column("state", Text, nullable=False),  # JSON
+    Column("state", TEXT, nullable=False),  # JSON
 )
 
 # One row per stream file ever read, of every kind: a run's events.jsonl (kind 'run',
@@ -342,9 +347,9 @@ streams = Table(
     "streams",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("kind", Text, nullable=False),  # 'run' | 'invocations'
-    Column("source", Text, nullable=False),
-    Column("path", Text, nullable=False),  # absolute path where it was read
+    Column("kind", TEXT, nullable=False),  # 'run' | 'invocations'
+    Column("source", TEXT, nullable=False),
+    Column("path", TEXT, nullable=False),  # absolute path where it was read
     Column("run_pk", Integer, ForeignKey("runs.id", ondelete="CASCADE")),  # kind 'run' only
     Column("dev", BigInteger),
     Column("inode", BigInteger),
@@ -354,13 +359,13 @@ streams = Table(
     Column("end_offset", BigInteger, nullable=False, default=0),  # after the last complete line
     Column("next_line", Integer, nullable=False, default=1),
     Column("head_len", Integer, nullable=False, default=0),
-    Column("head_sha256", Text),
+    Column("head_sha256", TEXT),
     Column("tail_len", Integer, nullable=False, default=0),  # bytes just before end_offset
-    Column("tail_sha256", Text),
+    Column("tail_sha256", TEXT),
     Column("scan_offset", BigInteger),  # a runaway line (no newline yet) was scanned up to here
     Column("scan_line", Integer),
     Column("paused_schema", Integer),  # a line of this newer schema waits at end_offset
-    Column("paused_reason", Text),
+    Column("paused_reason", TEXT),
     Column("derivation_version", Integer, nullable=False, default=0),  # kind 'invocations': of its rows
     UniqueConstraint("kind", "source", "path"),
     UniqueConstraint("run_pk"),
@@ -372,8 +377,8 @@ run_files = Table(
     "run_files",
     metadata,
     _run_fk(),
-    Column("place", Text, primary_key=True),
-    Column("name", Text, primary_key=True),
+    Column("place", TEXT, primary_key=True),
+    Column("name", TEXT, primary_key=True),
 )
 
 # The small JSON files of a run (state.json, assess.json, rejected.json, graph.json):
@@ -384,14 +389,14 @@ snapshot_files = Table(
     "snapshot_files",
     metadata,
     _run_fk(),
-    Column("name", Text, primary_key=True),
+    Column("name", TEXT, primary_key=True),
     Column("dev", BigInteger),
     Column("inode", BigInteger),
     Column("size", BigInteger),
     Column("mtime_ns", BigInteger),
-    Column("sha256", Text),
-    Column("content", Text),
-    Column("error", Text),  # unreadable / not JSON / wrong shape
+    Column("sha256", TEXT),
+    Column("content", TEXT),
+    Column("error", TEXT),  # unreadable / not JSON / wrong shape
 )
 
 # Bad input: where, what, when first and last seen. Never silently dropped.
@@ -400,12 +405,12 @@ problems = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_pk", Integer, ForeignKey("runs.id", ondelete="SET NULL")),
-    Column("path", Text, nullable=False),
+    Column("path", TEXT, nullable=False),
     Column("byte_offset", BigInteger, nullable=False),
-    Column("reason", Text, nullable=False),
-    Column("first_seen_at", Text, nullable=False),
-    Column("last_seen_at", Text, nullable=False),
-    Column("resolved_at", Text),  # a later sync re-read its file and found the cause gone; NULL: open
+    Column("reason", TEXT, nullable=False),
+    Column("first_seen_at", TEXT, nullable=False),
+    Column("last_seen_at", TEXT, nullable=False),
+    Column("resolved_at", TEXT),  # a later sync re-read its file and found the cause gone; NULL: open
     UniqueConstraint("path", "byte_offset", "reason"),
 )
 
@@ -416,10 +421,10 @@ findings = Table(
     metadata,
     _run_fk(),
     Column("seq", Integer, primary_key=True),
-    Column("kind", Text, nullable=False),
-    Column("node_id", Text),
+    Column("kind", TEXT, nullable=False),
+    Column("node_id", TEXT),
     Column("leg_ordinal", Integer),
-    Column("detail", Text, nullable=False),
+    Column("detail", TEXT, nullable=False),
 )
 
 # Plan previews under <home>/plans/<id>/: paid for, but not runs.
@@ -427,10 +432,10 @@ plans = Table(
     "plans",
     metadata,
     Column("home_id", Integer, ForeignKey("homes.id", ondelete="CASCADE"), primary_key=True),
-    Column("plan_id", Text, primary_key=True),
+    Column("plan_id", TEXT, primary_key=True),
     Column("has_graph_json", Boolean, nullable=False),
     Column("has_rejected", Boolean, nullable=False),
-    Column("graph_name", Text),
+    Column("graph_name", TEXT),
     Column("gone", Boolean, nullable=False, default=False),
 )
 
@@ -448,14 +453,14 @@ invocation_lines = Table(
     Column("file_pk", Integer, ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True),
     Column("line_no", Integer, primary_key=True),  # 1-based physical line number
     Column("byte_offset", BigInteger, nullable=False),
-    Column("ts", Text, nullable=False),  # normalized UTC
+    Column("ts", TEXT, nullable=False),  # normalized UTC
     Column("ts_us", BigInteger, nullable=False),
-    Column("event", Text, nullable=False),  # 'start' | 'end'
-    Column("role", Text),  # NULL on recover's end line
-    Column("milestone", Text),  # NULL for planning / alt / navi
-    Column("status", Text),  # verbatim; ends only
+    Column("event", TEXT, nullable=False),  # 'start' | 'end'
+    Column("role", TEXT),  # NULL on recover's end line
+    Column("milestone", TEXT),  # NULL for planning / alt / navi
+    Column("status", TEXT),  # verbatim; ends only
     Column("duration_ms", BigInteger),
-    Column("raw", Text, nullable=False),  # the line exactly as written
+    Column("raw", TEXT, nullable=False),  # the line exactly as written
 )
 
 # One row per invocation as the stream shows it (invocations.pair_invocations):
@@ -466,16 +471,16 @@ invocations = Table(
     metadata,
     Column("file_pk", Integer, ForeignKey("streams.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),  # 0-based, ordered by start (or end) line
-    Column("role", Text),
-    Column("milestone", Text),
-    Column("started_at", Text),
+    Column("role", TEXT),
+    Column("milestone", TEXT),
+    Column("started_at", TEXT),
     Column("started_at_us", BigInteger),
-    Column("ended_at", Text),
+    Column("ended_at", TEXT),
     Column("ended_at_us", BigInteger),
-    Column("status", Text),
+    Column("status", TEXT),
     Column("duration_ms", BigInteger),
-    Column("duration_source", Text),  # 'reported' | 'timestamps' | NULL
-    Column("outcome", Text, nullable=False),
+    Column("duration_source", TEXT),  # 'reported' | 'timestamps' | NULL
+    Column("outcome", TEXT, nullable=False),
     Column("start_line", Integer),
     Column("end_line", Integer),
     Index("ix_invocations_started_at_us", "started_at_us"),

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -172,3 +173,92 @@ def test_a_run_locked_once_per_transaction_stays_locked_and_a_rolled_back_savepo
     finally:
         other.close()
         engine.dispose()
+
+
+def _locale_database(pg_server) -> str:
+    """A database whose default collation is ICU's en-US, as a server created in an
+    en_US.UTF-8 locale would be: case and punctuation count only to break ties."""
+    name = f"icu_{uuid.uuid4().hex[:8]}"
+    pg_server.execute_admin(f"CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu "
+                            "ICU_LOCALE 'en-US' LOCALE 'C.utf8'")
+    [(before,)] = pg_server.execute_admin("SELECT 'a_b' < 'a-b' COLLATE \"en-US-x-icu\"")
+    assert before  # the locale really orders otherwise than code points
+    return pg_server.url(name)
+
+
+def _awkwardly_named_home(root, label_dir: str):
+    home = root / label_dir
+    run = "20261129-100000.000000001-1"
+    nodes = ["a_b", "a-b", "B", "a"]
+    stream = [ev("run_started", 0)]
+    for n, node in enumerate(nodes):
+        stream += [ev("node_started", 1 + 2 * n, node_id=node),
+                   ev("node_passed", 2 + 2 * n, node_id=node, verdict="PASS", cost_usd=0.1)]
+    write_run(home, run, stream + [ev("run_finished", 20, outcome="passed")])
+    for plan in ("p_1", "p-1", "P2"):
+        (home / "plans" / plan).mkdir(parents=True)
+    with open(home / "runs" / run / "events.jsonl", "a") as f:
+        f.write("not json\n")
+    return home
+
+
+def _cli_json(db: str, *args: str):
+    out = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", db, "--json"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def test_text_is_listed_in_code_point_order_whatever_the_databases_locale(tmp_path, pg_server):
+    url = _locale_database(pg_server)
+    lite = str(tmp_path / "l.sqlite")
+    homes = ["--home", f"Zed={_awkwardly_named_home(tmp_path, 'Zed')}",
+             "--home", f"alpha={_awkwardly_named_home(tmp_path, 'alpha')}"]
+    for db in (lite, url):
+        subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db, *homes],
+                       capture_output=True, check=True)
+    # Code point order, as SQLite's BINARY collation: "B" < "a" < "a-b" < "a_b", "P2" < "p-1" < "p_1",
+    # "Zed" < "alpha". en-US would say a, a_b, a-b, B and alpha, Zed.
+    for db in (lite, url):
+        show = _cli_json(db, "show", "20261129-100000.000000001-1", "--home", "Zed")
+        assert [n["node_id"] for n in show["nodes"]] == ["B", "a", "a-b", "a_b"]
+        assert [h["label"] for h in _cli_json(db, "homes")] == ["Zed", "alpha"]
+        assert [(p["home"], p["plan_id"]) for p in _cli_json(db, "plans")] == [
+            ("Zed", "p_1"), ("alpha", "p_1"), ("Zed", "p-1"), ("alpha", "p-1"), ("Zed", "P2"), ("alpha", "P2")]
+        assert [p["path"].split("/")[-4] for p in _cli_json(db, "problems")] == ["Zed", "alpha"]
+    for command in (["runs"], ["query", "unverified_passes"], ["query", "most_expensive_nodes"]):
+        assert _cli_json(lite, *command) == _cli_json(url, *command), command
+    audits = [_cli_json(db, "audit") for db in (lite, url)]
+    for audit in audits:  # when each sync saw a problem is the wall clock's
+        for problem in audit["problems"]:
+            del problem["first_seen_at"], problem["last_seen_at"]
+    assert audits[0] == audits[1]
+
+
+def test_a_ledger_made_before_0012_in_such_a_database_sorts_in_code_point_order_once_upgraded(tmp_path, pg_server):
+    from alembic import command
+
+    from omg_ledger.db import alembic_config, write_transaction
+
+    url = _locale_database(pg_server)
+    engine = open_ledger(url)
+    sync(engine, [Home.from_path(str(_awkwardly_named_home(tmp_path, "Zed")), "Zed"),
+                  Home.from_path(str(_awkwardly_named_home(tmp_path, "alpha")), "alpha")])
+    derived = dump(engine, cache_hints=True)
+    with write_transaction(engine) as conn:
+        command.downgrade(alembic_config(conn), "0011")  # the columns take the database's collation again
+    labels = "SELECT label FROM homes ORDER BY label"
+    nodes = "SELECT node FROM v_nodes WHERE home = 'Zed' ORDER BY node"
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(labels).scalars().all() == ["alpha", "Zed"]
+        assert conn.exec_driver_sql(nodes).scalars().all() == ["a", "a_b", "a-b", "B"]
+
+    with write_transaction(engine) as conn:
+        command.upgrade(alembic_config(conn), "head")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql(labels).scalars().all() == ["Zed", "alpha"]
+        assert conn.exec_driver_sql(nodes).scalars().all() == ["B", "a", "a-b", "a_b"]  # through the view too
+        assert conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_views WHERE schemaname = current_schema()").scalar() == 7
+    assert dump(engine, cache_hints=True) == derived
+    engine.dispose()
