@@ -19,4 +19,6 @@ FROM v_charges
 WHERE (:since = '' OR at >= :since)
   AND (:until = '' OR at < :until)
 GROUP BY COALESCE(graph, '(no graph)')
-ORDER BY SUM(cost_nano_usd) DESC, graph
+-- A graph with no known spend (every invocation unpriced) last on both backends: PostgreSQL
+-- would put its NULL first in DESC order.
+ORDER BY SUM(cost_nano_usd) IS NULL, SUM(cost_nano_usd) DESC, graph

@@ -187,3 +187,13 @@ def test_views_drop_in_downgrade_and_come_back(db_url):
         command.upgrade(alembic_config(conn), "head")
     with engine.connect() as conn:
         assert set(VIEWS_0002) <= set(inspect(conn).get_view_names())
+
+
+def test_graphs_with_no_known_spend_are_listed_last_on_both_backends(corpus_ledger):
+    """ORDER BY a spend that is NULL (every invocation unpriced): PostgreSQL sorts NULL
+    first in DESC order, SQLite last; the query says where unknown spend goes."""
+    rows = _rows(run_saved(corpus_ledger, "spend_by_graph"))
+    # The corpus's two Codex graphs: every charge cost_unknown (corpus README), by name.
+    assert [(r["graph"], r["cost_nano_usd"]) for r in rows[-2:]] == [("auto-codex", None), ("s18-codex", None)]
+    assert all(r["cost_nano_usd"] is not None for r in rows[:-2])
+
