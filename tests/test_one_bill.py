@@ -293,3 +293,36 @@ def test_a_run_directory_copied_under_another_run_id_is_billed_once(tmp_path, ho
             f"state.json names run_id '{source}', not this directory's '{name}'" for source, name in sorted(copied.items())]
     finally:
         engine.dispose()
+
+
+def test_forgetting_a_home_resolves_its_open_problems(db_url, tmp_path):
+    """A forgotten home is never synced again, so nothing else would ever resolve its
+    problems: `audit` would need attention for ever. Forgetting resolves them; another
+    home's problems stay open."""
+    from .test_cost import ev, t, write_run
+
+    homes = {}
+    for label in ("gone", "kept"):
+        home = homes[label] = tmp_path / label
+        run = f"20261129-100000.000000001-{label}"
+        write_run(home, run, [ev(run, t("10:00:00"), "run_started"), ev(run, t("10:00:01"), "run_finished",
+                                                                      outcome="passed")])
+        with open(home / "runs" / run / "events.jsonl", "a") as f:
+            f.write("not json\n")
+    (homes["gone"] / "plans").mkdir()
+    (homes["gone"] / "plans" / "p1").write_text("a file where a plan directory goes")
+    db = db_url if "://" in db_url and not db_url.startswith("sqlite") else db_url.removeprefix("sqlite:///")
+    runner = CliRunner()
+    for label, home in homes.items():
+        assert runner.invoke(main, ["sync", "--db", db, "--home", f"{label}={home}"]).exit_code == 0
+    before = json.loads(runner.invoke(main, ["problems", "--db", db, "--json"]).output)
+    assert {p["path"].removeprefix(str(tmp_path)).split("/")[1] for p in before} == {"gone", "kept"}
+    assert runner.invoke(main, ["homes", "forget", "--db", db, "gone", "--yes"]).exit_code == 0
+
+    still_open = json.loads(runner.invoke(main, ["problems", "--db", db, "--json"]).output)
+    assert [p["path"] for p in still_open] == [str(homes["kept"] / "runs" / "20261129-100000.000000001-kept"
+                                                   / "events.jsonl")]
+    every = json.loads(runner.invoke(main, ["problems", "--db", db, "--all", "--json"]).output)
+    resolved = [p for p in every if not p["open"]]
+    assert resolved and all(p["path"].startswith(str(homes["gone"]) + "/") and p["resolved_at"] for p in resolved)
+    assert len(resolved) + 1 == len(every) == len(before)

@@ -89,16 +89,29 @@ def rename_home(engine: Engine, old: str, new: str) -> None:
 
 def forget_home(engine: Engine, label: str) -> int:
     """Remove a home and every run of it from the ledger; returns how many runs went."""
+    from datetime import UTC, datetime
+
     from sqlalchemy import func, select
 
     from .. import schema
     from ..db import write_transaction
+    from ..store import resolve_problems
+    from ..units import format_instant
 
     homes, runs = schema.homes, schema.runs
     with write_transaction(engine) as conn:
-        home_id = conn.execute(select(homes.c.id).where(homes.c.label == label)).scalar()
-        if home_id is None:
+        home = conn.execute(select(homes.c.id, homes.c.path, homes.c.real_path).where(homes.c.label == label)).first()
+        if home is None:
             raise BadArgument(f"no home is labelled {label!r} (omg-ledger homes lists them)")
+        home_id = home.id
+        # No sync will read this home again to resolve its problems: they end here, kept
+        # as history, so audit does not need attention for ever.
+        now = format_instant(datetime.now(UTC))
+        conn.execute(schema.problems.update().where(
+            schema.problems.c.resolved_at.is_(None),
+            schema.problems.c.run_pk.in_(select(runs.c.id).where(runs.c.home_id == home_id))).values(resolved_at=now))
+        for directory in {home.path, home.real_path} - {None}:
+            resolve_problems(conn, [], [], now, under=directory)
         identities = list(conn.execute(select(runs.c.stream_identity).where(runs.c.home_id == home_id)).scalars())
         count = conn.execute(select(func.count()).select_from(runs).where(runs.c.home_id == home_id)).scalar()
         conn.execute(schema.problems.update().where(schema.problems.c.run_pk.in_(
