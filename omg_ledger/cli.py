@@ -34,7 +34,7 @@ import click
 import orjson
 
 from . import config, render
-from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble
+from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble, require_utf8
 from .status import STATUSES
 from .version import VERSION
 
@@ -342,6 +342,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     if invocation_files and not homes and not os.environ.get(config.ENV_HOME):
         # Runner streams alone asked for: the default home is synced only where there is one.
         resolved_homes = [home for home in resolved_homes if os.path.isdir(home.path)]
+    for path in invocation_files:
+        require_utf8(os.path.abspath(path), f"--invocations {path}")
     report = None
     check_sqlite_target(config.resolve_db(db))  # before a lock file is made beside another program's file
     if not invocation_files:
@@ -494,6 +496,7 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     from .reports.runs import show_run
     from .timespec import zone_named
 
+    require_utf8(run_id, f"run id {run_id!r}")
     zone = zone_named(tz) if tz else None
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     labels = _home_labels(engine, (home_label,) if home_label is not None else ())
@@ -590,6 +593,8 @@ def homes_rename(db, old, new) -> None:
     """
     from .reports.homes import rename_home
 
+    require_utf8(old, f"home label {old!r}")
+    require_utf8(new, f"home label {new!r}")
     rename_home(open_db(db), old, new)
     _say(f"home {old} is now {new}")
 
@@ -610,6 +615,7 @@ def homes_forget(db, label, yes) -> None:
     """
     from .reports.homes import forget_home
 
+    require_utf8(label, f"home label {label!r}")
     if not yes:
         raise BadArgument(f"forgetting {label!r} removes its runs from the ledger for good; add --yes to do it")
     count = forget_home(open_db(db), label)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from .bounds import MAX_ID_CHARS, bounded_path
-from .errors import BadArgument
+from .errors import BadArgument, UnsupportedDatabase, require_utf8
 
 ENV_DB = "OMG_LEDGER_DB"
 ENV_HOME = "OMG_HOME"
@@ -30,6 +30,11 @@ class Home:
         import socket
 
         absolute = os.path.abspath(os.path.expanduser(path))
+        # The ledger keeps a home's path, and the one its symlinks lead to, as text.
+        for where in (absolute, os.path.realpath(absolute)):
+            require_utf8(where, f"home directory {where}")
+        if label is not None:
+            require_utf8(label, f"home label {label!r}")
         if label is not None and len(label) > MAX_ID_CHARS:
             raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
         return cls(label or f"{socket.gethostname()}:{bounded_path(absolute)}", absolute, label is not None)
@@ -38,7 +43,9 @@ class Home:
 def resolve_db(flag: str | None) -> str:
     from .db import default_database_path
 
-    return flag or os.environ.get(ENV_DB) or default_database_path()
+    db = flag or os.environ.get(ENV_DB) or default_database_path()
+    require_utf8(db, f"--db {db}", UnsupportedDatabase)  # SQLite and PostgreSQL take text only
+    return db
 
 
 def resolve_homes(flags: tuple[str, ...] | list[str], label: str | None = None) -> list[Home]:

@@ -105,3 +105,14 @@ def database_trouble(exc: BaseException) -> LedgerError:
             f"and run `omg-ledger sync` to rebuild it from the homes (runs whose directories are "
             f"gone exist only in a backup)")
     return DatabaseUnavailable(f"database error: {message}")
+
+
+def require_utf8(text: str, what: str, error: type[LedgerError] | None = None) -> None:
+    """Raise ``error`` (BadArgument) unless `text` is valid UTF-8 text. Bytes that are not
+    (a shell's $'\\xff', a file name) reach Python as lone surrogates, which no database
+    driver can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        at = len(text[:exc.start].encode("utf-8")) + 1
+        raise (error or BadArgument)(f"{what} is not valid UTF-8 at byte {at}") from None

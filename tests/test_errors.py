@@ -4,6 +4,7 @@ user typed it with the password masked; exit codes are the documented ones."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import socket
 import sqlite3
@@ -168,3 +169,50 @@ def test_readme_documents_the_exit_codes_in_one_table():
 def test_a_usage_mistake_is_one_line_naming_the_help_to_read(args, says, where):
     line = one_line_error(cli(*args), 2)
     assert says in line and line.endswith(f"(`{where} --help` says more)")
+
+
+def test_paths_and_names_that_are_not_utf8_are_one_line_errors(tmp_path):
+    """Bytes that are not UTF-8 in a home's path (or where its symlink leads), a label, a
+    --db path, a runner stream path or a run id reach Python as lone surrogates, which no
+    database driver can encode: one line naming the byte, never a traceback, and no
+    ledger is made. (--db is the database's exit code, 3; the rest are usage, 2.)"""
+    root = bytes(tmp_path)
+    good_home = tmp_path / "home"
+    (good_home / "runs").mkdir(parents=True)
+    bad_home = root + b"/h\xff"
+    os.makedirs(bad_home + b"/runs")
+    os.symlink(bad_home, root + b"/link")
+    db = tmp_path / "ledger.sqlite"
+    at = len(root) + 3  # the byte after "<tmp_path>/h" or "<tmp_path>/x"
+    cases = [
+        (["sync", "--home", bad_home], 2, f"home directory {tmp_path}/h\\udcff is not valid UTF-8 at byte {at}"),
+        (["sync", "--home", root + b"/link"], 2, f"home directory {tmp_path}/h\\udcff is not valid UTF-8 at byte {at}"),
+        (["sync", "--home", b"l\xff=" + bytes(good_home)], 2, "home label 'l\\udcff' is not valid UTF-8 at byte 2"),
+        (["sync", "--home", good_home, "--invocations", root + b"/x\xff"], 2,
+         f"--invocations {tmp_path}/x\\udcff is not valid UTF-8 at byte {at}"),
+    ]
+    for args, code, expected in cases:
+        line = one_line_error(cli_bytes(*args, "--db", db), code)
+        assert line == f"omg-ledger: error: {expected}", line
+        assert not db.exists()
+    bad_db = root + b"/x\xff.sqlite"
+    line = one_line_error(cli_bytes("sync", "--home", good_home, "--db", bad_db), 3)
+    assert line == f"omg-ledger: error: --db {tmp_path}/x\\udcff.sqlite is not valid UTF-8 at byte {at}", line
+    assert sorted(os.listdir(root)) == sorted([b"h\xff", b"home", b"link"])
+    assert cli("sync", "--home", good_home, "--db", db).returncode == 0
+    for args, expected in [
+        (["show", b"2026\xff"], "run id '2026\\udcff' is not valid UTF-8 at byte 5"),
+        (["homes", "rename", "x", b"n\xffew"], "home label 'n\\udcffew' is not valid UTF-8 at byte 2"),
+        (["homes", "forget", b"\xff", "--yes"], "home label '\\udcff' is not valid UTF-8 at byte 1"),
+    ]:
+        line = one_line_error(cli_bytes(*args, "--db", db), 2)
+        assert line == f"omg-ledger: error: {expected}", line
+
+
+def cli_bytes(*args) -> subprocess.CompletedProcess:
+    """The command line with bytes in it (a shell's $'\\xff'); the error line shows such a
+    byte as the escape of its lone surrogate, \\udcff."""
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *[a if isinstance(a, bytes) else str(a)
+                                                                        for a in args]],
+                            capture_output=True, timeout=120)
+    return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())

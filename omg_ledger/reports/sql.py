@@ -58,7 +58,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from ..errors import BadArgument, LedgerError, ReadOnlyViolation
+from ..errors import BadArgument, LedgerError, ReadOnlyViolation, require_utf8
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -688,16 +688,6 @@ def _postgres_session(engine):
             yield conn.connection.dbapi_connection
         finally:
             conn.invalidate()
-
-
-def require_utf8(text: str, what: str) -> None:
-    """Raise BadArgument unless `text` is valid UTF-8 text. Bytes that are not (a shell's
-    $'\\xff') reach Python as lone surrogates, which no database driver can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        at = len(text[:exc.start].encode("utf-8")) + 1
-        raise BadArgument(f"{what} is not valid UTF-8 at byte {at}") from None
 
 
 def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float | None = None) -> QueryResult:
