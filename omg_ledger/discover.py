@@ -96,6 +96,10 @@ def list_home_dir(parent: str) -> HomeDirListing:
     where = parent
     if stat.S_ISLNK(info.st_mode):
         resolved = where = os.path.realpath(parent)
+        if not is_utf8(resolved):  # every run path under it would be one no text column takes
+            return HomeDirListing([], [SkippedEntry(parent, f"cannot list directory: it is a symlink to "
+                                                            f"{printable_path(resolved)}, a path that is not "
+                                                            f"valid UTF-8")], None)
     try:
         # Listed through a descriptor opened O_NOFOLLOW: what realpath resolved cannot
         # be swapped for a link before it is read.
@@ -190,7 +194,7 @@ def list_run_dir(path: str) -> DirListing:
     failed: set[str] = set()
     try:
         for name, kind in _scan_directory(os.path.join(path, "failed")):
-            if name.endswith(".out") and kind == "file":
+            if name.endswith(".out") and kind == "file" and (name.isascii() or is_utf8(name)):
                 failed.add(name)
     except FileNotFoundError:
         pass  # no failed replies: the common case

@@ -498,6 +498,50 @@ def test_run_directory_name_that_is_not_utf8(tmp_path, sqlite_url):
     engine.dispose()
 
 
+def test_failed_reply_name_that_is_not_utf8_is_no_reply_and_not_a_crash(tmp_path, sqlite_url):
+    """failed/ is listed like the run directory: a name the database cannot store as
+    text names no node's reply (node ids are JSON text), and the sync goes on."""
+    home = tmp_path / "home"
+    run = copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / "r1")
+    (run / "failed").mkdir()
+    (run / "failed" / "plan.out").write_bytes(b"x")
+    open(os.path.join(os.fsencode(run / "failed"), b"n\xff.out"), "wb").close()
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / "r2")
+    assert list_run_dir(str(run)).failed_outputs == {"plan.out"}
+    result = subprocess.run(
+        [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", sqlite_url.removeprefix("sqlite:///"),
+         "--home", str(home), "--json"], capture_output=True, timeout=60)
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr.decode()
+    assert json.loads(result.stdout)["problems"] == []
+    engine = open_ledger(sqlite_url)
+    offsets = _event_offsets(engine)
+    engine.dispose()
+    assert len(offsets["r1"]) == len(offsets["r2"]) == GOOD_EVENTS.count(b"\n")
+
+
+def test_runs_symlinked_to_a_path_that_is_not_utf8_is_a_problem_not_a_crash(tmp_path, sqlite_url):
+    """Every run path under such a runs/ would be one no text column holds: runs/ is one
+    problem (as when it cannot be listed), exit 0, and the home's plans are still read."""
+    home = tmp_path / "home"
+    target = os.path.join(os.fsencode(home), b"runs-\xff")
+    os.makedirs(target)
+    copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1",
+             Path(os.fsdecode(os.path.join(target, b"20261129-181512.929654081-1"))))
+    os.symlink(b"runs-\xff", home / "runs")
+    (home / "plans" / "20261129-181522.137935627-1").mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", sqlite_url.removeprefix("sqlite:///"),
+         "--home", str(home), "--json"], capture_output=True, timeout=60)
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr.decode()
+    problems = json.loads(result.stdout)["problems"]
+    assert [(p["path"], p["offset"]) for p in problems] == [(str(home / "runs"), 0)], problems
+    assert problems[0]["reason"] == (f"cannot list directory: it is a symlink to {home}/runs-\\xff, "
+                                     f"a path that is not valid UTF-8")
+    engine = open_ledger(sqlite_url)
+    assert _event_offsets(engine) == {}
+    engine.dispose()
+
+
 def test_a_run_directory_lists_its_files_by_name_and_kind(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
