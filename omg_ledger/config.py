@@ -55,7 +55,12 @@ def resolve_homes(flags: tuple[str, ...] | list[str], label: str | None = None) 
     for spec in specs:
         name, sep, path = spec.partition("=")
         if sep and name and not os.path.exists(spec):
-            homes.append(Home.from_path(path, name))
+            directory, given_label = path, name
         else:
-            homes.append(Home.from_path(spec, label if len(specs) == 1 else None))
+            directory, given_label = spec, label if len(specs) == 1 else None
+        if not directory:
+            # An empty path would be the current directory: an unset variable in a cron
+            # line (--home "$DIR") must not index wherever the job happens to run.
+            raise BadArgument(f"--home {spec!r} names no directory")
+        homes.append(Home.from_path(directory, given_label))
     return homes

@@ -216,3 +216,14 @@ def cli_bytes(*args) -> subprocess.CompletedProcess:
                                                                         for a in args]],
                             capture_output=True, timeout=120)
     return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(), result.stderr.decode())
+
+
+@pytest.mark.parametrize("spec", ["", "nightly="])
+def test_an_empty_home_is_refused_not_read_as_the_current_directory(tmp_path, spec):
+    """--home "$DIR" with DIR unset: the current directory is no home the user named."""
+    (tmp_path / "runs").mkdir()
+    db = tmp_path / "ledger.sqlite"
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--home", spec, "--db", str(db)],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert one_line_error(result, 2) == f"omg-ledger: error: --home {spec!r} names no directory"
+    assert not db.exists()
