@@ -29,7 +29,8 @@ from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
 #    engine failed for its budget_usd; a node's last_leg from its own executions.
 # 5: a state.json naming another run_id (a run directory copied under another id) is that
 #    run's, and so is the assess.json beside it: neither is charged to this directory; an
-#    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge.
+#    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge;
+#    an execution (rounds) whose every charge has no known price costs NULL, not $0.
 DERIVATION_VERSION = 5
 
 

@@ -588,7 +588,8 @@ class _Reconciler:
         ordinal = execution.leg_ordinal
         charge = self._charge(event, cost, kind, ordinal or None, self._leg_kind(ordinal),
                               execution.node_id, execution.round)
-        execution.cost_nano_usd = (execution.cost_nano_usd or 0) + (charge.cost_nano_usd or 0)
+        if charge.cost_nano_usd is not None:  # an execution paid only at unknown prices stays NULL, never $0
+            execution.cost_nano_usd = (execution.cost_nano_usd or 0) + charge.cost_nano_usd
         execution.cost_unknown = execution.cost_unknown or charge.cost_unknown
 
     def _leg_kind(self, ordinal: int | None) -> str | None:

@@ -664,8 +664,9 @@ DOCS: dict[str, dict[str, str]] = {
         "session_id": "Model CLI session id.",
         "provenance": "How the outcome was reached.",
         "detail": "Detail of the outcome.",
-        "cost_nano_usd": "Spend of this execution in nano-dollars; NULL when unknown.",
-        "cost_unknown": "1 when the engine reported no price.",
+        "cost_nano_usd": "Known spend of this execution in nano-dollars; NULL when none of it has a known "
+                         "price (or it was charged nothing: no terminal event, a gate).",
+        "cost_unknown": "1 when some of its charges have no known price: cost_nano_usd is then a lower bound.",
         "start_line": "Stream line of the node's start.",
         "end_line": "Stream line of the node's end.",
     },

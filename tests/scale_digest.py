@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
@@ -19,11 +20,11 @@ PLACE_COLUMNS = {"dev", "inode", "ctime_ns", "machine"}
 
 
 def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = None,
-           as_of: dict[str, dict[str, object]] | None = None) -> dict[str, list]:
+           as_of: dict[str, dict[str, Callable[[dict], object]]] | None = None) -> dict[str, list]:
     """{table: [row count, sha256 hex]} of the whole ledger, the home's path made ``<home>``.
     ``leave_out``: {table: columns} not digested (columns a golden digest predates).
-    ``as_of``: {table: {column: value}} digested as that value (a version stamp that
-    moved while the rows it stamps did not)."""
+    ``as_of``: {table: {column: f}} digested as ``f(row)`` (the row as a dict): the value
+    an older rule wrote, for a column whose rule changed since the golden digest."""
     prefixes = sorted({home, os.path.realpath(home)}, key=len, reverse=True)
 
     def placeless(value):
@@ -39,8 +40,12 @@ def digest(engine: Engine, home: str, leave_out: dict[str, set[str]] | None = No
         if table == "alembic_version":
             continue  # the migration head, not a sync's output
         skip = PLACE_COLUMNS | (leave_out or {}).get(table, set())
-        stamped = (as_of or {}).get(table, {})
-        normal = sorted((tuple((c, placeless(stamped.get(c, v))) for c, v in row if c not in skip) for row in rows),
-                        key=repr)
+        older = (as_of or {}).get(table, {})
+
+        def as_digested(row: tuple, older: dict = older, skip: set = skip) -> tuple:
+            values = dict(row)
+            return tuple((c, placeless(older[c](values) if c in older else v)) for c, v in row if c not in skip)
+
+        normal = sorted((as_digested(row) for row in rows), key=repr)
         out[table] = [len(normal), hashlib.sha256(repr(normal).encode()).hexdigest()]
     return out

@@ -197,3 +197,34 @@ def test_graphs_with_no_known_spend_are_listed_last_on_both_backends(corpus_ledg
     assert [(r["graph"], r["cost_nano_usd"]) for r in rows[-2:]] == [("auto-codex", None), ("s18-codex", None)]
     assert all(r["cost_nano_usd"] is not None for r in rows[:-2])
 
+
+
+def test_retry_waste_counts_a_failure_of_unknown_price_never_as_a_known_zero(db_url, tmp_path):
+    """A Codex node that failed was paid for at a price nobody recorded: its execution
+    costs NULL (unknown), not $0, and retry_waste lists it with the unpriced count that
+    makes its $0 of failed cost a lower bound; a PASS is no waste."""
+    from .test_cost import ev, state, t, write_run
+
+    run = "20261129-120000.000000001-1"
+    home = tmp_path / "home"
+    write_run(home, run, [
+        ev(run, t("12:00:00"), "run_started"),
+        ev(run, t("12:00:01"), "node_started", node_id="build"),
+        ev(run, t("12:00:02"), "node_passed", node_id="build", verdict="PASS", cost_unknown=True,
+           provenance="exit-only"),
+        ev(run, t("12:00:03"), "node_started", node_id="lint"),
+        ev(run, t("12:00:04"), "node_failed", node_id="lint", verdict="FAIL", cost_unknown=True, detail="exit 1"),
+        ev(run, t("12:00:05"), "run_finished", outcome="failed"),
+    ], state(run, "g", {"build": {"verdict": "PASS", "cost_unknown": True},
+                        "lint": {"verdict": "FAIL", "cost_unknown": True}}, runtime="codex"))
+    engine = ledger(db_url, home)
+    try:
+        with engine.connect() as conn:
+            executions = {node: (cost, bool(unknown)) for node, cost, unknown in conn.execute(text(
+                "SELECT node, cost_nano_usd, cost_unknown FROM v_node_rounds"))}
+        assert executions == {"build": (None, True), "lint": (None, True)}
+        rows = _rows(run_saved(engine, "retry_waste"))
+        assert [(r["node"], r["failed_executions"], int(r["failed_cost_nano_usd"]), r["unpriced_invocations"])
+                for r in rows] == [("lint", 1, 0, 1)]
+    finally:
+        engine.dispose()

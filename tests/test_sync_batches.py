@@ -64,10 +64,19 @@ def test_batched_cold_sync_of_the_scale_corpus_equals_one_transaction_per_run(fa
     assert fast_report.events_ingested == len(fast_dump["events"])
 
 
+def _v4_execution_cost(row: dict) -> int | None:
+    """rounds.cost_nano_usd as version 4 wrote it: 0 for an execution whose stream charges
+    all had unknown prices (an execution recovered from state.json kept NULL)."""
+    if row["cost_nano_usd"] is None and row["cost_unknown"] and row["outcome"] is not None:
+        return 0
+    return row["cost_nano_usd"]
+
+
 def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fast_and_slow, scale_home):
     golden = json.loads(GOLDEN.read_text())
     # Version 5 changed a rule for a directory whose state.json names another run, which
-    # the scale corpus has none of: its rows are the v4 ones but for the version stamp.
+    # the scale corpus has none of, and made an execution paid only at unknown prices cost
+    # NULL where v4 wrote 0: its rows are the v4 ones but for those and the version stamp.
     assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (5, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
@@ -76,7 +85,8 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     with fast.connect() as conn:
         assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {5}
     ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)},
-                  as_of={"runs": {"derivation_version": 4}})
+                  as_of={"runs": {"derivation_version": lambda row: 4},
+                         "rounds": {"cost_nano_usd": _v4_execution_cost}})
     # derive_states (where each run's derivation stopped, a cache of the stored events)
     # came after the digest was taken: every run leaves one; every other table is as it was.
     states = ours.pop("derive_states")
