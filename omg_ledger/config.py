@@ -43,6 +43,9 @@ class Home:
 def resolve_db(flag: str | None) -> str:
     from .db import default_database_path
 
+    if flag == "":
+        # An unset variable in a cron line (--db "$LEDGER") must not fall back to the default ledger.
+        raise BadArgument("--db '' names no ledger: give a SQLite path or a URL (leave --db out for the default)")
     db = flag or os.environ.get(ENV_DB) or default_database_path()
     require_utf8(db, f"--db {db}", UnsupportedDatabase)  # SQLite and PostgreSQL take text only
     return db

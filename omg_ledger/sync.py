@@ -219,7 +219,8 @@ def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None
             if home.explicit:
                 named.append(homes_t.c.label == home.label)
             if conn.execute(select(homes_t.c.id).where(or_(*named))).first() is None:
-                raise BadArgument(f"home directory {home.path} does not exist and this ledger has never indexed "
+                what = "is not a directory" if os.path.lexists(home.path) else "does not exist"
+                raise BadArgument(f"home directory {home.path} {what} and this ledger has never indexed "
                                   f"a home there: check --home or OMG_HOME (nothing was indexed)")
 
 

@@ -227,3 +227,17 @@ def test_an_empty_home_is_refused_not_read_as_the_current_directory(tmp_path, sp
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert one_line_error(result, 2) == f"omg-ledger: error: --home {spec!r} names no directory"
     assert not db.exists()
+
+
+@pytest.mark.parametrize("command", [["sync", "--home"], ["runs"], ["cost"]])
+def test_an_empty_db_is_refused_not_read_as_the_default_ledger(tmp_path, command):
+    """--db "$LEDGER" with LEDGER unset: the default ledger is not the one the user named,
+    and sync must not create it (XDG_DATA_HOME points the default into tmp_path here)."""
+    (tmp_path / "home" / "runs").mkdir(parents=True)
+    args = [*command, str(tmp_path / "home")] if command[-1] == "--home" else command
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    env.pop("OMG_LEDGER_DB", None)
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", ""],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert "--db '' names no ledger" in one_line_error(result, 2)
+    assert not (tmp_path / "data").exists()

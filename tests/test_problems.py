@@ -126,6 +126,11 @@ def test_a_home_never_indexed_that_does_not_exist_is_refused(sqlite_url, tmp_pat
                              "--home", str(tmp_path / "typo")], capture_output=True, text=True, timeout=120)
     assert one_line_error(result, 2).endswith("check --home or OMG_HOME (nothing was indexed)")
     assert list_homes(engine) == []
+    # A file where the home was meant: refused alike, and said as it is.
+    (tmp_path / "a-file").write_text("not a home")
+    with pytest.raises(BadArgument, match=f"home directory {tmp_path / 'a-file'} is not a directory and this ledger"):
+        _sync(engine, tmp_path / "a-file")
+    assert list_homes(engine) == []
 
 
 def test_problems_command(sqlite_url, tmp_path):
