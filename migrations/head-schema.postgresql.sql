@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0012, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0013, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -640,6 +640,8 @@ CREATE INDEX ix_runs_first_event_at_us ON runs USING btree (first_event_at_us)
 CREATE INDEX ix_runs_last_leg_open ON runs USING btree (last_leg_open)
 ;
 CREATE INDEX ix_runs_stream_identity ON runs USING btree (stream_identity)
+;
+CREATE INDEX ix_snapshot_files_identity ON snapshot_files USING btree (run_pk, name, dev, inode, size, mtime_ns, sha256)
 ;
 ALTER TABLE ONLY charges
     ADD CONSTRAINT fk_charges_run_pk_runs FOREIGN KEY (run_pk) REFERENCES runs(id) ON DELETE CASCADE

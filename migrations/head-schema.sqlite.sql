@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0012, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0013, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -356,6 +356,8 @@ CREATE INDEX ix_runs_first_event_at_us ON runs (first_event_at_us)
 CREATE INDEX ix_runs_last_leg_open ON runs (last_leg_open)
 ;
 CREATE INDEX ix_runs_stream_identity ON runs (stream_identity)
+;
+CREATE INDEX ix_snapshot_files_identity ON snapshot_files (run_pk, name, dev, inode, size, mtime_ns, sha256)
 ;
 CREATE VIEW v_invocations AS
 SELECT

@@ -335,7 +335,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     """
     from .change_check import unchanged_sync
     from .db import HEAD_REVISION, check_sqlite_target
-    from .derive import DERIVATION_VERSION
+    from .version import DERIVATION_VERSION
 
     progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
     resolved_homes = config.resolve_homes(homes)

@@ -22,16 +22,7 @@ from .feed import Event
 from .invocations import InvocationLine, PairedInvocation, pair_invocations
 from .reconcile import FinishedRows, RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
-
-# 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
-# 3: a run's known spend is bounded ($1e9): charges past it count as unknown, with a problem.
-# 4: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
-#    engine failed for its budget_usd; a node's last_leg from its own executions.
-# 5: a state.json naming another run_id (a run directory copied under another id) is that
-#    run's, and so is the assess.json beside it: neither is charged to this directory; an
-#    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge;
-#    an execution (rounds) whose every charge has no known price costs NULL, not $0.
-DERIVATION_VERSION = 5
+from .version import DERIVATION_VERSION as DERIVATION_VERSION  # (kept there: see version.py)
 
 
 @dataclass(frozen=True)

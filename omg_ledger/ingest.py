@@ -17,7 +17,6 @@ from . import feed
 from .bounds import shown
 from .discover import DirListing, list_run_dir, stat_or_none
 from .feed import parse_stream_line
-from .invocation_sync import parse_tail_line
 from .snapshot import (
     PARSERS,
     SNAPSHOT_NAMES,
@@ -139,6 +138,9 @@ def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None
 
 
 def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
+    # (Imported here: it loads derivation, which a run's change check never needs.)
+    from .invocation_sync import parse_tail_line
+
     return read_stream(path, checkpoint, parse_tail_line, "invocation stream")
 
 

@@ -397,6 +397,9 @@ snapshot_files = Table(
     Column("sha256", TEXT),
     Column("content", TEXT),
     Column("error", TEXT),  # unreadable / not JSON / wrong shape
+    # The change check reads every file's identity; covered here, it never reads the
+    # table's pages, which are mostly the files' content.
+    Index("ix_snapshot_files_identity", "run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256"),
 )
 
 # Bad input: where, what, when first and last seen. Never silently dropped.

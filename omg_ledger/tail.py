@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import socket
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
@@ -58,6 +57,8 @@ def machine_source() -> str:
             continue
         if value:
             return f"machine:{value}"
+    import socket
+
     return f"host:{socket.gethostname()}"
 
 

@@ -1,5 +1,20 @@
 """This omg-ledger's version, as pyproject.toml states it (tests/test_startup.py keeps the
 two equal). A constant, because asking importlib.metadata costs more than the rest of
-`omg-ledger --version` together (it imports the email package to read METADATA)."""
+`omg-ledger --version` together (it imports the email package to read METADATA).
+
+DERIVATION_VERSION is the version of derivation's rules (derive.py): any change to a rule
+that alters derived rows bumps it, and the next sync re-derives every run whose rows an
+older version wrote, gone runs included. It lives here so that a sync with nothing to do
+can compare it with the ledger's without importing the rules themselves."""
 
 VERSION = "0.1.0"
+
+# 1: release 0.2's rules. 2: runs.stream_identity (copies of one run are billed once).
+# 3: a run's known spend is bounded ($1e9): charges past it count as unknown, with a problem.
+# 4: assessments of unknown cost (Codex) and their tokens; a budget overrun is what the
+#    engine failed for its budget_usd; a node's last_leg from its own executions.
+# 5: a state.json naming another run_id (a run directory copied under another id) is that
+#    run's, and so is the assess.json beside it: neither is charged to this directory; an
+#    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge;
+#    an execution (rounds) whose every charge has no known price costs NULL, not $0.
+DERIVATION_VERSION = 5

@@ -88,6 +88,8 @@ def test_a_no_op_sync_imports_no_sqlalchemy_and_writes_only_the_sync_time(home, 
     assert "omg_ledger.change_check" in imported  # the measurement sees our modules
     assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "alembic")}, "SQLAlchemy was imported"
     assert "omg_ledger.schema" not in imported
+    # Derivation is not a change check's: its modules are a cost the cron no-op never needs.
+    assert not imported & {"omg_ledger.reconcile", "omg_ledger.derive", "omg_ledger.invocation_sync"}
     report = json.loads(result.stdout)
     runs = len(list((home / "runs").iterdir()))
     assert (report["runs_seen"], report["runs_changed"], report["runs_gone"], report["runs_rederived"],
@@ -207,3 +209,26 @@ def test_the_no_op_check_takes_the_derivation_lock_of_the_full_sync():
     from omg_ledger import sync as full_sync
 
     assert change_check.DERIVE_SCOPE == full_sync.DERIVE_SCOPE
+
+
+def test_the_change_check_reads_file_identities_from_an_index_not_the_files_content(tmp_path):
+    """Every sync compares each file's identity with the ledger's; snapshot_files' rows are
+    mostly the files' content, so the check must find the identities in a covering index
+    (SQLite's plan says so) instead of reading every content page."""
+    import sqlite3
+
+    from omg_ledger.change_check import _files_sql
+
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", db, "--home", f"{LABEL}={CORPUS_HOME}").returncode == 0
+    conn = sqlite3.connect(db)
+    try:
+        for query in (_files_sql("?") + " AND runs.run_id IN (?)",
+                      _files_sql("?").replace("SELECT f.run_pk,", "SELECT runs.run_id,")
+                      + " ORDER BY runs.run_id, f.name"):
+            steps = [row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {query}", (1, "x")[:query.count("?")])]
+            assert any("snapshot_files" in s or s.startswith("SEARCH f ") for s in steps), steps
+            assert all("COVERING INDEX ix_snapshot_files_identity" in s for s in steps if s.startswith("SEARCH f ")
+                       or s.startswith("SCAN f ")), steps
+    finally:
+        conn.close()
