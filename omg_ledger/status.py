@@ -7,7 +7,7 @@ live — only beside an open leg, since beside a closed leg it says nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from .liveness import Liveness, probe_lock
@@ -141,6 +141,23 @@ def status_of(facts: StatusFacts, run_dir: str, prober: Prober = probe_lock) -> 
     if not os.path.isdir(run_dir):
         return derive(facts, Liveness.UNKNOWN)  # gone: no evidence either way
     return derive(facts, prober(run_dir))
+
+
+def status_across_copies(status: str, facts: StatusFacts, copy_dirs: Iterable[str],
+                         prober: Prober = probe_lock) -> str:
+    """The status of a run held in several homes, from ``status`` (what one copy's lock
+    said) and the other copies' directories. A backup of a live run's directory carries a
+    marked lock nobody holds, so ABANDONED needs every copy's lock free: a copy whose lock
+    is held or cannot answer keeps the run in flight. A copy whose directory is gone holds
+    no leg and says nothing."""
+    if status != ABANDONED:
+        return status
+    for copy_dir in copy_dirs:
+        if os.path.isdir(copy_dir):
+            lock = prober(copy_dir)
+            if lock is not Liveness.FREE:
+                return derive(facts, lock)
+    return status
 
 
 def recovery_hint(run_id: str, has_snapshot: bool) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -245,3 +246,44 @@ def test_an_unreadable_snapshot_never_turns_a_passed_stream_into_fail():
     absent = StatusFacts(True, False, "run", "passed", False, False)
     failed = StatusFacts(True, False, "run", "failed", False, False, snapshot_unreadable=True)
     assert [derive(f, Liveness.UNKNOWN) for f in (unreadable, absent, failed)] == ["PASS", "FAIL", "FAIL"]
+
+
+def test_a_live_run_copied_into_another_home_is_running_wherever_its_billed_copy_is(tmp_path, db_url):
+    # A backup of a live run's directory (same run, same stream: billed once) has a marked
+    # lock nobody holds. The backup is synced first and holds as many events, so it is the
+    # billed copy; its free lock must not make the run ABANDONED while the live copy's
+    # lock is held — every surface reads status through the billed row.
+    ledger = open_ledger(db_url)
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    run_dir = write_run(live, "run-x", [ev("run_started"), ev("node_started", node_id="slow")],
+                        state={"graph": graph("first", "slow"), "nodes": {"first": {"verdict": "PASS"}}})
+    child = hold_lock(run_dir)
+    try:
+        shutil.copytree(live, backup)
+        sync(ledger, [Home.from_path(str(backup), "backup"), Home.from_path(str(live), "live")])
+        row = {r["run_id"]: r for r in list_runs(ledger)}["run-x"]
+        assert row["home"] == "backup"  # the case under test: the billed copy is the unheld one
+        assert row["status"] == "RUNNING" and row["hint"] is None
+        assert [show_run(ledger, "run-x", home)["status"] for home in (None, "backup", "live")] == ["RUNNING"] * 3
+    finally:
+        kill9(child)
+    # Every copy's lock is free now: the run is abandoned, seen from either copy.
+    assert status_of_run(ledger, "run-x") == "ABANDONED"
+    assert [show_run(ledger, "run-x", home)["status"] for home in (None, "backup", "live")] == ["ABANDONED"] * 3
+
+
+def test_a_copy_whose_lock_cannot_answer_keeps_the_run_in_flight(tmp_path, ledger):
+    # The billed copy's lock is free, but the other copy's lock file is missing: that copy
+    # could be where a leg runs (a lock a human deleted), so the doubt reads in flight.
+    a, b = tmp_path / "a", tmp_path / "b"
+    stream = [ev("run_started"), ev("node_started", node_id="slow")]
+    write_run(a, "run-y", stream, lock="oh-my-graph-lock 1\n1\n")
+    write_run(b, "run-y", stream)
+    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
+    assert {r["run_id"]: r for r in list_runs(ledger)}["run-y"]["home"] == "a"
+    assert status_of_run(ledger, "run-y") == "RUNNING"
+    (b / "runs" / "run-y" / "resume.lock").write_text("oh-my-graph-lock 1\n1\n")
+    assert status_of_run(ledger, "run-y") == "ABANDONED"
+    # A copy whose directory is gone can hold no leg: it leaves the answer to the others.
+    shutil.rmtree(b / "runs" / "run-y")
+    assert status_of_run(ledger, "run-y") == "ABANDONED"

@@ -24,6 +24,7 @@ from ..status import (
     hint,
     node_state,
     pause_reason,
+    status_across_copies,
     status_of,
     unrecorded_attempts,
 )
@@ -54,6 +55,22 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
                       "JOIN homes h ON h.id = r.home_id "
                       "WHERE n.run_pk IN (SELECT id FROM runs WHERE last_leg_open) AND n.state = 'running' "
                       "ORDER BY h.label, r.run_id, n.node_id")
+
+
+# The directories of every other copy of each run whose last leg is open (keyed by the
+# run's row id): read once for a listing, when its first abandoned run is met, since a
+# copy's lock can keep such a run in flight (status.status_across_copies).
+_COPY_DIRS_SQL = ("SELECT r.id, c.dir_path FROM runs r JOIN runs c ON c.stream_identity = r.stream_identity "
+                  "AND c.id <> r.id WHERE r.last_leg_open ORDER BY r.id, c.id")
+
+
+def copy_dirs(reader) -> dict[int, list[str]]:
+    """Row id → the directories of the run's other copies, for every run whose last leg
+    is open."""
+    dirs: dict[int, list[str]] = {}
+    for pk, dir_path in reader.rows(_COPY_DIRS_SQL):
+        dirs.setdefault(pk, []).append(dir_path)
+    return dirs
 
 
 def running_nodes(reader) -> dict[tuple[str, str], list[str]]:
@@ -146,11 +163,15 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
     from_columns = StatusFacts.from_columns
-    left_running = None
+    left_running = copies = None
     with reading(engine) as reader:
         for row in reader.rows(query, params):
             facts = from_columns(*row[_FACTS])
             status = status_of(facts, row[_DIR_PATH])
+            if status == ABANDONED:
+                if copies is None:
+                    copies = copy_dirs(reader)
+                status = status_across_copies(status, facts, copies.get(row[0], ()))
             if statuses and status not in statuses:
                 continue
             left = 0
@@ -219,10 +240,11 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     ledger imports no SQLAlchemy)."""
     with reading(engine) as reader:
         row = resolve_run(reader, run_id, home_label)
-        copies = [label for (label,) in reader.rows(
-            "SELECT h.label FROM runs r JOIN homes h ON h.id = r.home_id "
+        other_copies = list(reader.rows(
+            "SELECT h.label, r.dir_path FROM runs r JOIN homes h ON h.id = r.home_id "
             "WHERE r.stream_identity = :identity AND r.id <> :pk ORDER BY h.label",
-            {"identity": row["stream_identity"], "pk": row["id"]})] if row["stream_identity"] is not None else []
+            {"identity": row["stream_identity"], "pk": row["id"]})) if row["stream_identity"] is not None else []
+        copies = [label for label, _dir in other_copies]
         of_run = {"pk": row["id"]}
         legs = reader.table_rows("legs", "run_pk = :pk", of_run, "ordinal")
         nodes = reader.table_rows("nodes", "run_pk = :pk", of_run, "node_id")
@@ -232,7 +254,7 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         goal = reader.table_rows("goal_cycles", "run_pk = :pk", of_run, "run_pk")
         problems = reader.table_rows("problems", "run_pk = :pk", of_run, "path, byte_offset")
     facts = StatusFacts.from_row(row)
-    status = status_of(facts, row["dir_path"])
+    status = status_across_copies(status_of(facts, row["dir_path"]), facts, [d for _label, d in other_copies])
     left_running = sum(1 for node in nodes if node["state"] == "running")
     for node in nodes:
         node["state"] = node_state(node["state"], status)
