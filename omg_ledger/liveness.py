@@ -179,6 +179,11 @@ def probe_lock(
         return Liveness.UNKNOWN
     if not stat.S_ISREG(pre.st_mode):
         return Liveness.UNKNOWN
+    # The lock file itself may be a mount point (a file bind-mounted from another
+    # filesystem) whose flock is not the directory's: statfs the file too, still by
+    # path, so a lock on such a filesystem is not opened either.
+    if not is_local_filesystem(path, fs_type):
+        return Liveness.UNKNOWN
 
     try:
         # No O_CREAT: a reader never makes a lock appear. O_NOFOLLOW closes the

@@ -714,3 +714,26 @@ def test_concurrent_probes_agree(run: Path, lock: Path, state: str) -> None:
     for (out, err), p in zip(outs, procs, strict=True):
         assert p.returncode == 0, err
         assert json.loads(out) == {expected.value: 200}
+
+
+@pytest.mark.parametrize("content", ["marked-held", "marked-free"])
+def test_lock_file_on_another_filesystem_than_its_run_dir_is_unknown_and_never_opened(
+    run: Path, lock: Path, content: str
+) -> None:
+    # A lock file can be a mount point of its own (a file bind-mounted from an NFS
+    # export) while its directory is on ext4: the gate must judge the file's own
+    # filesystem. statfs is injected to answer NFS for the lock's path only.
+    lock.write_bytes(marked())
+    calls: list[str] = []
+
+    def nfs_lock_only(path: str) -> int:
+        calls.append(path)
+        return NFS_SUPER_MAGIC if path == str(lock) else filesystem_type(path)
+
+    holder = hold_in_child(lock) if content == "marked-held" else contextlib.nullcontext()
+    with holder:
+        with watch_tree(run, extra_mask=IN_OPEN) as events:
+            assert probe_lock(run, fs_type=nfs_lock_only) is UNKNOWN
+        assert events == []
+        assert str(lock) in calls
+        assert probe_lock(run) is (HELD if content == "marked-held" else FREE)
