@@ -737,3 +737,19 @@ def test_lock_file_on_another_filesystem_than_its_run_dir_is_unknown_and_never_o
         assert events == []
         assert str(lock) in calls
         assert probe_lock(run) is (HELD if content == "marked-held" else FREE)
+
+
+def test_probe_gives_the_lock_back_before_it_returns(run: Path, lock: Path) -> None:
+    # A leg starting right after a probe must get its LOCK_EX at once: another process
+    # takes it non-blocking after each of many probes (a leaked shared lock would refuse it).
+    lock.write_bytes(marked())
+    code = ("import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nprint('took', flush=True)\nsys.stdin.read()\n")
+    for _ in range(3):
+        assert probe_lock(run) is FREE
+        leg = _spawn(code, str(lock))
+        try:
+            _await_line(leg, "took")
+            assert probe_lock(run) is HELD
+        finally:
+            _stop(leg)
