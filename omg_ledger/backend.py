@@ -21,6 +21,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import DatabaseUnavailable, LedgerBusy
@@ -29,6 +30,17 @@ if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start wi
     from sqlalchemy.engine import Connection, Engine
 
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
+
+
+@dataclass(frozen=True)
+class UserObject:
+    """A view or trigger a user made in the ledger's database (a notebook's view over
+    v_charges, say), as it can be dropped and made again around a migration."""
+
+    shown: str  # how the error names it: "view my_spend"
+    drop: str
+    create: tuple[str, ...]
+    check: str | None  # a statement that fails once the object no longer works
 
 
 class Reader:
@@ -109,6 +121,36 @@ class PostgresReader(Reader):
         if not params:
             return cursor.execute(sql)
         return cursor.execute(_NAMED_PARAM.sub(r"%(\1)s", sql.replace("%", "%%")), params)
+
+
+def _double(name: str) -> str:
+    """An identifier's text, to go between double quotes."""
+    return name.replace('"', '""')
+
+
+# Views (and materialized views) reading the ledger's relations of the current schema,
+# directly or through one another; the ledger's own views are left out, not what reads them.
+_PG_DEPENDENT_VIEWS = """
+WITH RECURSIVE ledger AS (
+    SELECT c.oid FROM pg_class c
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s)
+), reader(oid, depth) AS (
+    SELECT DISTINCT r.ev_class, 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
+    WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
+      AND d.refobjid IN (SELECT oid FROM ledger) AND r.ev_class <> d.refobjid
+    UNION
+    SELECT r.ev_class, reader.depth + 1 FROM reader
+    JOIN pg_depend d ON d.refobjid = reader.oid AND d.classid = 'pg_rewrite'::regclass
+                    AND d.refclassid = 'pg_class'::regclass
+    JOIN pg_rewrite r ON r.oid = d.objid AND r.ev_class <> d.refobjid
+)
+SELECT c.oid, n.nspname, c.relname, c.relkind, pg_get_viewdef(c.oid), c.reloptions,
+       pg_get_userbyid(c.relowner), obj_description(c.oid, 'pg_class')
+FROM (SELECT oid, MAX(depth) AS depth FROM reader GROUP BY oid) deepest
+JOIN pg_class c ON c.oid = deepest.oid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid NOT IN (SELECT oid FROM ledger)
+ORDER BY deepest.depth, n.nspname, c.relname
+"""
 
 
 def bind_list(params: dict, prefix: str, values: Iterable) -> str:
@@ -224,6 +266,12 @@ class Backend:
         """The head schema's statements, in the caller's transaction."""
         raise NotImplementedError
 
+    def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
+        """The views (and SQLite triggers) not among ``ledger_names`` that a migration of
+        the ledger's tables and views could break or be refused by, in an order they can
+        be created in."""
+        raise NotImplementedError
+
 
 class SQLiteBackend(Backend):
     name = "sqlite"
@@ -240,6 +288,17 @@ class SQLiteBackend(Backend):
     def run_schema_statements(self, conn: Connection, statements: Sequence[str]) -> None:
         for sql in statements:
             conn.exec_driver_sql(sql)
+
+    def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
+        # Every view and trigger of the file: SQLite checks them all when a migration
+        # renames a table (batch mode), and drops a copied table's triggers with it.
+        # Views first: an INSTEAD OF trigger needs its view.
+        rows = conn.exec_driver_sql(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('view', 'trigger') AND sql IS NOT NULL "
+            "ORDER BY type = 'trigger', rowid").fetchall()
+        return [UserObject(f"{kind} {name}", f'DROP {kind.upper()} "{_double(name)}"', (sql,),
+                           f'SELECT * FROM "{_double(name)}" LIMIT 0' if kind == "view" else None)
+                for kind, name, sql in rows if name not in ledger_names]
 
     def reserve_run_keys(self, fetch: Callable[[str, tuple], list[tuple]], count: int) -> list[int]:
         # The sync lock is the ledger's (one sync writes a SQLite file at a time) and
@@ -348,6 +407,36 @@ class PostgresBackend(Backend):
         # One round trip: psycopg sends a text without parameters by the simple query
         # protocol, which takes many statements (and reads no % as a placeholder).
         conn.connection.driver_connection.execute("".join(f"{sql};\n" for sql in statements))
+
+    def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
+        # PostgreSQL refuses to drop a view or change a column another view reads: every
+        # view or materialized view, in any schema, reading the ledger's relations
+        # directly or through other such views, deepest last.
+        rows = conn.exec_driver_sql(_PG_DEPENDENT_VIEWS, (sorted(ledger_names),)).fetchall()
+        found = []
+        for oid, schema, name, kind, definition, options, owner, comment in rows:
+            what = "MATERIALIZED VIEW" if kind == "m" else "VIEW"
+            qualified = f'"{_double(schema)}"."{_double(name)}"'
+            create = [f"CREATE {what} {qualified}"
+                      + (f" WITH ({', '.join(options)})" if options else "") + f" AS {definition.rstrip().rstrip(';')}",
+                      f'ALTER {what} {qualified} OWNER TO "{_double(owner)}"']
+            if comment is not None:
+                create.append(f"COMMENT ON {what} {qualified} IS '{comment.replace(chr(39), chr(39) * 2)}'")
+            grants = conn.exec_driver_sql(
+                "SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, "
+                "a.privilege_type, a.is_grantable FROM pg_class c, aclexplode(c.relacl) a "
+                "WHERE c.oid = %s AND a.grantee <> c.relowner ORDER BY 1, 2", (oid,)).fetchall()
+            create += [f"GRANT {privilege} ON {qualified} TO {grantee}" + (" WITH GRANT OPTION" if grantable else "")
+                       for grantee, privilege, grantable in grants]
+            create += conn.exec_driver_sql(  # a materialized view's indexes go with it
+                "SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s ORDER BY indexrelid",
+                (oid,)).scalars().all()
+            create += conn.exec_driver_sql(  # INSTEAD OF triggers on a view
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s AND NOT tgisinternal ORDER BY oid",
+                (oid,)).scalars().all()
+            found.append(UserObject(f"{'materialized view' if kind == 'm' else 'view'} {schema}.{name}",
+                                    f"DROP {what} {qualified}", tuple(create), None))
+        return found
 
     @contextlib.contextmanager
     def reading(self, bind) -> Iterator[PostgresReader]:

@@ -9,6 +9,7 @@ Commands that only read use :func:`open_ledger_readonly`, which never does any o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .backend import backend_of
-from .errors import DatabaseTooNew, DatabaseUnavailable
+from .errors import DatabaseTooNew, DatabaseUnavailable, UpgradeBlocked
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
     from pathlib import Path
@@ -348,7 +349,66 @@ def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
                 ) from exc
             if say is not None:
                 say(f"upgrading the ledger database from revision {current} to {head}")
+        users = _set_user_objects_aside(conn)
         command.upgrade(alembic_config(conn), "head")
+        _restore_user_objects(conn, users)
+
+
+# Every table and view a revision of the ledger ever made: anything else in its database
+# (or, on PostgreSQL, reading its schema) is a user's.
+def _ledger_names() -> frozenset[str]:
+    from .schema import metadata
+    from .views import VIEWS_0002, VIEWS_0005, VIEWS_0006
+
+    return frozenset({*metadata.tables, "invocation_files", "alembic_version", "v_invocations",
+                      *VIEWS_0002, *VIEWS_0005, *VIEWS_0006})
+
+
+def _set_user_objects_aside(conn: Connection) -> list:
+    """Drop the user's views (and SQLite triggers) over the ledger for the migration, which
+    could not change what they read while they stand (PostgreSQL), or would fail on their
+    account (SQLite's table rename checks every view). Those that worked are checked again
+    once they are back."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    users = backend_of(conn).user_objects(conn, _ledger_names())
+    working = []
+    for user in users:
+        if user.check is not None:
+            try:
+                with conn.begin_nested():
+                    conn.exec_driver_sql(user.check)
+                working.append(user)
+            except SQLAlchemyError:  # broken before the upgrade: made again as it was, unchecked
+                working.append(dataclasses.replace(user, check=None))
+        else:
+            working.append(user)
+    for user in reversed(working):
+        try:
+            conn.exec_driver_sql(user.drop)
+        except SQLAlchemyError as exc:
+            raise UpgradeBlocked(
+                f"cannot upgrade the ledger: your {user.shown} reads its tables and cannot be set aside for the "
+                f"upgrade ({one_line(exc)}); nothing was changed — drop it, run `omg-ledger db upgrade`, then create it again") from exc
+    return working
+
+
+def _restore_user_objects(conn: Connection, users: list) -> None:
+    """Make the user's objects again over the upgraded ledger; one that no longer works
+    there rolls the whole upgrade back, naming it."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for user in users:
+        try:
+            for statement in user.create:
+                conn.exec_driver_sql(statement)
+            if user.check is not None:
+                conn.exec_driver_sql(user.check)
+        except SQLAlchemyError as exc:
+            raise UpgradeBlocked(
+                f"cannot upgrade the ledger: your {user.shown} does not work over the upgraded tables "
+                f"({one_line(exc)}); nothing was changed — drop or change it, then run `omg-ledger db upgrade`"
+            ) from exc
 
 
 def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:

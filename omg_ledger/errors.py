@@ -16,6 +16,13 @@ class DatabaseTooNew(LedgerError):
     exit_code = 3
 
 
+class UpgradeBlocked(LedgerError):
+    """A user's own object in the ledger's database stands in the way of a migration
+    (the upgrade rolled back, nothing changed)."""
+
+    exit_code = 3
+
+
 class DatabaseUnavailable(LedgerError):
     """The ledger database cannot be opened or written (path, permissions, disk)."""
 
