@@ -178,6 +178,18 @@ def _now():
         raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
 
 
+def _unreadable_value_of(command_kwargs: dict) -> LedgerError | None:
+    """The error naming a value of the command's ledger it cannot read, if it holds one."""
+    from .db import unreadable_value
+
+    if "db" not in command_kwargs:
+        return None
+    try:
+        return unreadable_value(config.resolve_db(command_kwargs["db"]))
+    except Exception:  # the look failed too: the first failure is the one to show
+        return None
+
+
 def ledger_errors(f: Callable) -> Callable:
     """Convert library errors into a message and an exit code, once, at the boundary."""
 
@@ -188,11 +200,21 @@ def ledger_errors(f: Callable) -> Callable:
         except LedgerError as exc:
             if isinstance(exc.__cause__, Exception) and isinstance(database_trouble(exc.__cause__), DatabaseDamaged):
                 exc = database_trouble(exc.__cause__)  # opening found the damage: say what to do
+            elif "integer overflow" in str(exc):  # SQLite adding up a hand-edited value
+                exc = _unreadable_value_of(kwargs) or exc
             _say_line(f"omg-ledger: error: {_one_line(exc)}")
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("omg-ledger: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+        except (ValueError, TypeError, ArithmeticError):
+            # A value no report expects (a user's hand edit: text in an integer column):
+            # name it if the ledger holds one; anything else is a bug, and shows as one.
+            unreadable = _unreadable_value_of(kwargs)
+            if unreadable is None:
+                raise
+            _say_line(f"omg-ledger: error: {unreadable}")
+            sys.exit(unreadable.exit_code)
         except Exception as exc:
             from sqlalchemy.exc import SQLAlchemyError
 

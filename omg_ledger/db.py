@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .backend import backend_of
-from .errors import DatabaseTooNew, DatabaseUnavailable, UpgradeBlocked
+from .errors import DatabaseTooNew, DatabaseUnavailable, UnreadableValue, UpgradeBlocked
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
     from pathlib import Path
@@ -750,6 +750,50 @@ def _wal_hint(path: str | None) -> str:
 
 def _table_names(conn: Connection) -> set[str]:
     return backend_of(conn).table_names(conn)
+
+
+def unreadable_value(db: str) -> UnreadableValue | None:
+    """The error naming a value of the ledger at ``db`` that its column's type cannot
+    hold (a user's hand edit: SQLite stores what it is given), or None. Asked only when
+    a report failed converting a value, so a clean ledger never pays for the scan."""
+    ledger = open_ledger_readonly(db, oldest=None)
+    try:
+        return _first_unreadable_value(ledger)
+    finally:
+        ledger.dispose()
+
+
+# No count or sum of nano-dollars, tokens or microseconds comes near it; sums of values
+# beyond it overflow 64 bits.
+_HUGE = 2 ** 62
+
+
+def _first_unreadable_value(ledger) -> UnreadableValue | None:
+    from .backend import reading
+    from .schema import metadata
+    from .store import DERIVED_TABLES
+
+    with reading(ledger) as reader:
+        if reader.name != "sqlite":  # PostgreSQL enforces its column types
+            return None
+        for table in metadata.sorted_tables:
+            run = "(SELECT run_id FROM runs WHERE runs.id = t.run_pk)" if "run_pk" in table.columns else "NULL"
+            for column in (c for c in table.columns if c.type.python_type in (int, bool)):
+                name = f't."{column.name}"'
+                for value, kind, run_id in reader.rows(
+                        f'SELECT {name}, typeof({name}), {run} FROM "{table.name}" t '
+                        f"WHERE typeof({name}) NOT IN ('integer', 'null') OR {name} > {_HUGE} OR {name} < -{_HUGE} "
+                        "LIMIT 1"):
+                    kind = "not an integer" if kind != "integer" else "too large to add up"
+                    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:39] + "…"
+                    if run_id is not None and table in DERIVED_TABLES:
+                        fix = f"`omg-ledger rebuild --run {run_id}` derives the run's rows again from its events"
+                    else:
+                        fix = "correct that row by hand, or restore the ledger from a backup"
+                    return UnreadableValue(
+                        f"the ledger holds a value it cannot read: {table.name}.{column.name} is {shown} ({kind})"
+                        f"{f' in run {run_id}' if run_id is not None else ''}; {fix}")
+    return None
 
 
 def open_ledger_readonly(db: str, oldest: str | None = HEAD_REVISION):

@@ -23,6 +23,13 @@ class UpgradeBlocked(LedgerError):
     exit_code = 3
 
 
+class UnreadableValue(LedgerError):
+    """A row of the ledger holds a value of a type its column never has (hand-edited
+    text in an integer column, say): reports cannot read it."""
+
+    exit_code = 3
+
+
 class DatabaseUnavailable(LedgerError):
     """The ledger database cannot be opened or written (path, permissions, disk)."""
 
