@@ -402,7 +402,18 @@ def cost_text(report: dict, width: int | None = None) -> str:
         notes.append(empty_window_note(report))
     if report["total"]["unknown_cost_invocations"]:
         notes.append("≥ marks a lower bound: unpriced invocations (cost_unknown, e.g. Codex) are not in the sum")
+    outside = report.get("undated_outside_window")
+    if outside and outside["invocations"]:
+        notes.append(undated_note(outside))
     return "\n".join([*head, "", table_text, *notes])
+
+
+def undated_note(outside: dict) -> str:
+    """The spend no window holds: charges with no time, from runs with no stream to date them."""
+    count = outside["invocations"]
+    return (f"not in any window: {money(outside['cost_nano_usd'], outside['unknown_cost_invocations'])} in {count} "
+            f"undated charge{'s' if count != 1 else ''} (runs with no stream to date them); "
+            f"`omg-ledger cost` without --since/--until counts them, `--by run` shows whose")
 
 
 def estimate_cell(row: dict) -> str:

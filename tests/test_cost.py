@@ -279,6 +279,32 @@ def test_undated_charge_counts_in_all_time_only(db_url, tmp_path):
                                                                          "(undated)": nanos("0.5")}
     windowed = cost_report(engine, since="1d", tz="UTC", now=NOW)
     assert windowed["total"]["cost_nano_usd"] == nanos("0.25")
+    assert all_time["undated_outside_window"] is None  # all time holds them, in the total
+
+
+def test_a_window_says_how_much_undated_spend_it_leaves_out(db_url, tmp_path):
+    # The run above (assess.json's $0.50, no stream) is also copied into a second home:
+    # outside every window, and counted once however many copies there are.
+    home, backup = tmp_path / "home", tmp_path / "backup"
+    run = "20261129-090000.000000001-1"
+    for where in (home, backup):
+        write_run(where, run, None, state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    engine = open_ledger(db_url)
+    sync(engine, [Home.from_path(str(home), "hand"), Home.from_path(str(backup), "backup")])
+    windowed = cost_report(engine, since="1d", by="day", tz="UTC", now=NOW)
+    assert windowed["total"]["cost_nano_usd"] == nanos("0.25")
+    outside = windowed["undated_outside_window"]
+    assert (outside["cost_nano_usd"], outside["invocations"], outside["unknown_cost_invocations"]) == (nanos("0.5"), 1, 0)
+    assert cost_report(engine, since="1d", tz="UTC", now=NOW, home_labels=("nowhere",))[
+        "undated_outside_window"]["invocations"] == 0
+
+    env = {"OMG_LEDGER_NOW": "2026-11-29T12:00:00Z", "COLUMNS": "200"}
+    text = CliRunner().invoke(main, ["cost", "--db", db_url, "--since", "1d"], env=env)
+    assert text.exit_code == 0, text.output
+    assert "not in any window: $0.5000 in 1 undated charge " in text.output
+    all_time = CliRunner().invoke(main, ["cost", "--db", db_url], env=env)
+    assert "not in any window" not in all_time.output and "$0.7500" in all_time.output
 
 
 def test_corpus_total_by_hand(db_url, corpus_home):

@@ -5,7 +5,9 @@ Rules (each one is a test in tests/test_cost.py):
 * A charge is attributed by its own time (``charges.at_us``), not by its run's start.
   The window is ``[since, until)``. ``--since`` without ``--until`` ends at *now*; with
   neither, the window is all time and charges with no time (none normally) count too,
-  as their own ``(undated)`` group when grouping by period.
+  as their own ``(undated)`` group when grouping by period. A report with a window
+  says what such charges add up to in ``undated_outside_window`` (null for all time),
+  and the terminal table says it under the total, so no spend is left out unsaid.
 * Money is summed in SQL as integer nano-dollars and only rounded for display. A
   group with unpriced invocations (``cost_unknown``, stored as NULL) has a lower-bound
   total: ``cost_is_lower_bound`` in JSON, ``≥ $12.40 +3 unpriced`` on a terminal.
@@ -268,10 +270,12 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     with reading(engine) as reader:
         try:
             result = list(reader.dicts(*_query(by, win, tuple(home_labels), backend)))
+            undated = None if win.all_time else list(reader.dicts(*_undated_query(tuple(home_labels))))
         except Exception as exc:  # the driver's own error, inside the read transaction
             if "integer overflow" not in str(exc):
                 raise
             result = list(reader.dicts(*_query(by, win, tuple(home_labels), backend, split=True)))
+            undated = None if win.all_time else list(reader.dicts(*_undated_query(tuple(home_labels), split=True)))
 
     total = _zero()
     rows: dict[str, dict] = {}
@@ -323,9 +327,25 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         "rows": out_rows,
         "total": _finish(total),
     }
+    if undated is not None:
+        # Spend with no time (a run that left state.json or assess.json but no stream to
+        # date it by) belongs to no window: said beside the total, never silently left out.
+        outside = _zero()
+        for m in undated:
+            _add(outside, m)
+        report["undated_outside_window"] = _finish(outside)
+    else:
+        report["undated_outside_window"] = None
     if prices is not None:
         report["price_book"] = prices.describe()
     return report
+
+
+def _undated_query(home_labels: tuple[str, ...], split: bool = False) -> tuple[str, dict]:
+    """The charges no window holds (no time), billed copies of the chosen homes only."""
+    params: dict = {}
+    where = _conditions_sql(Window(None, None), home_labels, params)
+    return f"SELECT {_measures(split)} FROM charges c WHERE c.at_us IS NULL AND {where}", params
 
 
 # -- estimates (--estimate): unpriced charges priced from their tokens, kept apart ----
