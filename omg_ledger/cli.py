@@ -442,7 +442,9 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @click.option("--status", "statuses", multiple=True, metavar="S",
               type=_StatusChoice(STATUSES),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home: its label or its directory (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL",
+              help="Only runs held in this home: its label or its directory (repeatable). A run copied into "
+                   "several homes is listed once, under the home whose copy is billed.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
 @tz_option
@@ -744,7 +746,9 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
                                         case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only runs of this home: its label or its directory (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL",
+              help="Only spend billed to this home: its label or its directory (repeatable). A run copied "
+                   "into several homes is billed to the home of its billed copy.")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
 @click.option("--total", "with_total", is_flag=True, help="With --csv: end with a row keyed TOTAL.")

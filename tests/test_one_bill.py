@@ -182,6 +182,15 @@ def test_a_run_copied_into_another_home_is_billed_once(tmp_path, home, db_url, c
         assert bool(shortened) == (copy == "mid-run prefix")
         detail = show_run(engine, RUN)
         assert detail["copies_in"] and detail["billed"] is True
+        # Each home lists every run it holds (25 corpus runs), each once, as its billed
+        # copy wherever that copy is: a backup's listing is not empty.
+        for label in ("machine-a", "machine-b"):
+            held = list_runs(engine, home_labels=(label,))
+            assert len(held) == len({r["run_id"] for r in held}) == 25
+            assert sum(r["cost_nano_usd"] for r in held) == KNOWN_NANOS
+        if shortened:
+            assert {r["home"] for r in list_runs(engine, home_labels=("machine-b",))
+                    if r["run_id"] in shortened} == {"machine-a"}
         with engine.connect() as conn:
             diverged = conn.execute(text("SELECT COUNT(*) FROM findings WHERE kind = 'diverged_copy'")).scalar()
         assert diverged == 0  # a prefix is not a divergence

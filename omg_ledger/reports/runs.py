@@ -158,7 +158,11 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         conditions.append("r.last_event_at_us >= :since_us")
         params["since_us"] = since_us
     if home_labels:
-        conditions.append("h.label IN " + bind_list(params, "home", home_labels))
+        # A run held in the home, as its billed copy wherever that is (the row names that
+        # home): a backup's runs are not hidden because another home's copy is billed.
+        labels = bind_list(params, "home", home_labels)
+        conditions.append(f"(h.label IN {labels} OR r.stream_identity IN (SELECT c.stream_identity FROM runs c "
+                          f"JOIN homes ch ON ch.id = c.home_id WHERE NOT c.billed AND ch.label IN {labels}))")
     if statuses:
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
