@@ -23,6 +23,16 @@ def usd_to_nanos(value: float | int) -> int:
     return int((Decimal(repr(value)) * NANOS_PER_USD).to_integral_value(ROUND_HALF_EVEN))
 
 
+def summed(value: int | None) -> int:
+    """An SQL SUM (or COUNT) of an integer column as an int, NULL as 0. SQLite sums a
+    value that is not an integer (text or a real typed into the ledger by hand) as a
+    float, text as 0: such a sum is refused, never rounded into a total (ValueError,
+    which the CLI turns into an error naming the value)."""
+    if type(value) is float:
+        raise ValueError(f"a sum of an integer column came back as {value!r}")
+    return int(value or 0)
+
+
 def nanos_to_usd(nanos: int | None) -> Decimal | None:
     if nanos is None:
         return None

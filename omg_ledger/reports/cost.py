@@ -40,7 +40,7 @@ from ..backend import backend_of, bind_list, reading
 from ..errors import BadArgument
 from ..prices import PriceBook
 from ..timespec import local_zone, parse_time, zone_named  # noqa: F401 (re-exported)
-from ..units import instant_in_range, instant_to_us, us_to_instant
+from ..units import instant_in_range, instant_to_us, summed, us_to_instant
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -235,12 +235,12 @@ def _zero() -> dict:
 
 def _add(into: dict, m) -> None:
     for name in COUNTS:
-        into[name] += int(m[name] or 0)
+        into[name] += summed(m[name])
     for name, part in SPLIT.items():
         if name in m:
-            into[name] += int(m[name] or 0)
+            into[name] += summed(m[name])
         else:
-            into[name] += int(m[f"{name}_hi"] or 0) * part + int(m[f"{name}_lo"] or 0)
+            into[name] += summed(m[f"{name}_hi"]) * part + summed(m[f"{name}_lo"])
 
 
 def _finish(row: dict) -> dict:

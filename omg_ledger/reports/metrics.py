@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from ..backend import reading
 from ..invocations import parse_rfc3339
 from ..status import ABANDONED, STATUSES
-from ..units import NANOS_PER_USD, instant_to_us
+from ..units import NANOS_PER_USD, instant_to_us, summed
 from .runs import iter_runs
 
 if TYPE_CHECKING:
@@ -82,11 +82,11 @@ def collect(engine: Engine) -> list[dict]:
 
     families = [
         {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
-         "samples": by_group(lambda g: _usd(int(g["known"] or 0)))},
+         "samples": by_group(lambda g: _usd(summed(g["known"])))},
         {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
          "samples": by_group(lambda g: str(int(g["invocations"])))},
         {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",
-         "samples": by_group(lambda g: str(int(g["unpriced"] or 0)))},
+         "samples": by_group(lambda g: str(summed(g["unpriced"])))},
         {"name": "omg_ledger_runs", "help": "Runs by their live status now.",
          "samples": [({"status": s}, str(statuses.get(s, 0))) for s in STATUSES]},
         {"name": "omg_ledger_abandoned_runs",

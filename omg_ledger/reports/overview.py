@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..backend import reading
 from ..prices import PriceBook
-from ..units import instant_to_us, us_to_instant
+from ..units import instant_to_us, summed, us_to_instant
 from .audit import audit_report
 from .cost import (
     BUCKET_US,
@@ -78,7 +78,7 @@ def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
         for bucket, runtime, no_snapshot, known, invocations, unpriced in reader.rows(sql, params):
             into = cell(_day_key(None if bucket is None else int(bucket) * BUCKET_US, zone),
                         _runtime_key(runtime, no_snapshot))
-            into["cost_nano_usd"] += int(known or 0)
+            into["cost_nano_usd"] += summed(known)
             into["invocations"] += int(invocations)
             into["unknown_cost_invocations"] += int(unpriced or 0)
     if prices is not None:
@@ -117,7 +117,7 @@ def _redone(engine, win) -> dict:
     with reading(engine) as reader:
         for cause, invocations, unpriced, known in reader.rows(_REDONE_SQL.format(
                 where=_conditions_sql(win, (), params)), params):
-            out[cause] = {"cost_nano_usd": int(known or 0), "invocations": int(invocations),
+            out[cause] = {"cost_nano_usd": summed(known), "invocations": int(invocations),
                           "unknown_cost_invocations": int(unpriced or 0)}
     return out
 
