@@ -495,9 +495,17 @@ class PostgresBackend(Backend):
         # psycopg's pipeline mode: one round trip for the block instead of one a statement
         # (an executemany is one already). A statement refused is raised at the block's
         # end, where the driver's error is turned into SQLAlchemy's as executemany does.
+        import logging
+
         import psycopg
         from sqlalchemy import exc as sa_exc
 
+        # A pipeline ended by a refused statement also logs "error ignored terminating
+        # <Pipeline …>" as a warning, which Python prints to stderr: the error raised here
+        # is the one line the user gets.
+        driver_log = logging.getLogger("psycopg")
+        if not driver_log.handlers:
+            driver_log.addHandler(logging.NullHandler())
         try:
             with conn.connection.dbapi_connection.pipeline():
                 yield

@@ -190,6 +190,16 @@ def _unreadable_value_of(command_kwargs: dict) -> LedgerError | None:
         return None
 
 
+def _ledger_named(command_kwargs: dict) -> str:
+    """' <url>' for an error of the command's ledger (a server gone mid-write says which)."""
+    from .db import shown_url
+
+    try:
+        return f" {shown_url(config.resolve_db(command_kwargs['db']))}" if "db" in command_kwargs else ""
+    except Exception:  # naming it is a courtesy: the error itself is what to show
+        return ""
+
+
 def ledger_errors(f: Callable) -> Callable:
     """Convert library errors into a message and an exit code, once, at the boundary."""
 
@@ -226,7 +236,7 @@ def ledger_errors(f: Callable) -> Callable:
             if isinstance(damaged, DatabaseDamaged):  # wherever it showed, say what to do
                 _say_line(f"omg-ledger: error: {damaged}")
                 sys.exit(damaged.exit_code)
-            _say_line(f"omg-ledger: error: database: {one_line(exc)}")
+            _say_line(f"omg-ledger: error: database{_ledger_named(kwargs)}: {one_line(exc)}")
             sys.exit(EXIT_DATABASE)
 
     return wrapper

@@ -241,3 +241,19 @@ def test_an_empty_db_is_refused_not_read_as_the_default_ledger(tmp_path, command
                             capture_output=True, text=True, timeout=120, env=env)
     assert "--db '' names no ledger" in one_line_error(result, 2)
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.postgres
+def test_a_server_error_mid_write_names_the_ledger(pg_url):
+    # The server refuses a write halfway through the sync (a user's trigger here; a server
+    # shutting down or a full disk reads the same): one line naming which ledger, exit 3.
+    import psycopg
+
+    assert cli("db", "upgrade", "--db", pg_url).returncode == 0
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$BEGIN RAISE EXCEPTION 'disk quota exceeded (a test)'; END$$")
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse()")
+    line = one_line_error(cli("sync", "--db", pg_url, "--home", EXAMPLES, "--workers", "0"), 3)
+    shown = re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", pg_url)
+    assert f"database {shown}" in line and "disk quota exceeded (a test)" in line, line
