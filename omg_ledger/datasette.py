@@ -19,9 +19,13 @@ LABEL_COLUMNS = {"homes": "label", "runs": "run_id", "streams": "path"}
 
 
 def database_name(db: str) -> str:
-    """The name Datasette gives a SQLite file: its base name without the extension."""
+    """The name Datasette gives a SQLite file: its base name without the extension (a
+    URL's ``?options`` left out; for a server's URL, the database's name)."""
     url = database_url(db)
     path = url.split(":///", 1)[1] if url.startswith("sqlite") and ":///" in url else db
+    path = path.split("?", 1)[0]
+    if "://" in path:  # a server: the database named after the last slash
+        return path.rsplit("/", 1)[1] or "ledger"
     return os.path.splitext(os.path.basename(path))[0] or "ledger"
 
 

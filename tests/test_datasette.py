@@ -126,3 +126,13 @@ def test_real_datasette_shows_descriptions_and_labels(ledger, tmp_path):
         process.terminate()
         process.wait(timeout=30)
 
+
+
+@pytest.mark.parametrize("db, name", [
+    ("/srv/ledgers/spend.sqlite", "spend"),
+    ("sqlite:////srv/ledgers/spend.sqlite?mode=ro", "spend"),
+    ("postgresql://me:secret@db.example/omg_spend?sslmode=require&options=-c%20search_path%3Dx", "omg_spend"),
+], ids=["path", "sqlite-url-with-options", "server-url-with-options"])
+def test_the_default_database_name_leaves_a_urls_options_out(db, name):
+    out = subprocess.run([*CLI, "datasette-metadata", "--db", db], check=True, capture_output=True, text=True)
+    assert list(json.loads(out.stdout)["databases"]) == [name]
