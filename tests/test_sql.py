@@ -166,3 +166,20 @@ def test_sql_help_says_how_to_give_a_statement_starting_with_a_comment(sqlite_ur
                                   "SELECT COUNT(*) AS n FROM v_runs"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["rows"] == [{"n": 25}]
+
+
+@pytest.mark.parametrize("statement", ["SELECT ?", "SELECT $1", "SELECT :since", "SELECT 1 WHERE 'a' = ?1"],
+                         ids=["question-mark", "dollar", "named", "numbered"])
+def test_a_placeholder_given_no_value_says_how_to_give_one(corpus_ledger, statement):
+    # `sql` binds nothing: each backend's own words for it (a prepared statement's internal
+    # name on PostgreSQL) are replaced by what to do. PostgreSQL reads only $1 as one.
+    if corpus_ledger.dialect.name == "postgresql" and "$" not in statement:
+        with pytest.raises(QueryFailed) as refused:
+            run_sql(corpus_ledger, statement)
+        assert "placeholder" not in str(refused.value)  # a syntax error there, said as such
+        return
+    with pytest.raises(QueryFailed) as refused:
+        run_sql(corpus_ledger, statement)
+    message = str(refused.value)
+    assert message.startswith("the statement has a placeholder") and "query NAME --param" in message
+    assert "_pg3" not in message and "dictionary" not in message

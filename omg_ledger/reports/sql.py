@@ -703,9 +703,21 @@ def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float
             require_utf8(value, f"the value of :{name}")
     early_check(sql, dialect)
     statement = sql.strip()
-    if dialect == "sqlite":
-        return _sqlite_run(engine, statement, params, limit)
-    return _postgres_run(engine, statement, params, limit)
+    try:
+        if dialect == "sqlite":
+            return _sqlite_run(engine, statement, params, limit)
+        return _postgres_run(engine, statement, params, limit)
+    except QueryFailed as exc:
+        if params is None and _UNBOUND.search(str(exc)):
+            raise QueryFailed("the statement has a placeholder (such as ?, $1 or :name) and `sql` binds no values: "
+                              "write the value into the statement, or save the statement as a query and give the "
+                              "value with `query NAME --param name=…`") from exc
+        raise
+
+
+# The drivers' words for a placeholder given no value (sqlite3; PostgreSQL's server).
+_UNBOUND = re.compile(r"supply a value for binding parameter|Binding \d+ has no name|"
+                      r"bind message supplies 0 parameters")
 
 
 # -- saved queries ----------------------------------------------------------------------
