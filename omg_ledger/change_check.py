@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from .config import Home
 from .discover import DirListing, home_identity, list_home_dir, list_run_dir, stat_or_none
@@ -79,7 +80,7 @@ class Known:
         self.gone = gone
         self.cache = cache  # (dir_mtime_ns, failed_dir_mtime_ns); None when never scanned
         self.checkpoint_row = checkpoint_row  # Checkpoint.COLUMNS values; None: no stream
-        self.file_rows: tuple[tuple, ...] = ()  # FILE_COLUMNS rows of its JSON files
+        self.file_rows: tuple[Sequence[Any], ...] = ()  # FILE_COLUMNS rows of its JSON files
 
     @property
     def checkpoint(self) -> Checkpoint | None:
@@ -91,7 +92,7 @@ class Known:
         return {row[1]: dict(zip(FILE_COLUMNS, row, strict=True)) for row in self.file_rows}
 
 
-Fetch = Callable[[str, tuple], list[tuple]]  # DB-API: (SQL with `mark` placeholders, parameters) -> rows
+Fetch = Callable[[str, tuple], Sequence[Sequence[Any]]]  # DB-API: (SQL with `mark` placeholders, parameters) -> rows
 
 
 def _runs_sql(mark: str) -> str:
@@ -106,7 +107,7 @@ def _files_sql(mark: str) -> str:
             f"JOIN runs ON runs.id = f.run_pk WHERE runs.home_id = {mark}")
 
 
-def _known(row: tuple) -> Known:
+def _known(row: Sequence[Any]) -> Known:
     return Known(row[0], bool(row[2]), (row[4], row[5]) if row[3] is not None else None,
                  tuple(row[7:]) if row[6] is not None else None)
 
@@ -147,7 +148,7 @@ def known_in_chunks(fetch: Fetch, mark: str, home_id: int, run_ids: Sequence[str
             yield known.get(run_id)
 
 
-Stream = Callable[[str, tuple], Iterator[tuple]]  # DB-API: rows of a query, read as they are consumed
+Stream = Callable[[str, tuple], Iterator[Sequence[Any]]]  # DB-API: rows of a query, read as they are consumed
 
 
 def known_in_order(stream: Stream, mark: str, home_id: int, order: str) -> Iterator[tuple[str, Known]]:
@@ -276,10 +277,10 @@ class _Ledger:
     def sql(self, text: str) -> str:
         return text if self.mark == "?" else text.replace("?", self.mark)
 
-    def fetch(self, sql: str, params: tuple = ()) -> list[tuple]:
+    def fetch(self, sql: str, params: tuple = ()) -> Sequence[Sequence[Any]]:
         return self.conn.execute(self.sql(sql), params).fetchall()
 
-    def stream(self, sql: str, params: tuple) -> Iterator[tuple]:
+    def stream(self, sql: str, params: tuple) -> Iterator[Sequence[Any]]:
         return iter(self.conn.execute(self.sql(sql), params))
 
     def write(self, statements: list[tuple[str, tuple]]) -> None:
@@ -298,7 +299,7 @@ class _PostgresLedger(_Ledger):
         super().__init__(conn)
         self._cursors: list = []
 
-    def stream(self, sql: str, params: tuple) -> Iterator[tuple]:
+    def stream(self, sql: str, params: tuple) -> Iterator[Sequence[Any]]:
         # A server-side cursor: the rows are not all held by the client at once.
         cursor = self.conn.cursor(name=f"omg_ledger_noop_{len(self._cursors)}")
         self._cursors.append(cursor)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import TypeGuard
 
 import orjson
 
@@ -263,7 +264,7 @@ def foreign_run_id(data: dict, run_id: str) -> str | None:
             f"line, not indexed here")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

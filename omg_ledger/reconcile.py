@@ -183,8 +183,7 @@ def usd_nanos(value: float | int) -> int:
     """usd_to_nanos, with its result remembered per float value: equal floats have one
     repr (0.0 and -0.0 both give 0), so the value determines the result. A run's costs
     repeat (a node's charge, its snapshot record, the run's sums), and Decimal is slow."""
-    kind = type(value)
-    if kind is float:
+    if type(value) is float:
         known = _NANOS_OF_FLOAT.get(value)
         if known is None:
             known = usd_to_nanos(value)
@@ -192,7 +191,7 @@ def usd_nanos(value: float | int) -> int:
                 _NANOS_OF_FLOAT.clear()
             _NANOS_OF_FLOAT[value] = known
         return known
-    if kind is int and -_EXACT_INT_USD < value < _EXACT_INT_USD:
+    if type(value) is int and -_EXACT_INT_USD < value < _EXACT_INT_USD:
         return value * NANOS_PER_USD
     return usd_to_nanos(value)
 
@@ -631,10 +630,10 @@ class _Reconciler:
             self.problems.append((source_file, offset, RUN_BOUND_REASON))
         return None, True, (0, 0, 0, 0)
 
-    def _charge(self, event: Event, cost: tuple[int | None, bool], kind: str, leg_ordinal: int | None,
+    def _charge(self, event: Event, priced: tuple[int | None, bool], kind: str, leg_ordinal: int | None,
                 leg_kind: str | None, node_id: str | None, round_: int | None) -> Charge:
-        """``cost``: _cost of the event (its handler may need it too)."""
-        cost, unknown, tokens = self._bounded(*cost, _tokens(event.data.get("usage")), "events.jsonl",
+        """``priced``: _cost of the event (its handler may need it too)."""
+        cost, unknown, tokens = self._bounded(*priced, _tokens(event.data.get("usage")), "events.jsonl",
                                               event.byte_offset)
         seq = self.charge_total = self.charge_total + 1
         charge = Charge(seq, kind, leg_ordinal, leg_kind, node_id, round_, event.ts,
@@ -760,7 +759,9 @@ def reconcile(run: RunInput) -> RunRows:
     r.walk()
     state = r.state() if run.keep_state else None
     snapshot = run.snapshot or {}
-    graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
+    graph = snapshot.get("graph")
+    if not isinstance(graph, dict):
+        graph = {}
     graph_nodes = {n["id"]: n for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
     records: dict[str, dict] = snapshot.get("nodes") or {}
     last_event = r.last
@@ -987,7 +988,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     has_snapshot = run.snapshot is not None
     # Every snapshot record has a node row, which holds what the run row sums of it.
     unrecorded = records_cost = passed = 0
-    records_unknown = False
+    records_unknown: bool | None = False
     passes = dict.fromkeys(PASS_COUNT_COLUMNS_ALL, 0)
     for node in node_rows:
         unrecorded += node["unrecorded_attempts"]
@@ -1028,9 +1029,15 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     if not has_snapshot:
         row.update({k: None for k in SNAPSHOT_COLUMNS})
         return row
-    goal = snapshot.get("goal") if isinstance(snapshot.get("goal"), dict) else {}
-    evidence = snapshot.get("build_evidence") if isinstance(snapshot.get("build_evidence"), dict) else {}
-    gate = snapshot.get("gate") if isinstance(snapshot.get("gate"), dict) else {}
+    goal = snapshot.get("goal")
+    if not isinstance(goal, dict):
+        goal = {}
+    evidence = snapshot.get("build_evidence")
+    if not isinstance(evidence, dict):
+        evidence = {}
+    gate = snapshot.get("gate")
+    if not isinstance(gate, dict):
+        gate = {}
     planning_unknown = bool(snapshot.get("planning_cost_unknown"))
     planning = None if planning_unknown else usd_nanos(snapshot.get("planning_cost_usd") or 0)
     snapshot_cost = (planning or 0) + records_cost

@@ -288,7 +288,7 @@ def store_while_reading(conn: Connection, run_pk: int, events: Iterable[Event],
     ``pending``: the lines are held back there (flushed when it is full) instead of
     inserted at once; a reader of the table in between flushes it first."""
     own = pending is None
-    if own:
+    if pending is None:
         pending = PendingRows()
     for batch in _batches(events):
         _add_events(conn, pending, run_pk, batch)
@@ -309,7 +309,7 @@ def write_events(conn: Connection, run_pk: int, events: Iterable[Event], replace
     read back (iter_events).
     """
     own = pending is None
-    if own:
+    if pending is None:
         pending = PendingRows()
     mark = backend_of(conn).mark
     changed, count, last = False, 0, 0
@@ -620,7 +620,7 @@ def write_run(conn: Connection, run_pk: int, home_id: int, run_id: str, facts: R
     """
     sql = _statements(conn)
     own = pending is None
-    if own:
+    if pending is None:
         pending = PendingRows()
     run_values = {**rows.run, **facts.dir_facts, "derivation_version": version}
     fix = _scrub if scrub else _same
@@ -651,7 +651,7 @@ def write_identities(conn: Connection, run_pk: int, facts: RunWrite, fresh: bool
     state.json renamed over with the same bytes; with the run's rows otherwise)."""
     sql = _statements(conn)
     own = pending is None
-    if own:
+    if pending is None:
         pending = PendingRows()
     if facts.stream is not None:
         source, path, checkpoint = facts.stream
@@ -699,7 +699,7 @@ def replace_derived(conn: Connection, run_pk: int, rows: RunRows, version: int, 
     if not derived_cleared:
         _delete_derived(conn, sql, run_pk)
     own = pending is None
-    if own:
+    if pending is None:
         pending = PendingRows()
     _insert_derived(conn, pending, sql, run_pk, rows, fix)
     if own:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -473,7 +474,7 @@ class _HomeSync:
             return runs, max(SYNC_BATCH_ROWS, runs * POOL_BATCH_ROWS // POOL_BATCH_RUNS)
         return SYNC_BATCH_RUNS, SYNC_BATCH_ROWS
 
-    def _fetch(self, sql: str, params: tuple) -> list[tuple]:
+    def _fetch(self, sql: str, params: tuple) -> Sequence[Sequence[Any]]:
         # A short read of its own: nothing holds a read transaction (or a WAL snapshot)
         # open across the batches written meanwhile.
         with self.engine.connect() as conn:
