@@ -408,10 +408,10 @@ def cost_text(report: dict, width: int | None = None) -> str:
     return "\n".join([*head, "", table_text, *notes])
 
 
-def undated_note(outside: dict) -> str:
+def undated_note(outside: dict, held_by: str = "window") -> str:
     """The spend no window holds: charges with no time, from runs with no stream to date them."""
     count = outside["invocations"]
-    return (f"not in any window: {money(outside['cost_nano_usd'], outside['unknown_cost_invocations'])} in {count} "
+    return (f"not in any {held_by}: {money(outside['cost_nano_usd'], outside['unknown_cost_invocations'])} in {count} "
             f"undated charge{'s' if count != 1 else ''} (runs with no stream to date them); "
             f"`omg-ledger cost` without --since/--until counts them, `--by run` shows whose")
 
@@ -614,8 +614,12 @@ def limits_table(report: dict) -> str:
         status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
         body.append([*cells, format_usd(item["limit_nano_usd"]), status])
     right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
-    return (f"spend limits at {when_local(report['at'])} (periods in {report['tz']})\n"
+    text = (f"spend limits at {when_local(report['at'])} (periods in {report['tz']})\n"
             + table(headers, body, right=right))
+    outside = report.get("undated_outside_periods")
+    if outside and outside["invocations"]:
+        text += "\n" + undated_note(outside, "period, so in no limit")
+    return text
 
 
 def limits_text(report: dict) -> str:

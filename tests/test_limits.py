@@ -197,3 +197,21 @@ def test_cli_audit_with_limits(sqlite_url, scenario_home, tmp_path):
     assert doc["limits"]["breaches"][0].startswith("LIMIT EXCEEDED: runtime:codex/day: $0.0000 known + ~$0.0083")
     assert doc["unknown_cost"]["estimate"]["estimated_nano_usd"] == 8_300_000
     assert doc["attention"][0] == "1 spend limit(s) exceeded" and doc["needs_attention"] is True
+
+
+def test_spend_no_period_holds_is_said_beside_the_limits(db_url, tmp_path):
+    # test_cost's undated case: assess.json's $0.50 in a run with no stream has no time,
+    # so no day's limit counts it; the report says so instead of leaving it out unsaid.
+    home = tmp_path / "home"
+    run = "20261129-090000.000000001-1"
+    test_cost.write_run(home, run, None, test_cost.state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
+    test_cost.one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    engine = ledger(db_url, home)
+    report = check_limits(engine, [parse_limit("day=1")], tz="UTC", now=SUNDAY_EVENING)
+    assert spent(report) == {"day": nanos("0.25")}
+    outside = report["undated_outside_periods"]
+    assert (outside["cost_nano_usd"], outside["invocations"]) == (nanos("0.5"), 1)
+    result = CliRunner().invoke(main, ["limits", "--db", db_url, "--limit", "day=1", "--tz", "UTC"],
+                                env={"OMG_LEDGER_NOW": "2026-11-29T20:00:00Z"})
+    assert result.exit_code == 0, result.output
+    assert "not in any period, so in no limit: $0.5000 in 1 undated charge " in result.output

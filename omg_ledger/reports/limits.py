@@ -84,12 +84,16 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
             })
         item["breach"] = item["exceeded"] or bool(item.get("exceeded_with_estimate"))
         items.append(item)
+    # Spend with no time is in no period, so no limit counts it: said, never left out
+    # unsaid (every period's report holds the same all-time figure).
+    undated = next(iter(reports.values()))["undated_outside_window"] if reports else None
     out = {
         "at": now.astimezone(zone).isoformat(),
         "tz": zone.key if isinstance(zone, ZoneInfo) and zone.key else str(zone),
         "estimate": prices is not None,
         "limits": items,
         "breaches": [_breach_line(item) for item in items if item["breach"]],
+        "undated_outside_periods": undated,
     }
     out["exceeded"] = bool(out["breaches"])
     if prices is not None:
