@@ -28,7 +28,7 @@ except ValueError:  # imported outside the main thread: the signal is not ours t
 
 import functools
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import click
 import orjson
@@ -178,26 +178,34 @@ def _now():
         raise BadArgument(f"{ENV_NOW}={text!r} is not an RFC 3339 time such as 2026-11-29T20:00:00Z") from None
 
 
+_Found = TypeVar("_Found")
+
+
+def _about_ledger(command_kwargs: dict, look: Callable[[str], _Found]) -> _Found | None:
+    """``look`` at the command's ledger (its --db) while a failure of it is being shown;
+    None when the command has none or the look fails too: the first failure is the one
+    to show."""
+    if "db" not in command_kwargs:
+        return None
+    try:
+        return look(config.resolve_db(command_kwargs["db"]))
+    except Exception:
+        return None
+
+
 def _unreadable_value_of(command_kwargs: dict) -> LedgerError | None:
     """The error naming a value of the command's ledger it cannot read, if it holds one."""
     from .db import unreadable_value
 
-    if "db" not in command_kwargs:
-        return None
-    try:
-        return unreadable_value(config.resolve_db(command_kwargs["db"]))
-    except Exception:  # the look failed too: the first failure is the one to show
-        return None
+    return _about_ledger(command_kwargs, unreadable_value)
 
 
 def _ledger_named(command_kwargs: dict) -> str:
     """' <url>' for an error of the command's ledger (a server gone mid-write says which)."""
     from .db import shown_url
 
-    try:
-        return f" {shown_url(config.resolve_db(command_kwargs['db']))}" if "db" in command_kwargs else ""
-    except Exception:  # naming it is a courtesy: the error itself is what to show
-        return ""
+    url = _about_ledger(command_kwargs, shown_url)
+    return f" {url}" if url else ""
 
 
 def ledger_errors(f: Callable) -> Callable:

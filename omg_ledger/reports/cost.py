@@ -243,6 +243,13 @@ def _add(into: dict, m) -> None:
             into[name] += summed(m[f"{name}_hi"]) * part + summed(m[f"{name}_lo"])
 
 
+def _sum_rows(rows: list) -> dict:
+    into = _zero()
+    for m in rows:
+        _add(into, m)
+    return into
+
+
 def _finish(row: dict) -> dict:
     nanos = row["cost_nano_usd"]
     row["cost_usd"] = round(nanos / 1e9, 9)
@@ -267,15 +274,18 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     zone = zone_named(tz)
     win = window(since, until, zone, now)
     backend = backend_of(engine)
+    labels = tuple(home_labels)
     with reading(engine) as reader:
+        def fetch(split: bool) -> tuple[list, list | None]:
+            result = list(reader.dicts(*_query(by, win, labels, backend, split)))
+            return result, None if win.all_time else list(reader.dicts(*_undated_query(labels, split)))
+
         try:
-            result = list(reader.dicts(*_query(by, win, tuple(home_labels), backend)))
-            undated = None if win.all_time else list(reader.dicts(*_undated_query(tuple(home_labels))))
+            result, undated = fetch(False)
         except Exception as exc:  # the driver's own error, inside the read transaction
             if "integer overflow" not in str(exc):
                 raise
-            result = list(reader.dicts(*_query(by, win, tuple(home_labels), backend, split=True)))
-            undated = None if win.all_time else list(reader.dicts(*_undated_query(tuple(home_labels), split=True)))
+            result, undated = fetch(True)
 
     total = _zero()
     rows: dict[str, dict] = {}
@@ -327,15 +337,9 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         "rows": out_rows,
         "total": _finish(total),
     }
-    if undated is not None:
-        # Spend with no time (a run that left state.json or assess.json but no stream to
-        # date it by) belongs to no window: said beside the total, never silently left out.
-        outside = _zero()
-        for m in undated:
-            _add(outside, m)
-        report["undated_outside_window"] = _finish(outside)
-    else:
-        report["undated_outside_window"] = None
+    # Spend with no time (a run that left state.json or assess.json but no stream to date
+    # it by) belongs to no window: said beside the total, never silently left out.
+    report["undated_outside_window"] = None if undated is None else _finish(_sum_rows(undated))
     if prices is not None:
         report["price_book"] = prices.describe()
     return report
