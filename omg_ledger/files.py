@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 
 from .errors import BadArgument
@@ -13,10 +14,24 @@ def write_atomic(path: str, text: str) -> None:
     """Write `text` to a temporary file in `path`'s directory, fsync it, then rename it
     over `path`: a reader (node_exporter, a mail job) sees the old file or the new one.
     The temporary name starts with '.' and does not end in the target's suffix, so a
-    textfile collector globbing *.prom never reads it."""
-    directory = os.path.dirname(os.path.abspath(path))
+    textfile collector globbing *.prom never reads it.
+
+    A symlink stays a symlink: the file it names is the one replaced. A target that is
+    no file (a device such as /dev/stdout or /dev/null, a FIFO) is written into, since a
+    rename would put a file in the node's place (as root, /dev/null's)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        _write_into(path, text)
+        return
+    real_path = os.path.realpath(path)
+    directory = os.path.dirname(real_path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(real_path)}.", suffix=".tmp")
     except OSError as exc:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
@@ -25,8 +40,16 @@ def write_atomic(path: str, text: str) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, real_path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _write_into(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as exc:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None

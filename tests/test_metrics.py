@@ -130,3 +130,41 @@ def test_last_sync_time_per_home(sqlite_url, corpus_home, tmp_path):
     (sample,) = families["omg_ledger_last_sync_timestamp_seconds"].samples
     assert sample.labels == {"home": "corpus"}
     assert before <= sample.value <= after
+
+
+def test_output_into_a_fifo_is_written_into_it_not_replaced(sqlite_url, corpus_home, tmp_path):
+    """--output /dev/stdout, /dev/null or a FIFO: renaming a file over it put a regular
+    file in the node's place (run as root, /dev/null itself was replaced)."""
+    import stat
+
+    ledger(sqlite_url, corpus_home, "corpus")
+    expected = invoke("metrics", "--db", sqlite_url)
+    assert len(expected.encode()) < 65536  # fits the pipe's buffer: the writer never waits for this reader
+    fifo = tmp_path / "collector" / "omg.prom"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader is there: the writer's open does not block
+    try:
+        assert invoke("metrics", "--db", sqlite_url, "--output", str(fifo)) == ""
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+        received = b""
+        while chunk := os.read(reader, 65536):
+            received += chunk
+    finally:
+        os.close(reader)
+    assert received.decode() == expected
+    assert os.listdir(fifo.parent) == ["omg.prom"]
+
+
+def test_output_through_a_symlink_replaces_the_file_it_names(sqlite_url, corpus_home, tmp_path):
+    ledger(sqlite_url, corpus_home, "corpus")
+    real = tmp_path / "real" / "omg.prom"
+    real.parent.mkdir()
+    real.write_text("old contents\n")
+    link = tmp_path / "collector" / "omg.prom"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    assert invoke("metrics", "--db", sqlite_url, "--output", str(link)) == ""
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert real.read_text() == invoke("metrics", "--db", sqlite_url)
+    assert os.listdir(real.parent) == ["omg.prom"] and os.listdir(link.parent) == ["omg.prom"]
