@@ -7,6 +7,7 @@ into one-line messages here, with exit codes cron can act on.
 from __future__ import annotations
 
 # ruff: noqa: E402 - the Ctrl-C guard must be in place before the imports below it.
+import errno
 import os
 import signal
 import sys
@@ -26,8 +27,9 @@ try:
 except ValueError:  # imported outside the main thread: the signal is not ours to handle
     _SIGINT_BEFORE = None
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import NoReturn, TypeVar
 
 import click
@@ -43,10 +45,99 @@ EXIT_ATTENTION = 1  # audit: something needs a human
 ENV_NOW = "OMG_LEDGER_NOW"
 
 
+class _OutputFailed(Exception):
+    """Writing stdout failed: its errno and reason. Not an OSError, so click's own
+    handler (which calls a broken pipe success) never sees it."""
+
+    def __init__(self, number: int, reason: str) -> None:
+        super().__init__(reason)
+        self.errno = number
+
+
+def _stdout():
+    """sys.stdout for a command that writes there; when it is closed (`cmd >&-`), the
+    failure, so output is never dropped while the command reads as done."""
+    if sys.stdout is None:
+        raise _OutputFailed(errno.EBADF, "stdout is closed")
+    return sys.stdout
+
+
+def _is_terminal(stream) -> bool:
+    return stream is not None and stream.isatty()
+
+
+def _write_nowhere(fd: int) -> None:
+    """Point ``fd`` at /dev/null: what is still buffered for it, and every later write,
+    goes nowhere instead of failing again (at the interpreter's exit: a traceback)."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def _writing_stdout() -> Iterator[None]:
+    """A reader that went away (`| head`) is no failure: the rest of the output goes
+    nowhere and the command ends as it would have, quietly, with its own exit code
+    (`audit | head -1` still exits 1 when something needs attention). Any other write
+    error (a full disk, a closed stdout, text its encoding cannot hold) is _OutputFailed."""
+    try:
+        yield
+    except UnicodeEncodeError as exc:
+        raise _OutputFailed(errno.EILSEQ, f"its encoding {exc.encoding} cannot hold {exc.object[exc.start:exc.end]!r} "
+                                          "(set PYTHONIOENCODING=utf-8, or a UTF-8 locale)") from None
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise _OutputFailed(exc.errno or errno.EIO, exc.strerror or str(exc)) from None
+        _write_nowhere(1)
+
+
+@contextlib.contextmanager
+def _parsing() -> Iterator[None]:
+    """Parsing the command line writes only --help and --version, and then exits 0."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise _OutputFailed(exc.errno or errno.EIO, exc.strerror or str(exc)) from None
+        _write_nowhere(1)
+        raise click.exceptions.Exit(0) from None
+
+
+def _flush_stdout() -> None:
+    if sys.stdout is not None:
+        with _writing_stdout():
+            sys.stdout.flush()
+
+
+def _output_failed(exc: _OutputFailed) -> NoReturn:
+    """End a command whose stdout cannot be written: one line and exit 2, as for a
+    --output file that cannot be written (the output is the command's result: a cron
+    job must not read it as done)."""
+    _write_nowhere(1)
+    reason = str(exc) if exc.errno == errno.EBADF and sys.stdout is None else f"stdout: {exc}"
+    _say_line(f"omg-ledger: error: cannot write the output: {reason}")
+    sys.exit(BadArgument.exit_code)
+
+
+def _to_stderr(text: str, nl: bool = True) -> None:
+    """A message on stderr. One that cannot be shown (stderr a closed pipe, a full disk)
+    must not stop the work: sync's problems are in the ledger too."""
+    try:
+        click.echo(text, err=True, nl=nl)
+    except OSError:
+        _write_nowhere(2)
+
+
 def _say(text: str, err: bool = False, nl: bool = True) -> None:
     """The terminal boundary for text: whatever a run directory put into `text`, no
     control, bidi or separator character leaves raw (render.inert); our line breaks stay."""
-    click.echo(render.inert(text, keep_newlines=True), err=err, nl=nl)
+    if err:
+        _to_stderr(render.inert(text, keep_newlines=True), nl=nl)
+        return
+    _stdout()
+    with _writing_stdout():
+        click.echo(render.inert(text, keep_newlines=True), nl=nl)
 
 
 def _say_lines(lines, colour: bool = False) -> None:
@@ -54,7 +145,10 @@ def _say_lines(lines, colour: bool = False) -> None:
     held whole); ``colour``: the verdict words in our own colour codes, after inert."""
     def flush(chunk: list[str]) -> None:
         text = render.inert("\n".join(chunk), keep_newlines=True)
-        click.echo((render.colour_verdicts(text) if colour else text) + "\n", nl=False)
+        with _writing_stdout():
+            click.echo((render.colour_verdicts(text) if colour else text) + "\n", nl=False)
+
+    _stdout()
 
     chunk: list[str] = []
     size = 0
@@ -70,7 +164,7 @@ def _say_lines(lines, colour: bool = False) -> None:
 
 def _say_line(text: str) -> None:
     """One message line on stderr, inert, newlines in it escaped too: it stays one line."""
-    click.echo(render.inert(text), err=True)
+    _to_stderr(render.inert(text))
 
 
 EXIT_DATABASE = 3
@@ -81,8 +175,16 @@ def _one_line(exc: Exception) -> str:
 
 
 def _emit_json(value: object) -> None:
-    text = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
-    sys.stdout.write(render.json_inert(text) + "\n")
+    data = orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    out = _stdout()
+    binary = getattr(out, "buffer", None)
+    with _writing_stdout():
+        if binary is None:
+            out.write(render.json_inert(data.decode()) + "\n")
+            return
+        # JSON is UTF-8 (RFC 8259) whatever the locale says, as click writes text.
+        out.flush()
+        binary.write(render.json_inert_utf8(data) + b"\n")
 
 
 JSON_ARRAY_CHUNK_BYTES = 1 << 18  # written at once: few writes, memory flat in the listing's length
@@ -93,11 +195,16 @@ def _emit_json_array(items, chunk_bytes: int = JSON_ARRAY_CHUNK_BYTES) -> None:
     never all in memory, and a write per item (a system call each when stdout is
     unbuffered) is not paid."""
     dumps, option, inert = orjson.dumps, orjson.OPT_NON_STR_KEYS, render.json_inert_utf8
-    out = sys.stdout
-    binary = getattr(out, "buffer", None) if (out.encoding or "").lower().replace("-", "") == "utf8" else None
+    out = _stdout()
+    binary = getattr(out, "buffer", None)  # UTF-8 (RFC 8259) whatever the locale says
     if binary is not None:
-        out.flush()  # the text layer may hold earlier output: keep the order
-    write = binary.write if binary is not None else (lambda data: out.write(data.decode()))
+        with _writing_stdout():
+            out.flush()  # the text layer may hold earlier output: keep the order
+    raw_write = binary.write if binary is not None else (lambda data: out.write(data.decode()))
+
+    def write(data) -> None:
+        with _writing_stdout():
+            raw_write(data)
     # Each item is appended as soon as it is serialized (orjson's result holds a buffer
     # far larger than its text: a list of them would not stay small).
     chunk = bytearray(b"[")
@@ -223,7 +330,7 @@ def ledger_errors(f: Callable) -> Callable:
             _say_line(f"omg-ledger: error: {_one_line(exc)}")
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
-            click.echo("omg-ledger: interrupted", err=True)
+            _to_stderr("omg-ledger: interrupted")
             sys.exit(EXIT_INTERRUPTED)
         except (ValueError, TypeError, ArithmeticError):
             # A value no report expects (a user's hand edit: text in an integer column):
@@ -295,22 +402,45 @@ class _StatusChoice(click.Choice):
         return [CompletionItem(c) for c in self.choices if c.lower().startswith(incomplete.lower())]
 
 
+class _LedgerCommand(click.Command):
+    """A command whose --help output failing to be written is said like any output's."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        with _parsing():
+            return super().make_context(info_name, args, parent, **extra)
+
+
 class _LedgerGroup(click.Group):
-    """The top-level group: Ctrl-C and database damage end any command in one line."""
+    """The top-level group: Ctrl-C, database damage and a stdout that cannot be written
+    end any command in one line."""
+
+    command_class = _LedgerCommand
+    group_class = type  # db, homes: this class too
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
-            return super().make_context(info_name, args, parent, **extra)
+            with _parsing():
+                return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as exc:  # an option of its own (omg-ledger --bogus)
             _usage_error(exc, info_name or "omg-ledger")
+        except _OutputFailed as exc:
+            _output_failed(exc)
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            try:
+                result = super().invoke(ctx)
+            except SystemExit:
+                _flush_stdout()  # the output of a command ending with its own exit code
+                raise
+            _flush_stdout()  # here, not at the interpreter's exit, where a failure is a traceback
+            return result
+        except _OutputFailed as exc:
+            _output_failed(exc)
         except click.UsageError as exc:
             _usage_error(exc, ctx.command_path)
         except KeyboardInterrupt:
-            click.echo("omg-ledger: interrupted", err=True)
+            _to_stderr("omg-ledger: interrupted")
             sys.exit(EXIT_INTERRUPTED)
         except Exception as exc:
             # Only a database error that reached here is ours to word; a command that
@@ -377,7 +507,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     from .db import HEAD_REVISION, check_sqlite_target
     from .version import DERIVATION_VERSION
 
-    progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
+    progress = render.progress_bar() if (_is_terminal(sys.stderr) and not as_json) else None
     resolved_homes = config.resolve_homes(homes)
     if invocation_files and not homes and not os.environ.get(config.ENV_HOME):
         # Runner streams alone asked for: the default home is synced only where there is one.
@@ -402,7 +532,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
         _say_line(f"omg-ledger: problem: {problem.path} at byte {problem.offset}: {problem.reason}")
     if as_json:
         _emit_json(report.as_dict())
-    elif sys.stdout.isatty():
+    elif _is_terminal(sys.stdout):
         import shutil
 
         width = shutil.get_terminal_size((80, 24)).columns
@@ -441,7 +571,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     from .sync import rebuild as run_rebuild
 
     engine = open_db(db)
-    progress = render.progress_bar() if (sys.stderr.isatty() and not as_json) else None
+    progress = render.progress_bar() if (_is_terminal(sys.stderr) and not as_json) else None
     report = run_rebuild(engine, list(run_ids), wait_seconds=wait_seconds, progress=progress)
     if progress is not None:
         progress.close()
@@ -507,8 +637,10 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         _say(render.runs_csv(rows, prices is not None), nl=False)
     else:
         # The table makes every cell inert itself, then adds its own colour codes.
-        click.echo(render.runs_table(list(rows), zone=zone if tz else None, filtered=bool(since or statuses or home_labels),
-                                     **render.terminal_options(sys.stdout)))
+        table = render.runs_table(list(rows), zone=zone if tz else None, filtered=bool(since or statuses or home_labels),
+                                  **render.terminal_options(_stdout()))
+        with _writing_stdout():
+            click.echo(table)
         if prices is not None:
             _say(render.price_book_line(prices.describe()))
 
@@ -804,7 +936,7 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
         return
     if with_total and not as_csv:
         raise BadArgument("--total adds a TOTAL row to --csv; give --csv (the text and --json always hold the total)")
-    width = render.terminal_width(sys.stdout)
+    width = render.terminal_width(_stdout())
     _emit(report, as_json, as_csv, lambda r: render.cost_csv(r, with_total), lambda r: render.cost_text(r, width=width))
 
 
@@ -812,7 +944,7 @@ def _emit_chart(report: dict) -> None:
     import codecs
     import shutil
 
-    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    encoding = getattr(_stdout(), "encoding", None) or "ascii"
     try:
         unicode = codecs.lookup(encoding).name == "utf-8"
     except LookupError:
@@ -932,7 +1064,7 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
         if as_json:
             _emit_json(report)
         else:
-            _say_lines(render.audit_lines(report, verbose), colour=render.use_colour(sys.stdout))
+            _say_lines(render.audit_lines(report, verbose), colour=render.use_colour(_stdout()))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 
@@ -993,7 +1125,9 @@ def metrics(db, output) -> None:
 
         write_atomic(output, text)
     else:
-        sys.stdout.write(text)
+        out = _stdout()
+        with _writing_stdout():
+            out.write(text)
 
 
 SQL_TIMEOUT_S = 60.0
@@ -1070,7 +1204,9 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
     from .reports.sql import parse_params, run_saved, saved_queries, saved_query
 
     if show_help and not name:
-        click.echo(ctx.get_help())
+        _stdout()
+        with _writing_stdout():
+            click.echo(ctx.get_help())
         return
     if (show_help or describe) and name:
         _say(render.saved_query_detail(saved_query(name, queries_dir)))
