@@ -39,7 +39,7 @@ def local_zone() -> ZoneInfo:
     if name:
         try:
             return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: TZ=Europe (a directory), a name too long
             pass
     try:
         target = os.path.realpath("/etc/localtime")
@@ -57,7 +57,7 @@ def zone_named(name: str | None) -> ZoneInfo:
         return local_zone()
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: Europe (a directory), a name too long
         pass
     from zoneinfo import available_timezones
 

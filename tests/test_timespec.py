@@ -76,3 +76,26 @@ def test_query_params_are_typed():
         with pytest.raises(BadArgument) as caught:
             typed_value(name, value, NOW, BERLIN)
         assert f"--param {name}" in str(caught.value)
+
+
+def test_a_zone_name_naming_a_directory_or_too_long_is_a_usage_error(tmp_path, corpus_home):
+    """`--tz Europe` (a directory of the zone database) and a name longer than a file
+    name can be were an IsADirectoryError / OSError traceback, not an unknown zone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli_checks import one_line_error
+    from tests.test_cost import ledger
+
+    db = f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    ledger(db, corpus_home, "corpus")
+    for zone in ("Europe", "x" * 300):
+        result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--by", "day", "--db", db,
+                                 "--tz", zone], capture_output=True, text=True, timeout=120)
+        assert "unknown time zone" in one_line_error(result, 2)
+    # The same in $TZ is a local zone that cannot be read: the next source is used, as for TZ=garbage.
+    for zone in ("Europe", "x" * 300):
+        result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--by", "day", "--db", db],
+                                capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": zone})
+        assert result.returncode == 0 and result.stderr == "", result.stderr
