@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0013, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0014, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -312,7 +312,8 @@ CREATE TABLE snapshot_files (
     mtime_ns bigint,
     sha256 text COLLATE pg_catalog."C",
     content text COLLATE pg_catalog."C",
-    error text COLLATE pg_catalog."C"
+    error text COLLATE pg_catalog."C",
+    ctime_ns bigint
 )
 ;
 CREATE TABLE streams (
@@ -641,7 +642,7 @@ CREATE INDEX ix_runs_last_leg_open ON runs USING btree (last_leg_open)
 ;
 CREATE INDEX ix_runs_stream_identity ON runs USING btree (stream_identity)
 ;
-CREATE INDEX ix_snapshot_files_identity ON snapshot_files USING btree (run_pk, name, dev, inode, size, mtime_ns, sha256)
+CREATE INDEX ix_snapshot_files_identity ON snapshot_files USING btree (run_pk, name, dev, inode, size, mtime_ns, ctime_ns, sha256)
 ;
 ALTER TABLE ONLY charges
     ADD CONSTRAINT fk_charges_run_pk_runs FOREIGN KEY (run_pk) REFERENCES runs(id) ON DELETE CASCADE

@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0013, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0014, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -242,7 +242,7 @@ CREATE TABLE snapshot_files (
 	mtime_ns BIGINT, 
 	sha256 TEXT, 
 	content TEXT, 
-	error TEXT, 
+	error TEXT, ctime_ns BIGINT, 
 	CONSTRAINT pk_snapshot_files PRIMARY KEY (run_pk, name), 
 	CONSTRAINT fk_snapshot_files_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
@@ -357,7 +357,7 @@ CREATE INDEX ix_runs_last_leg_open ON runs (last_leg_open)
 ;
 CREATE INDEX ix_runs_stream_identity ON runs (stream_identity)
 ;
-CREATE INDEX ix_snapshot_files_identity ON snapshot_files (run_pk, name, dev, inode, size, mtime_ns, sha256)
+CREATE INDEX ix_snapshot_files_identity ON snapshot_files (run_pk, name, dev, inode, size, mtime_ns, ctime_ns, sha256)
 ;
 CREATE VIEW v_invocations AS
 SELECT

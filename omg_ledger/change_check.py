@@ -37,7 +37,7 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 ABSENT = -1  # remembered mtime of a failed/ directory that does not exist
 # (error and content are not read: content comes before error in the row, and reading
 # past a file's content would walk its overflow pages.)
-FILE_COLUMNS = ("run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256")
+FILE_COLUMNS = ("run_pk", "name", "dev", "inode", "size", "mtime_ns", "ctime_ns", "sha256")
 
 
 @dataclass
@@ -205,7 +205,7 @@ def look_at(path: str, known: Known | None) -> Look | None:
         stream_changed = stream_info is not None
     else:
         stream_changed = run_stream_row_needs_reading(stream_info, checkpoint_row)
-    remembered = {row[1]: row[2:6] for row in known.file_rows}  # name -> identity
+    remembered = {row[1]: row[2:7] for row in known.file_rows}  # name -> identity (ingest.file_identity)
     file_infos = {}
     files_changed = False
     for name in SNAPSHOT_NAMES:

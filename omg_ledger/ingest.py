@@ -53,13 +53,16 @@ class Problem:
 
 
 def file_identity(info: os.stat_result | None) -> tuple | None:
+    """A JSON file's identity as the ledger remembers it (snapshot_files' columns). The
+    ctime is in it as in a stream's: a same-size rewrite in place with the mtime set back
+    (`cp -p`, a restore keeping times) changes nothing else."""
     if info is None:
         return None
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def stored_identity(row: dict) -> tuple:
-    return (row["dev"], row["inode"], row["size"], row["mtime_ns"])
+    return (row["dev"], row["inode"], row["size"], row["mtime_ns"], row["ctime_ns"])
 
 
 @dataclass
@@ -164,7 +167,7 @@ def read_snapshot_file(path: str, name: str, info: os.stat_result) -> tuple[Snap
     except UnreadableFile as exc:
         # Its identity is remembered, so an unchanged unreadable file is not re-reported.
         row = {"dev": info.st_dev, "inode": info.st_ino, "size": info.st_size, "mtime_ns": info.st_mtime_ns,
-               "sha256": None, "content": None, "error": str(exc)}
+               "ctime_ns": info.st_ctime_ns, "sha256": None, "content": None, "error": str(exc)}
         return SnapshotRead(row, None), Problem(path, 0, f"{name}: {exc}")
     problem = None
     parsed = None
@@ -179,7 +182,7 @@ def read_snapshot_file(path: str, name: str, info: os.stat_result) -> tuple[Snap
         problem = _snapshot_of_another_run(path, parsed) or problem
     ident = small.identity
     row = {"dev": ident.dev, "inode": ident.inode, "size": ident.size, "mtime_ns": ident.mtime_ns,
-           "sha256": small.sha256, "content": text, "error": error}
+           "ctime_ns": ident.ctime_ns, "sha256": small.sha256, "content": text, "error": error}
     return SnapshotRead(row, parsed), problem
 
 

@@ -397,9 +397,12 @@ snapshot_files = Table(
     Column("sha256", TEXT),
     Column("content", TEXT),
     Column("error", TEXT),  # unreadable / not JSON / wrong shape
+    # No user can set it back: a same-size rewrite in place with the mtime restored shows.
+    Column("ctime_ns", BigInteger),
     # The change check reads every file's identity; covered here, it never reads the
     # table's pages, which are mostly the files' content.
-    Index("ix_snapshot_files_identity", "run_pk", "name", "dev", "inode", "size", "mtime_ns", "sha256"),
+    Index("ix_snapshot_files_identity", "run_pk", "name", "dev", "inode", "size", "mtime_ns", "ctime_ns",
+          "sha256"),
 )
 
 # Bad input: where, what, when first and last seen. Never silently dropped.
@@ -772,6 +775,8 @@ DOCS: dict[str, dict[str, str]] = {
         "sha256": "SHA-256 of the content.",
         "content": "The file's content.",
         "error": "Why the file could not be used: unreadable, not JSON, wrong shape.",
+        "ctime_ns": "Status-change time (epoch ns) when last read: no user can set it back, so an in-place "
+                    "rewrite shows (NULL: read before omg-ledger kept it; read again at the next sync).",
     },
     "problems": {
         "": "Bad input found by sync: where, what, when first and last seen. Never silently dropped.",

@@ -40,6 +40,7 @@ class FileIdentity:
     inode: int
     size: int
     mtime_ns: int
+    ctime_ns: int
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def read_small_file(path: str) -> SmallFile:
         raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
-    identity = FileIdentity(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    identity = FileIdentity(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     return SmallFile(identity, content, hashlib.sha256(content).hexdigest())
 
 
