@@ -1,0 +1,657 @@
+"""Property campaign: derived rows are a function of stored facts.
+
+A ledger reached by any sequence of incremental syncs must equal, row for row in every
+table that describes the files, a ledger made by one cold sync of the final homes; and
+one run is billed once however it is reached.
+
+A history is generated from a seed over copies of real engine runs: each run's final
+stream and files are replayed as a sequence of states — stream prefixes cut at random
+byte offsets (mid-line, mid-UTF-8 sequence, at line ends), grown by append, by atomic
+rename or rewritten in place, now and then cut back; state.json / assess.json /
+graph.json / rejected.json / resume.lock appearing, changing (an earlier-looking
+version, a torn half-write), disappearing; .out files and failed/ replies appearing;
+a run directory deleted and recreated; copies of runs in a second home, synced into
+the same ledger. After every step a real `omg-ledger sync` process runs. At the end
+every file is put in its final state, synced once more, and the ledger is compared
+with a cold sync of the final homes (tests/ledger_dump.py), and `cost --json` with the
+spend summed by hand from the final files.
+
+Where the corpus has the engine's own `runs list`, each final run's state.json cost is
+checked against it too. Which of two equal copies is billed is "the first seen"
+(README), so it is left out of the comparison and checked as the rule itself.
+
+Run as a script (seeds are recorded in its output; the same seed is the same history):
+
+    PYTHONPATH=$PWD python -m tests.sync_campaign --seeds 0-9 --every-step
+    PYTHONPATH=$PWD python -m tests.sync_campaign --source scale --runs 40 --seeds 0-2
+    PYTHONPATH=$PWD python -m tests.sync_campaign --pg --runs 12 --seeds 0-1
+    PYTHONPATH=$PWD python -m tests.sync_campaign --source scale --runs 130 --seeds 0 --pool
+
+tests/test_sync_campaign.py runs one seed at a small size (SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("OMG_LEDGER_CORPUS", REPO.parent / "shared" / "corpus")).parent
+CORPUS_HOME = SHARED / "corpus" / "home"
+SCALE_TARBALL = SHARED / "corpus-scale" / "home.tar.gz"
+CONTRACT_FILES = ("state.json", "assess.json", "graph.json", "rejected.json", "resume.lock")
+
+# Tables compared whole. problems is compared as its open rows only (a problem an
+# earlier state had and the final files no longer have is kept resolved: history).
+# ingest_state is a rescan cache (ledger_dump's cache hints), left out by dump().
+COMPARED_EXCEPT = {"problems"}
+DERIVED_TABLES = ("legs", "nodes", "rounds", "charges", "findings", "goal_cycles", "derive_states")
+
+
+@dataclass
+class Slot:
+    """One run directory in one home: its final bytes and the state it is in now."""
+
+    home: str  # 'a' or 'b'
+    run_id: str
+    final: dict[str, bytes]  # relative path -> bytes (events.jsonl included)
+    final_dirs: list[str]  # relative directories, empty ones included
+    cut: int = 0  # bytes of the final stream written so far
+    has_stream: bool = False
+    files: dict[str, bytes] = field(default_factory=dict)  # what is there now, other than the stream
+    dirs: set[str] = field(default_factory=set)
+    present: bool = False  # the directory exists
+
+    @property
+    def stream(self) -> bytes:
+        return self.final.get("events.jsonl", b"")
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, bytes], list[str]]:
+    files, dirs = {}, []
+    for root, dirnames, filenames in os.walk(run_dir):
+        rel_root = Path(root).relative_to(run_dir)
+        for d in dirnames:
+            dirs.append(str(rel_root / d))
+        for f in filenames:
+            files[str(rel_root / f)] = (Path(root) / f).read_bytes()
+    return files, sorted(dirs)
+
+
+def _variant(name: str, data: bytes, rng: random.Random) -> bytes:
+    """An earlier-looking version of a contract file: still the right shape where it can be."""
+    if rng.random() < 0.25 and len(data) > 2:
+        return data[: rng.randrange(1, len(data))]  # torn: a half-written file
+    if name == "resume.lock":
+        return b"oh-my-graph-lock 1\n" + str(rng.randrange(2, 99999)).encode() + b"\n"
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return data[: len(data) // 2]
+    if not isinstance(doc, dict):
+        return data[: len(data) // 2]
+    if name == "state.json" and isinstance(doc.get("nodes"), dict) and doc["nodes"]:
+        nodes = dict(doc["nodes"])
+        victim = rng.choice(sorted(nodes))
+        if rng.random() < 0.5 or not isinstance(nodes[victim], dict):
+            del nodes[victim]
+        else:
+            nodes[victim] = {**nodes[victim], "cost_usd": round(rng.random() / 10, 4)}
+        doc["nodes"] = nodes
+    elif name == "assess.json" and "assess_cost_usd" in doc:
+        doc["assess_cost_usd"] = round(rng.random() / 10, 4)
+    else:
+        key = rng.choice(sorted(doc)) if doc else None
+        if key is not None:
+            del doc[key]
+    return json.dumps(doc, indent=2).encode()
+
+
+def _same_size_change(data: bytes, rng: random.Random) -> bytes:
+    """One digit changed (or, with no digit, one letter): a file rewritten in place at the
+    same size, as `cp -p` of another version over it leaves it."""
+    digits = [i for i, b in enumerate(data) if 0x30 <= b <= 0x39] or [
+        i for i, b in enumerate(data) if 0x61 <= b <= 0x7A]
+    if not digits:
+        return data
+    at = rng.choice(digits)
+    pool = b"0123456789" if data[at] <= 0x39 else b"abcdefghijklmnopqrstuvwxyz"
+    new = rng.choice([c for c in pool if c != data[at]])
+    return data[:at] + bytes([new]) + data[at + 1:]
+
+
+def _cut_points(stream: bytes, rng: random.Random, count: int) -> list[int]:
+    """Increasing byte offsets into the stream, ending at its length: line ends, mid-line,
+    and inside a multi-byte UTF-8 sequence where the stream has one."""
+    if not stream:
+        return []
+    line_ends = [i + 1 for i, b in enumerate(stream) if b == 0x0A]
+    mid_utf8 = [i for i, b in enumerate(stream) if 0x80 <= b < 0xC0]  # continuation bytes
+    points = set()
+    for _ in range(count):
+        roll = rng.random()
+        if roll < 0.35 and line_ends:
+            points.add(rng.choice(line_ends))
+        elif roll < 0.5 and mid_utf8:
+            points.add(rng.choice(mid_utf8))
+        else:
+            points.add(rng.randrange(1, len(stream) + 1))
+    points.discard(len(stream))
+    return sorted(points) + [len(stream)]
+
+
+class Campaign:
+    def __init__(self, seed: int, runs: list[Path], work: Path, db: str, *, steps: int, second_home: float,
+                 workers: str | None = None, every_step: bool = False, hostile: bool = True,
+                 burst: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.work = work
+        self.db = db
+        self.steps = steps
+        self.workers = workers
+        self.every_step = every_step
+        self.hostile = hostile  # also rewrite files in place with their mtime restored
+        self.burst = burst  # the first step touches every run: that many new runs at once (a pool)
+        self.homes = {"a": work / "home-a", "b": work / "home-b"}
+        for home in self.homes.values():
+            (home / "runs").mkdir(parents=True)
+        self.slots: list[Slot] = []
+        for run_dir in runs:
+            files, dirs = read_run(run_dir)
+            self.slots.append(Slot("a", run_dir.name, files, dirs))
+            if self.rng.random() < second_home:
+                copy = dict(files)
+                if self.rng.random() < 0.5 and "events.jsonl" in copy:
+                    # The backup holds a prefix of the stream (whole lines) and no snapshot.
+                    lines = copy["events.jsonl"].splitlines(keepends=True)
+                    copy["events.jsonl"] = b"".join(lines[: max(1, len(lines) // 2)])
+                    copy.pop("state.json", None)
+                    copy.pop("assess.json", None)
+                self.slots.append(Slot("b", run_dir.name, copy, dirs))
+        self.plans: dict[int, list[int]] = {}
+        for index, slot in enumerate(self.slots):
+            self.plans[index] = _cut_points(slot.stream, self.rng, self.rng.randrange(1, 6))
+        self.syncs = 0
+        self.failures: list[str] = []
+
+    # -- the files -------------------------------------------------------------------
+
+    def _dir(self, slot: Slot) -> Path:
+        return self.homes[slot.home] / "runs" / slot.run_id
+
+    def _ensure_dir(self, slot: Slot) -> Path:
+        d = self._dir(slot)
+        if not slot.present:
+            d.mkdir(parents=True)
+            slot.present = True
+            for rel in sorted(slot.dirs):
+                (d / rel).mkdir(parents=True, exist_ok=True)
+            if slot.has_stream:
+                (d / "events.jsonl").write_bytes(slot.stream[: slot.cut])
+            for rel, data in slot.files.items():
+                (d / rel).parent.mkdir(parents=True, exist_ok=True)
+                (d / rel).write_bytes(data)
+        return d
+
+    def _write_stream(self, slot: Slot, cut: int, how: str) -> None:
+        d = self._ensure_dir(slot)
+        path = d / "events.jsonl"
+        data = slot.stream[:cut]
+        if how == "append" and slot.has_stream and cut >= slot.cut:
+            with open(path, "ab") as f:
+                f.write(slot.stream[slot.cut: cut])
+        elif how == "rename":
+            tmp = d / ".events.jsonl.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        else:  # in place: same inode, truncated and rewritten
+            with open(path, "r+b" if path.exists() else "wb") as f:
+                f.truncate(0)
+                f.write(data)
+        slot.cut = cut
+        slot.has_stream = True
+
+    def _write_file(self, slot: Slot, rel: str, data: bytes | None, how: str) -> None:
+        d = self._ensure_dir(slot)
+        path = d / rel
+        if data is None:
+            path.unlink(missing_ok=True)
+            slot.files.pop(rel, None)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if how == "rename":
+            tmp = path.with_name("." + path.name + ".tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        else:
+            with open(path, "r+b" if path.exists() else "wb") as f:
+                f.truncate(0)
+                f.write(data)
+        slot.files[rel] = data
+
+    def _age_directories(self) -> None:
+        """Time passes (as between cron syncs): a directory changed in the last seconds gets
+        an mtime a few seconds back, so the next sync trusts it (discover.trusted_mtime)
+        and a file rewritten in place later leaves it as it is."""
+        now = time.time_ns()
+        for home in self.homes.values():
+            for root, dirnames, _files in os.walk(home):
+                for d in [root, *(os.path.join(root, n) for n in dirnames)]:
+                    info = os.stat(d)
+                    if now - info.st_mtime_ns < 5 * 10**9:
+                        os.utime(d, ns=(info.st_atime_ns, now - 5 * 10**9))
+
+    def _delete_dir(self, slot: Slot) -> None:
+        if slot.present:
+            shutil.rmtree(self._dir(slot))
+            slot.present = False
+
+    # -- one step --------------------------------------------------------------------
+
+    def _touch_slot(self, index: int) -> str:
+        """One change to one run directory, chosen among those that apply to it now."""
+        slot = self.slots[index]
+        rng = self.rng
+        plan = self.plans[index]
+        name = f"{slot.home}/{slot.run_id}"
+        if not slot.present and (slot.has_stream or slot.files):
+            self._ensure_dir(slot)
+            return f"{name}: directory recreated"
+        extras = [rel for rel in slot.final if rel != "events.jsonl" and Path(rel).name not in CONTRACT_FILES]
+        contract = [rel for rel in slot.final if Path(rel).name in CONTRACT_FILES]
+        choices = {"delete": 0.03 if slot.present else 0,
+                   "grow": 0.45 if plan else 0,
+                   "cut back": 0.03 if slot.cut > 0 else 0,
+                   "extra": 0.12 if extras else 0,
+                   "contract": 0.32 if contract else 0,
+                   "same size": 0.05 if self.hostile and any(r in slot.files for r in contract) else 0,
+                   "dirs": 0.02 if slot.final_dirs else 0}
+        if not any(choices.values()):
+            return f"{name}: nothing left to change"
+        op = rng.choices(list(choices), list(choices.values()))[0]
+        if op == "delete":
+            self._delete_dir(slot)
+            return f"{name}: directory deleted"
+        if op == "grow":
+            cut = plan.pop(0)
+            how = rng.choices(["append", "rename", "inplace"], [0.8, 0.12, 0.08])[0]
+            self._write_stream(slot, cut, how)
+            return f"{name}: stream {how} to {cut}/{len(slot.stream)}"
+        if op == "cut back":
+            cut = rng.randrange(0, slot.cut)
+            self._write_stream(slot, cut, rng.choice(["rename", "inplace"]))
+            self.plans[index] = sorted({p for p in plan if p > cut} | {len(slot.stream)})
+            return f"{name}: stream cut back to {cut}"
+        if op == "extra":
+            rel = rng.choice(extras)
+            if rel in slot.files and rng.random() < 0.3:
+                self._write_file(slot, rel, None, "")
+                return f"{name}: {rel} removed"
+            slot.dirs.update(d for d in slot.final_dirs if rel.startswith(d + "/"))
+            self._write_file(slot, rel, slot.final[rel], "rename")
+            return f"{name}: {rel} written"
+        if op == "same size":
+            rel = rng.choice([r for r in contract if r in slot.files])
+            changed = _same_size_change(slot.files[rel], rng)
+            path = self._dir(slot) / rel
+            info = os.stat(path)
+            with open(path, "r+b") as f:
+                f.write(changed)
+            os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+            slot.files[rel] = changed
+            return f"{name}: {rel} rewritten in place, same size, mtime restored"
+        if op == "contract":
+            rel = rng.choice(contract)
+            how = rng.choice(["rename", "inplace"])
+            kind = rng.choices(["final", "variant", "remove"], [0.5, 0.35, 0.15])[0]
+            data = (slot.final[rel] if kind == "final" else
+                    _variant(rel, slot.final[rel], rng) if kind == "variant" else None)
+            self._write_file(slot, rel, data, how)
+            return f"{name}: {rel} {kind} ({how})"
+        d = self._ensure_dir(slot)
+        for rel in slot.final_dirs:
+            slot.dirs.add(rel)
+            (d / rel).mkdir(parents=True, exist_ok=True)
+        return f"{name}: directories made"
+
+    def _finish(self) -> None:
+        """Every slot to its final bytes (files written in place or renamed at random)."""
+        for slot in self.slots:
+            d = self._ensure_dir(slot)
+            if "events.jsonl" in slot.final and (not slot.has_stream or slot.cut != len(slot.stream)):
+                self._write_stream(slot, len(slot.stream), "append" if slot.has_stream else "rename")
+            for rel in slot.final_dirs:
+                (d / rel).mkdir(parents=True, exist_ok=True)
+                slot.dirs.add(rel)
+            for rel, data in slot.final.items():
+                if rel != "events.jsonl" and slot.files.get(rel) != data:
+                    self._write_file(slot, rel, data, self.rng.choice(["rename", "inplace"]))
+            for rel in list(slot.files):
+                if rel not in slot.final:
+                    self._write_file(slot, rel, None, "")
+
+    # -- syncs -----------------------------------------------------------------------
+
+    def sync(self, db: str, homes: list[str], workers: str | None = None) -> subprocess.CompletedProcess:
+        args = [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db]
+        for label in homes:
+            args += ["--home", f"{label}={self.homes[label]}"]
+        if workers is not None:
+            args += ["--workers", workers]
+        done = subprocess.run(args, capture_output=True, text=True, env=cli_env(self.work))
+        self.syncs += 1
+        if done.returncode != 0 or "Traceback" in done.stderr:
+            self.failures.append(f"sync {homes} exit {done.returncode}: {done.stderr.strip()[-2000:]}")
+        return done
+
+    def run(self) -> list[str]:
+        """The history, then the final state; returns what was done, one line a step."""
+        done = []
+        indices = list(range(len(self.slots)))
+        for step in range(self.steps):
+            touched = (indices if self.burst and step == 0 else
+                       self.rng.sample(indices, k=min(len(indices), self.rng.randrange(1, 12))))
+            for index in touched:
+                done.append(f"step {step}: {self._touch_slot(index)}")
+            if self.rng.random() < 0.7:
+                self._age_directories()
+            homes = self.rng.choice([["a"], ["a", "b"], ["b", "a"], ["b"]])
+            done.append(f"step {step}: sync {homes}")
+            self.sync(self.db, homes, self.workers)
+            if self.every_step and len(homes) == 2:
+                cold = str(self.work / f"cold-step-{step}.sqlite")
+                self.sync(cold, ["a", "b"], self.workers)
+                for difference in present_run_differences(self.db, cold):
+                    self.failures.append(f"step {step}: {difference}")
+                os.unlink(cold)
+        self._finish()
+        done.append("final: every file in its final state; sync ['a', 'b']")
+        self.sync(self.db, self.rng.choice([["a", "b"], ["b", "a"]]), self.workers)
+        return done
+
+
+def cli_env(work: Path) -> dict[str, str]:
+    """The CLI's environment: this checkout, and no user's home, config or ledger."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMG_", "XDG_"))}
+    env["HOME"] = str(work / "user-home")
+    env["XDG_DATA_HOME"] = str(work / "user-home" / "data")
+    env["XDG_CONFIG_HOME"] = str(work / "user-home" / "config")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def compared(target: str) -> dict[str, list[tuple]]:
+    from tests.ledger_dump import dump
+
+    data = dump(target)
+    out = {name: rows for name, rows in data.items() if name not in COMPARED_EXCEPT}
+    # Which of two equal copies is billed is "the first seen" (README): history, not the
+    # files. billing_problems() checks the rule itself.
+    out["runs"] = sorted((tuple(kv for kv in row if kv[0] != "billed") for row in data["runs"]), key=repr)
+    out["problems (open)"] = sorted((r for r in data["problems"] if dict(r)["resolved_at"] is None), key=repr)
+    return out
+
+
+def present_run_differences(incremental: str, cold: str) -> list[str]:
+    """Per run still on disk: its rows in the history's ledger and in a cold sync of the
+    files as they are now (billed aside, see compared())."""
+    from tests.ledger_dump import dump, runs_of
+
+    def rows(target):
+        out = {}
+        for key, tables in runs_of(dump(target)).items():
+            (run,) = tables["runs"]
+            if dict(run)["gone"]:
+                continue
+            tables["runs"] = [tuple(kv for kv in run if kv[0] != "billed")]
+            out[key] = tables
+        return out
+
+    mine, theirs = rows(incremental), rows(cold)
+    out = []
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            a, b = mine.get(key, {}), theirs.get(key, {})
+            tables = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
+            detail = "; ".join(f"{t}: -{[dict(r) for r in b.get(t, []) if r not in a.get(t, [])][:2]} "
+                               f"+{[dict(r) for r in a.get(t, []) if r not in b.get(t, [])][:2]}" for t in tables)
+            out.append(f"run {key} differs from a cold sync of the same files: {detail}")
+    return out
+
+
+def billing_problems(target: str) -> list[str]:
+    """One billed copy per run identity, and it holds most of the stream (then: on disk)."""
+    from tests.ledger_dump import dump
+
+    by_identity: dict[str, list[dict]] = {}
+    for row in dump(target)["runs"]:
+        run = dict(row)
+        by_identity.setdefault(run["stream_identity"] or f"(none) {run['home_id']}/{run['run_id']}", []).append(run)
+    problems = []
+    for identity, members in sorted(by_identity.items()):
+        billed = [m for m in members if m["billed"]]
+        best = max((m["event_count"], not m["gone"]) for m in members)
+        if len(billed) != 1 or (billed[0]["event_count"], not billed[0]["gone"]) != best:
+            problems.append(f"{identity}: billed copies {[(m['home_id'], m['event_count'], m['gone']) for m in billed]}"
+                            f" of {[(m['home_id'], m['event_count'], m['gone']) for m in members]}")
+    return problems
+
+
+TRUTH_ROW = re.compile(r"^(\d{8}-\d{6}\.\d{9}-\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$")
+TRUTH = (SHARED / "corpus" / "truth" / "runs-list.txt", SHARED / "corpus-scale" / "truth-runs-list.txt")
+
+
+def engine_readback_problems(target: str, label: str = "a") -> list[str]:
+    """Each run of home ``label`` (the final bytes of real runs) against the engine's own
+    `runs list`: its state.json cost (printed to 4 places; a sum ending in 5 at the fifth
+    may print either neighbour, corpus-scale/README.md) and unknown where it says so."""
+    from tests.ledger_dump import dump
+
+    truth = {}
+    for path in TRUTH:
+        for line in path.read_text().splitlines():
+            match = TRUTH_ROW.match(line)
+            if match:
+                truth[match.group(1)] = match.group(4)
+    problems, checked = [], 0
+    for row in dump(target)["runs"]:
+        run = dict(row)
+        printed = truth.get(run["run_id"])
+        if run["home_id"] != label or printed in (None, "-"):
+            continue
+        checked += 1
+        if printed == "unknown":
+            ok = bool(run["snapshot_cost_unknown"])
+        else:
+            # A refused plan leaves no state.json: the engine prints its planning cost,
+            # from run_finished (corpus-scale/README.md), which is the run's one charge.
+            nanos = run["snapshot_cost_nano_usd"] if run["has_state"] else run["cost_nano_usd"]
+            ok = nanos is not None and abs(Decimal(nanos).scaleb(-9) - Decimal(printed)) <= Decimal("0.00005")
+        if not ok:
+            problems.append(f"{run['run_id']}: engine's runs list says {printed}, the ledger's state.json cost is "
+                            f"{run['snapshot_cost_nano_usd']} nano-USD (unknown: {run['snapshot_cost_unknown']})")
+    return problems if checked else ["no run of the engine's runs list was found to check"]
+
+
+def known_spend_by_hand(homes: list[Path]) -> int:
+    """Every run's known spend from its fullest copy's files: each accounting line's
+    cost_usd (unless cost_unknown) plus assess.json's assess_cost_usd, in nano-USD."""
+    best: dict[str, tuple[int, int]] = {}  # run id -> (lines, nanos) of its fullest copy
+    for home in homes:
+        for run_dir in sorted((home / "runs").iterdir()):
+            total, lines = Decimal(0), 0
+            stream = run_dir / "events.jsonl"
+            if stream.exists():
+                for line in stream.read_bytes().split(b"\n")[:-1]:  # complete lines only
+                    lines += 1
+                    event = json.loads(line)
+                    if "cost_usd" in event and not event.get("cost_unknown"):
+                        total += Decimal(str(event["cost_usd"]))
+            assess = run_dir / "assess.json"
+            if assess.exists():
+                doc = json.loads(assess.read_bytes())
+                if isinstance(doc.get("assess_cost_usd"), int | float) and not doc.get("assess_cost_unknown"):
+                    total += Decimal(str(doc["assess_cost_usd"]))
+            nanos = int(total * 10**9)
+            if run_dir.name not in best or lines > best[run_dir.name][0]:
+                best[run_dir.name] = (lines, nanos)
+    return sum(nanos for _lines, nanos in best.values())
+
+
+def cost_total(db: str, work: Path) -> int:
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--db", db, "--json"],
+                          capture_output=True, text=True, env=cli_env(work), check=True)
+    return json.loads(done.stdout)["total"]["cost_nano_usd"]
+
+
+def check(campaign: Campaign, cold_db: str) -> list[str]:
+    """Differences between the history's ledger and a cold sync of the final homes."""
+    from tests.ledger_dump import diff
+
+    problems = list(campaign.failures)
+    campaign.sync(cold_db, ["a", "b"], campaign.workers)
+    problems += campaign.failures[len(problems):]
+    incremental, cold = compared(campaign.db), compared(cold_db)
+    if incremental != cold:
+        problems.append("incremental != cold:\n" + diff(cold, incremental))
+    for name, db in (("incremental", campaign.db), ("cold", cold_db)):
+        problems += [f"{name} billing: {p}" for p in billing_problems(db)]
+    problems += [f"engine read-back: {p}" for p in engine_readback_problems(campaign.db)]
+    by_hand = known_spend_by_hand(list(campaign.homes.values()))
+    for name, db in (("incremental", campaign.db), ("cold", cold_db)):
+        total = cost_total(db, campaign.work)
+        if total != by_hand:
+            problems.append(f"cost --json of the {name} ledger: {total} nano-USD, by hand {by_hand}")
+    return problems
+
+
+# -- sources ---------------------------------------------------------------------------
+
+
+def corpus_runs(source: str, scratch: Path) -> list[Path]:
+    if source == "corpus":
+        return sorted((CORPUS_HOME / "runs").iterdir())
+    target = scratch / "scale-home"
+    if not target.exists():
+        with tarfile.open(SCALE_TARBALL) as archive:
+            archive.extractall(target, filter="data")
+    return sorted((target / "runs").iterdir())
+
+
+def run_one(seed: int, runs: list[Path], work: Path, db_kind: str, steps: int, pg=None,
+            workers: str | None = None, every_step: bool = False,
+            hostile: bool = True) -> tuple[list[str], list[str]]:
+    """One seeded history; (what it did, the differences found)."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    if db_kind == "sqlite":
+        db, cold = str(work / "history.sqlite"), str(work / "cold.sqlite")
+    else:
+        db = pg.create_database(f"campaign_{seed}_history")
+        cold = pg.create_database(f"campaign_{seed}_cold")
+    campaign = Campaign(seed, runs, work, db, steps=steps, second_home=0.3, workers=workers,
+                        every_step=every_step, hostile=hostile)
+    steps_done = campaign.run()
+    return steps_done, check(campaign, cold)
+
+
+def pool_against_one_process(seed: int, runs: list[Path], work: Path, steps: int) -> list[str]:
+    """The same seeded history twice, its first step making every run new at once (a
+    pool of workers for 100 or more): synced by the pool, and with --workers 0. Each
+    must equal its own cold sync, and the two histories' ledgers each other."""
+    from tests.ledger_dump import diff
+
+    if work.exists():
+        shutil.rmtree(work)
+    problems, ledgers = [], {}
+    for workers in (None, "0"):
+        where = work / f"workers-{workers or 'pool'}"
+        where.mkdir(parents=True)
+        history = Campaign(seed, runs, where, str(where / "history.sqlite"), steps=steps, second_home=0.1,
+                           workers=workers, burst=True)
+        history.run()
+        problems += [f"workers {workers or 'pool'}: {p}" for p in check(history, str(where / "cold.sqlite"))]
+        # Two histories' files are at other paths with other inodes and times: their
+        # derived rows, events and directory facts are compared.
+        data = compared(history.db)
+        data["runs"] = [tuple(kv for kv in row if kv[0] != "dir_path") for row in data["runs"]]
+        ledgers[workers] = {t: data[t] for t in (*DERIVED_TABLES, "events", "run_files", "runs")}
+    if ledgers[None] != ledgers["0"]:
+        problems.append("pool history != --workers 0 history:\n" + diff(ledgers["0"], ledgers[None]))
+    return problems
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0-4")
+    parser.add_argument("--source", choices=["corpus", "scale"], default="corpus")
+    parser.add_argument("--runs", type=int, default=0, help="sample this many runs (0: all)")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--pg", action="store_true", help="PostgreSQL (a private server, tests/pgserver.py)")
+    parser.add_argument("--workers", default=None)
+    parser.add_argument("--work", default=os.environ.get("CAMPAIGN_WORK", "/tmp/sync-campaign"))
+    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--pool", action="store_true",
+                        help="the same history synced by the worker pool and by --workers 0 (give --runs 100+)")
+    parser.add_argument("--no-hostile", action="store_true",
+                        help="never rewrite a file in place with its mtime restored")
+    parser.add_argument("--every-step", action="store_true",
+                        help="also compare each run on disk with a cold sync after every two-home step")
+    options = parser.parse_args()
+    scratch = Path(options.work)
+    scratch.mkdir(parents=True, exist_ok=True)
+    all_runs = corpus_runs(options.source, scratch)
+    server = None
+    if options.pg:
+        from tests.pgserver import PostgresServer, find_pg_bindir
+
+        server = PostgresServer(find_pg_bindir()).start()
+    failed = 0
+    for seed in _seeds(options.seeds):
+        rng = random.Random(f"sample-{seed}")
+        runs = sorted(rng.sample(all_runs, options.runs)) if options.runs else all_runs
+        if options.pool:
+            problems = pool_against_one_process(seed, runs, scratch / f"pool-seed-{seed}", options.steps)
+            print(f"seed {seed}: {len(runs)} runs, pool and --workers 0: {'ok' if not problems else 'DIVERGED'}")
+            for p in problems:
+                print("  " + p.replace("\n", "\n  ")[:5000])
+            failed += bool(problems)
+            continue
+        steps, problems = run_one(seed, runs, scratch / f"seed-{seed}", "pg" if options.pg else "sqlite",
+                                  options.steps, server, options.workers, options.every_step,
+                                  not options.no_hostile)
+        status = "ok" if not problems else "DIVERGED"
+        print(f"seed {seed}: {len(runs)} runs, {options.steps} steps: {status}", flush=True)
+        if problems:
+            failed += 1
+            for p in problems:
+                print("  " + p.replace("\n", "\n  "))
+            if options.verbose:
+                print("\n".join("    " + s for s in steps))
+    if server is not None:
+        server.stop()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

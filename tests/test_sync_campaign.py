@@ -1,0 +1,37 @@
+"""The property campaign of tests/sync_campaign.py at a small size: a seeded history of
+incremental syncs (real CLI processes) over copies of real corpus runs ends in the
+ledger a cold sync of the final homes makes, every run on disk equals a cold sync of
+its files after each two-home step, one copy of each run is billed, and `cost --json`
+is the spend summed by hand from the final files. The seeds are fixed: the same
+histories every time (the script runs more seeds, the scale corpus and more steps)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from . import sync_campaign as campaign
+from .conftest import CORPUS_HOME
+
+
+def _sample(seed: int, size: int):
+    runs = sorted((CORPUS_HOME / "runs").iterdir())
+    return sorted(random.Random(f"sample-{seed}").sample(runs, size))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_seeded_history_of_syncs_ends_where_a_cold_sync_of_the_final_homes_does(tmp_path, request, backend):
+    seed = 38  # JSON files rewritten in place (mtime restored), directories deleted and recreated, cuts back
+    work = tmp_path / "work"
+    work.mkdir()
+    if backend == "sqlite":
+        db, cold = str(work / "history.sqlite"), str(work / "cold.sqlite")
+    else:
+        server = request.getfixturevalue("pg_server")
+        db, cold = (server.create_database(f"campaign_{kind}_{uuid.uuid4().hex[:8]}") for kind in ("history", "cold"))
+    history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=8, second_home=0.3, every_step=True)
+    steps = history.run()
+    assert all(any(kind in step for step in steps) for kind in ("mtime restored", "deleted", "recreated", "cut back"))
+    assert campaign.check(history, cold) == [], "\n".join(steps)
