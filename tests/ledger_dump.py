@@ -153,3 +153,15 @@ def diff(a: dict[str, list[tuple]], b: dict[str, list[tuple]], limit: int = 5) -
 
 def counts(target: str | Engine) -> dict[str, int]:
     return {name: len(rows) for name, rows in dump(target).items()}
+
+
+def with_file_ctimes_unknown(dumped: dict[str, list[tuple]], run_ids: set[str] | None = None) -> dict[str, list[tuple]]:
+    """A dump as a ledger upgraded across migration 0014 holds it: each JSON file's ctime
+    unknown (NULL), since no migration can know it, until a sync reads the file again
+    (never, for a gone run's). ``run_ids``: only those runs' files (default: every run's)."""
+    def unknown(row: tuple) -> bool:
+        return run_ids is None or dict(row)["run_pk"][1] in run_ids
+
+    rows = sorted(tuple((k, None if k == "ctime_ns" and unknown(row) else v) for k, v in row)
+                  for row in dumped["snapshot_files"])
+    return {**dumped, "snapshot_files": rows}
