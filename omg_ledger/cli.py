@@ -87,9 +87,14 @@ def _writing_stdout() -> Iterator[None]:
         raise _OutputFailed(errno.EILSEQ, f"its encoding {exc.encoding} cannot hold {exc.object[exc.start:exc.end]!r} "
                                           "(set PYTHONIOENCODING=utf-8, or a UTF-8 locale)") from None
     except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise _OutputFailed(exc.errno or errno.EIO, exc.strerror or str(exc)) from None
-        _write_nowhere(1)
+        _reader_gone_or_failed(exc)
+
+
+def _reader_gone_or_failed(exc: OSError) -> None:
+    """A broken pipe sends the rest of stdout nowhere; any other write error is _OutputFailed."""
+    if exc.errno != errno.EPIPE:
+        raise _OutputFailed(exc.errno or errno.EIO, exc.strerror or str(exc)) from None
+    _write_nowhere(1)
 
 
 @contextlib.contextmanager
@@ -98,9 +103,7 @@ def _parsing() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise _OutputFailed(exc.errno or errno.EIO, exc.strerror or str(exc)) from None
-        _write_nowhere(1)
+        _reader_gone_or_failed(exc)
         raise click.exceptions.Exit(0) from None
 
 
