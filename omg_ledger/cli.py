@@ -410,7 +410,25 @@ class _LedgerCommand(click.Command):
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         with _parsing():
-            return super().make_context(info_name, args, parent, **extra)
+            ctx = super().make_context(info_name, args, parent, **extra)
+        _refuse_empty_values(ctx)
+        return ctx
+
+
+def _refuse_empty_values(ctx: click.Context) -> None:
+    """An option typed with an empty value (``--since "$UNSET"``) is a usage error: read
+    as the option left out, `cost --since ''` would print all-time spend as if it were
+    the window asked for."""
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.is_flag or param.type is not click.STRING:
+            continue
+        if ctx.get_parameter_source(param.name) is not click.core.ParameterSource.COMMANDLINE:
+            continue  # an empty environment variable is unset, as click reads it
+        value = ctx.params.get(param.name)
+        if value == "" or (param.multiple and "" in (value or ())):
+            name = max(param.opts, key=len)
+            rest = "" if param.required else f", or leave {name} out for its default"
+            raise click.UsageError(f"{name} was given an empty value: give one{rest}", ctx=ctx)
 
 
 class _LedgerGroup(click.Group):

@@ -23,7 +23,7 @@ from .units import instant_to_us
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 
-_RELATIVE = re.compile(r"^\s*(\d+)\s*([A-Za-z]+)\s*$")
+_RELATIVE = re.compile(r"^\s*([0-9]+)\s*([A-Za-z]+)\s*$")  # ASCII digits: int() would take "٣"
 _FIXED = {"m": timedelta(minutes=1), "h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
 _CALENDAR = {"mo": 1, "y": 12}  # months per unit
 _GRAMMAR = "use 30m, 12h, 7d, 2w, 3mo, 1y, today, yesterday, 2026-11-01, 2026-11-01T08:00 or RFC 3339"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -52,3 +54,40 @@ def test_unknown_run_is_a_clear_error_not_a_traceback(tmp_path):
     open_ledger(str(tmp_path / "l.sqlite")).dispose()
     result = CliRunner().invoke(main, ["show", "--db", str(tmp_path / "l.sqlite"), "nope"])
     assert result.exit_code == 2 and "no run matches 'nope'" in result.output
+
+
+def _text_options(command):
+    return [p for p in command.params
+            if isinstance(p, click.Option) and not p.is_flag and p.type is click.STRING]
+
+
+EMPTY_CASES = [(path, max(option.opts, key=len)) for path, command in all_commands()
+               for option in _text_options(command)]
+
+
+@pytest.mark.parametrize(("path", "option"), EMPTY_CASES, ids=[f"{' '.join(p)} {o}" for p, o in EMPTY_CASES])
+def test_an_option_given_an_empty_value_is_a_usage_error_naming_it(path, option, tmp_path):
+    # `--since "$WINDOW"` with WINDOW unset must not read as --since left out.
+    command = dict(all_commands())[path]
+    args = [*path, option, ""]
+    for param in command.params:  # whatever else the command requires, given
+        if param.required and max(param.opts, key=len) != option:
+            args += ["x"] if isinstance(param, click.Argument) else [param.opts[0], "x"]
+    result = CliRunner().invoke(main, args, env={"OMG_LEDGER_DB": str(tmp_path / "l.sqlite")})
+    assert result.exit_code == 2, result.output
+    assert f"{option} was given an empty value" in result.output
+    assert not (tmp_path / "l.sqlite").exists()  # refused before anything was opened
+
+
+def test_cost_since_empty_prints_no_all_time_total(tmp_path):
+    db = str(tmp_path / "l.sqlite")
+    cli = [sys.executable, "-m", "omg_ledger.cli"]
+    subprocess.run([*cli, "sync", "--db", db, "--home", str(CORPUS_HOME)], capture_output=True, check=True)
+    result = subprocess.run([*cli, "cost", "--db", db, "--since", "", "--json"], capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("omg-ledger: error: --since was given an empty value: give one, or leave --since "
+                             "out for its default (`omg-ledger cost --help` says more)\n")
+    # An empty environment variable is unset, as click has always read it.
+    result = subprocess.run([*cli, "cost", "--json"], capture_output=True, text=True, env={**os.environ,
+                            "OMG_LEDGER_DB": db, "OMG_LEDGER_PRICES": ""})
+    assert result.returncode == 0 and json.loads(result.stdout)["since"] is None

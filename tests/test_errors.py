@@ -225,7 +225,9 @@ def test_an_empty_home_is_refused_not_read_as_the_current_directory(tmp_path, sp
     db = tmp_path / "ledger.sqlite"
     result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--home", spec, "--db", str(db)],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert one_line_error(result, 2) == f"omg-ledger: error: --home {spec!r} names no directory"
+    said = ("--home was given an empty value: give one, or leave --home out for its default "
+            "(`omg-ledger sync --help` says more)" if spec == "" else f"--home {spec!r} names no directory")
+    assert one_line_error(result, 2) == f"omg-ledger: error: {said}"
     assert not db.exists()
 
 
@@ -239,7 +241,7 @@ def test_an_empty_db_is_refused_not_read_as_the_default_ledger(tmp_path, command
     env.pop("OMG_LEDGER_DB", None)
     result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", ""],
                             capture_output=True, text=True, timeout=120, env=env)
-    assert "--db '' names no ledger" in one_line_error(result, 2)
+    assert "--db was given an empty value" in one_line_error(result, 2)
     assert not (tmp_path / "data").exists()
 
 

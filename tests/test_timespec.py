@@ -55,6 +55,9 @@ BAD = [
     ("7days", ["7d"]),
     ("3x", ["unknown unit"]),
     ("next tuesday", ["cannot read time"]),
+    # int() reads other scripts' digits; a count here is ASCII digits only
+    ("\u0663d", ["cannot read time"]),
+    ("\uff17d", ["cannot read time"]),
 ]
 
 
