@@ -419,6 +419,8 @@ def _refuse_empty_values(ctx: click.Context) -> None:
     """An option typed with an empty value (``--since "$UNSET"``) is a usage error: read
     as the option left out, `cost --since ''` would print all-time spend as if it were
     the window asked for."""
+    if ctx.resilient_parsing:  # shell completion: nothing runs
+        return
     for param in ctx.command.params:
         if not isinstance(param, click.Option) or param.is_flag or param.type is not click.STRING:
             continue
