@@ -36,7 +36,14 @@ import click
 import orjson
 
 from . import config, render
-from .errors import BadArgument, DatabaseDamaged, LedgerError, database_trouble, require_utf8
+from .errors import (
+    BadArgument,
+    DatabaseDamaged,
+    LedgerBusy,
+    LedgerError,
+    database_trouble,
+    require_utf8,
+)
 from .status import STATUSES
 from .version import VERSION
 
@@ -351,7 +358,7 @@ def ledger_errors(f: Callable) -> Callable:
             from .db import one_line
 
             damaged = database_trouble(exc)
-            if isinstance(damaged, DatabaseDamaged):  # wherever it showed, say what to do
+            if isinstance(damaged, (DatabaseDamaged, LedgerBusy)):  # wherever it showed, say what to do
                 _say_line(f"omg-ledger: error: {damaged}")
                 sys.exit(damaged.exit_code)
             _say_line(f"omg-ledger: error: database{_ledger_named(kwargs)}: {one_line(exc)}")

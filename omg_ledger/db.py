@@ -17,7 +17,15 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .backend import backend_of
-from .errors import DatabaseTooNew, DatabaseUnavailable, UnreadableValue, UpgradeBlocked
+from .errors import (
+    DatabaseTooNew,
+    DatabaseUnavailable,
+    LedgerBusy,
+    UnreadableValue,
+    UpgradeBlocked,
+    is_locked,
+    ledger_locked,
+)
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up never pays for it
     from pathlib import Path
@@ -324,6 +332,8 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
         if not (from_head_schema and _create_at_head(engine)):
             _run_migrations(engine, say)
     except OperationalError as exc:
+        if is_locked(str(exc.orig)):
+            raise ledger_locked(f"the ledger database {engine.url!r}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}") from exc
 
 
@@ -417,11 +427,13 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
     engine = create_ledger_engine(db)
     try:
         migrate(engine, say=say)
-    except DatabaseUnavailable as exc:
+    except (DatabaseUnavailable, LedgerBusy) as exc:
         engine.dispose()  # name the database as the user typed it, password masked
-        raise DatabaseUnavailable(str(exc).replace(repr(engine.url), shown_url(db))) from exc
+        raise type(exc)(str(exc).replace(repr(engine.url), shown_url(db))) from exc
     except SQLAlchemyError as exc:
         engine.dispose()
+        if is_locked(str(exc)):
+            raise ledger_locked(f"the ledger database {shown_url(db)}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}") from exc
     except BaseException:
         engine.dispose()
@@ -678,6 +690,8 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
     except OperationalError as exc:
         if "not a database" in str(exc):
             raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
+        if is_locked(str(exc)):
+            raise ledger_locked(f"the ledger database {shown}") from exc
         path = engine.url.database if engine.dialect.name == "sqlite" else None
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
                                   f"{_wal_hint(path)}") from exc
@@ -707,6 +721,8 @@ def _sqlite_revision(path: str, shown: str) -> str | None:
     except sqlite3.Error as exc:
         if "not a database" in str(exc):
             raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
+        if is_locked(str(exc)):
+            raise ledger_locked(f"the ledger database {shown}") from exc
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
                                   f"{_wal_hint(path)}") from exc
     return None if row is None else row[0]

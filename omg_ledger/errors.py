@@ -43,7 +43,8 @@ class DatabaseDamaged(LedgerError):
 
 
 class LedgerBusy(LedgerError):
-    """Another sync holds the ledger for longer than we were told to wait."""
+    """Another sync holds the ledger for longer than we were told to wait, or another
+    process locks the database against us for longer than SQLite's busy timeout."""
 
     exit_code = 75  # EX_TEMPFAIL: cron may simply try again later
 
@@ -113,12 +114,25 @@ def database_trouble(exc: BaseException) -> LedgerError:
     """
     orig = getattr(exc, "orig", None) or exc
     message = " ".join(str(orig).split()) or type(orig).__name__
+    if is_locked(message):
+        return ledger_locked("the ledger database")
     if "malformed" in message or "file is not a database" in message:
         return DatabaseDamaged(
             f"the ledger database is damaged ({message}); restore it from a backup, or delete it "
             f"and run `omg-ledger sync` to rebuild it from the homes (runs whose directories are "
             f"gone exist only in a backup)")
     return DatabaseUnavailable(f"database error: {message}")
+
+
+def is_locked(message: str) -> bool:
+    """SQLite's words for a lock another connection held past the busy timeout."""
+    return "database is locked" in message or "database table is locked" in message
+
+
+def ledger_locked(shown: str) -> LedgerBusy:
+    return LedgerBusy(f"{shown} is locked by another process (waited for it, in vain): try again "
+                      f"later (a sync never locks readers out; a program holding an exclusive lock on "
+                      f"the file does)")
 
 
 def require_utf8(text: str, what: str, error: type[LedgerError] | None = None) -> None:

@@ -534,6 +534,41 @@ def test_cli_sync_while_another_holds_the_ledger_exits_75(big_home, tmp_path):
     assert_clean_exit(cli("sync", "--db", db, "--home", big_home))  # the lock died with its holder
 
 
+@pytest.mark.parametrize("command", [["cost", "--json"], ["runs", "--json"], ["audit"], ["sql", "SELECT 1"],
+                                     ["sync", "--home", str(CORPUS_HOME)]])
+def test_a_ledger_another_process_locks_exclusively_is_busy_exit_75(tmp_path, command):
+    """A program holding SQLite's exclusive lock (locking_mode EXCLUSIVE: a real process,
+    a real lock) locks readers out too: that is "busy, try again" for cron (75), not a
+    broken database (3). The busy timeout is cut to 0.2 s in the child: the wait is
+    SQLite's own, the answer at its end is what is tested."""
+    db = tmp_path / "ledger.sqlite"
+    assert_clean_exit(cli("sync", "--db", db, "--home", CORPUS_HOME))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
+        "c.execute('BEGIN EXCLUSIVE')\n"
+        "c.execute('SELECT count(*) FROM runs').fetchone()\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n"), str(db)], stdout=subprocess.PIPE, text=True)
+    short_wait = ("import sys; import omg_ledger.db as d; d.SQLITE_BUSY_TIMEOUT_MS = 200; "
+                  "import omg_ledger.ledger as l; l.SQLITE_BUSY_TIMEOUT_MS = 200; "
+                  "from omg_ledger.cli import main; sys.argv[0] = 'omg-ledger'; main()")
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = subprocess.run([sys.executable, "-c", short_wait, *command, "--db", str(db)],
+                                capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 75, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"omg-ledger: error: the ledger database {db} is locked by another process"
+                                    if command[0] != "sync" else "omg-ledger: error: ")
+    assert "locked by another process" in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert_clean_exit(cli(*command, "--db", db), code=1 if command[0] == "audit" else 0)  # the lock died with it
+
+
 # -- files that change identity --------------------------------------------------------------
 
 
