@@ -116,6 +116,23 @@ def test_spend_so_far_per_period_and_scope(db_url, scenario_home):
     assert spent(monday)["month"] == nanos("0.4514") and not monday["breaches"]
 
 
+def test_periods_that_start_together_each_count_their_own_spend(db_url, scenario_home):
+    # On 2026-11-01 the day and the month begin at the same instant, but the day ends on
+    # 11-02 and the month on 12-01: the month holds all the scenario's November spend
+    # ($0.4514), the day none of it. Each limit gets its own period's figure, whichever
+    # is asked first.
+    engine = ledger(db_url, scenario_home)
+    first_of_month = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    for specs in (("day=100", "month=100"), ("month=100", "day=100")):
+        report = check_limits(engine, [parse_limit(s) for s in specs], tz="UTC", now=first_of_month)
+        assert spent(report) == {"day": 0, "month": nanos("0.4514")}, specs
+    result = CliRunner().invoke(main, ["limits", "--db", db_url, "--limit", "day=100", "--limit", "month=0.40",
+                                       "--tz", "UTC", "--json"], env={"OMG_LEDGER_NOW": "2026-11-01T12:00:00Z"})
+    assert result.exit_code == 1, result.output
+    assert [(i["limit"], i["spent_nano_usd"], i["exceeded"]) for i in json.loads(result.output)["limits"]] == [
+        ("day", 0, False), ("month", nanos("0.4514"), True)]
+
+
 def test_periods_are_cut_in_the_zone(db_url, scenario_home):
     engine = ledger(db_url, scenario_home)
     late = datetime(2026, 11, 29, 23, 30, tzinfo=UTC)  # Sunday 23:30 UTC = Monday 00:30 in Berlin

@@ -60,7 +60,9 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
     for limit in limits:
         start, end = current_period(now, limit.period, zone)
         grouping = _GROUPING[limit.scope]
-        cache_key = (start, grouping)
+        # Periods of different lengths can start together (the 1st's day and month): the
+        # end belongs to the key.
+        cache_key = (start, end, grouping)
         if cache_key not in reports:
             reports[cache_key] = cost_report(engine, since=start.isoformat(), until=end.isoformat(), by=grouping,
                                              tz=tz, home_labels=home_labels, now=now, prices=prices)
