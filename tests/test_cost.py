@@ -395,6 +395,27 @@ def test_new_york_dst_end_month_and_week(db_url, tmp_path):
     assert (since["since"], since["until"]) == ("2026-11-01T00:00:00-04:00", "2026-11-02T00:00:00-05:00")
 
 
+def test_days_of_a_zone_whose_offset_was_not_a_multiple_of_15_minutes(db_url, tmp_path):
+    # Pacific/Kiritimati was UTC-10:40 until 1979 and Africa/Monrovia UTC-0:44:30 until
+    # 1972, both inside the instants the ledger takes. Kiritimati's 1970-01-01 began at
+    # 10:40Z and Monrovia's at 00:44:30Z, inside a 15-minute UTC slot.
+    home = _boundary_home(tmp_path, [
+        "1970-01-01T10:35:00.000000Z",  # 1: 1969-12-31 23:55 in Kiritimati
+        "1970-01-01T10:42:00.000000Z",  # 2: 1970-01-01 00:02 in Kiritimati
+        "1970-01-02T00:40:00.000000Z",  # 4: 1970-01-01 23:55:30 in Monrovia
+        "1970-01-02T00:44:40.000000Z",  # 8: 1970-01-02 00:00:10 in Monrovia
+    ])
+    engine = ledger(db_url, home)
+    kiritimati = cost_report(engine, by="day", tz="Pacific/Kiritimati", now=NOW)
+    assert _dollars(kiritimati) == {"1969-12-31": 1, "1970-01-01": 2 + 4 + 8}
+    window = cost_report(engine, since="1970-01-01", until="1970-01-02", tz="Pacific/Kiritimati", now=NOW)
+    assert window["total"]["cost_nano_usd"] // 10**9 == 2 + 4 + 8  # the window and the day agree
+    assert _dollars(cost_report(engine, by="day", tz="Africa/Monrovia", now=NOW)) == {"1970-01-01": 1 + 2 + 4,
+                                                                                        "1970-01-02": 8}
+    assert _dollars(cost_report(engine, by="month", tz="Pacific/Kiritimati", now=NOW)) == {"1969-12": 1,
+                                                                                             "1970-01": 14}
+
+
 def test_relative_since_is_exact_hours_up_to_now(db_url, tmp_path):
     home = _boundary_home(tmp_path, [
         "2026-11-22T11:59:59.000000Z",  # 1: just before now - 7×24h

@@ -12,9 +12,11 @@ Rules (each one is a test in tests/test_cost.py):
   group with unpriced invocations (``cost_unknown``, stored as NULL) has a lower-bound
   total: ``cost_is_lower_bound`` in JSON, ``≥ $12.40 +3 unpriced`` on a terminal.
 * Periods (day, week from Monday, month) are cut in ``tz``. SQL groups charges into
-  15-minute UTC buckets (every real zone offset is a multiple of 15 minutes, so no
-  bucket straddles a local midnight) and Python maps each bucket to its local period
-  with zoneinfo: DST days of 23 or 25 hours come out exact.
+  15-minute UTC buckets and Python maps each bucket to its local period with zoneinfo:
+  DST days of 23 or 25 hours come out exact. Today's offsets are all multiples of 15
+  minutes, so no bucket straddles a local midnight; the few that did (Pacific/Kiritimati
+  at -10:40 until 1979, Africa/Monrovia at -0:44:30 until 1972) are summed again per
+  charge time.
 * Keys: ``day`` ``2026-11-29``; ``week`` the Monday it starts on, ``2026-11-23``;
   ``month`` ``2026-11``; ``run`` the run id (the row also names its home); ``node``
   ``<graph>/<node id>`` (the row also has ``graph`` and ``node_id`` separately, since node
@@ -278,6 +280,8 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     with reading(engine) as reader:
         def fetch(split: bool) -> tuple[list, list | None]:
             result = list(reader.dicts(*_query(by, win, labels, backend, split)))
+            if by in PERIODS:
+                result = _split_straddling_buckets(reader, result, by, zone, win, labels, split)
             return result, None if win.all_time else list(reader.dicts(*_undated_query(labels, split)))
 
         try:
@@ -295,14 +299,14 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         if by is None:
             continue
         if by in PERIODS:
-            if m["bucket"] is None:
+            if m.get("bucket") is None and "at_us" not in m:
                 key = UNDATED
                 extra[key] = {}
-            elif not instant_in_range(int(m["bucket"]) * BUCKET_US):
+            elif not instant_in_range(_start_us(m)):
                 key = OUT_OF_RANGE
                 extra[key] = {}
             else:
-                start = period_start(us_to_instant(int(m["bucket"]) * BUCKET_US).astimezone(zone), by)
+                start = period_start(us_to_instant(_start_us(m)).astimezone(zone), by)
                 key = _period_key(start, by)
                 if key not in extra:
                     lo, hi = _period_bounds(start, by, zone)
@@ -345,6 +349,36 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     return report
 
 
+def _start_us(m) -> int:
+    """The first microsecond a period row covers: its bucket's, or its own charge time's."""
+    return int(m["at_us"]) if "at_us" in m else int(m["bucket"]) * BUCKET_US
+
+
+def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: Window,
+                              home_labels: tuple[str, ...], split: bool) -> list:
+    """Buckets whose first and last microsecond fall in different local periods, summed
+    again per charge time instead (none in any zone since 1979)."""
+    straddling = []
+    for m in result:
+        bucket = m["bucket"]
+        if bucket is None or not instant_in_range(int(bucket) * BUCKET_US) \
+                or not instant_in_range(int(bucket) * BUCKET_US + BUCKET_US - 1):
+            continue
+        first = us_to_instant(int(bucket) * BUCKET_US).astimezone(zone)
+        last = us_to_instant(int(bucket) * BUCKET_US + BUCKET_US - 1).astimezone(zone)
+        if period_start(first, by) != period_start(last, by):
+            straddling.append(int(bucket))
+    if not straddling:
+        return result
+    params: dict = {}
+    where = _conditions_sql(win, home_labels, params)
+    sql = (f"SELECT c.at_us AS at_us, {_measures(split)} FROM charges c WHERE {where} "
+           f"AND c.at_us / {BUCKET_US} IN {bind_list(params, 'bucket', straddling)} GROUP BY c.at_us")
+    redone = set(straddling)
+    kept = [m for m in result if m["bucket"] is None or int(m["bucket"]) not in redone]
+    return kept + list(reader.dicts(sql, params))
+
+
 def _undated_query(home_labels: tuple[str, ...], split: bool = False) -> tuple[str, dict]:
     """The charges no window holds (no time), billed copies of the chosen homes only."""
     params: dict = {}
@@ -360,8 +394,9 @@ def _estimate_key(by: str, m, zone: tzinfo) -> str:
     if by in PERIODS:
         if m["at_us"] is None:
             return UNDATED
-        bucket_start = us_to_instant(int(m["at_us"]) // BUCKET_US * BUCKET_US)
-        return _period_key(period_start(bucket_start.astimezone(zone), by), by)
+        # The charge's own time: the period its bucket maps to, or the right one where
+        # the bucket straddles two.
+        return _period_key(period_start(us_to_instant(int(m["at_us"])).astimezone(zone), by), by)
     if by == "run":
         return f"{m['home']}\0{m['run_id']}"
     return _key(by, m)
