@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
 from omg_ledger.reports.cost import cost_report
+from omg_ledger.reports.overview import overview
 from omg_ledger.sync import Home, sync
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -414,6 +415,10 @@ def test_days_of_a_zone_whose_offset_was_not_a_multiple_of_15_minutes(db_url, tm
                                                                                         "1970-01-02": 8}
     assert _dollars(cost_report(engine, by="month", tz="Pacific/Kiritimati", now=NOW)) == {"1969-12": 1,
                                                                                              "1970-01": 14}
+    # the HTML report's spend per day cuts the same days
+    days = overview(engine, tz="Pacific/Kiritimati", now=NOW)["days"]
+    assert {d["day"]: sum(c["cost_nano_usd"] for c in d["runtimes"].values()) // 10**9 for d in days} == {
+        "1969-12-31": 1, "1970-01-01": 14}
 
 
 def test_relative_since_is_exact_hours_up_to_now(db_url, tmp_path):

@@ -33,6 +33,7 @@ Rules (each one is a test in tests/test_cost.py):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING
@@ -354,13 +355,11 @@ def _start_us(m) -> int:
     return int(m["at_us"]) if "at_us" in m else int(m["bucket"]) * BUCKET_US
 
 
-def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: Window,
-                              home_labels: tuple[str, ...], split: bool) -> list:
-    """Buckets whose first and last microsecond fall in different local periods, summed
-    again per charge time instead (none in any zone since 1979)."""
+def straddling_buckets(buckets: Iterable[int | None], by: str, zone: tzinfo) -> list[int]:
+    """The 15-minute buckets whose first and last microsecond fall in different local
+    periods (none in any zone since 1979)."""
     straddling = []
-    for m in result:
-        bucket = m["bucket"]
+    for bucket in buckets:
         if bucket is None or not instant_in_range(int(bucket) * BUCKET_US) \
                 or not instant_in_range(int(bucket) * BUCKET_US + BUCKET_US - 1):
             continue
@@ -368,6 +367,13 @@ def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: 
         last = us_to_instant(int(bucket) * BUCKET_US + BUCKET_US - 1).astimezone(zone)
         if period_start(first, by) != period_start(last, by):
             straddling.append(int(bucket))
+    return straddling
+
+
+def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: Window,
+                              home_labels: tuple[str, ...], split: bool) -> list:
+    """The rows of straddling buckets summed again per charge time instead."""
+    straddling = straddling_buckets((m["bucket"] for m in result), by, zone)
     if not straddling:
         return result
     params: dict = {}

@@ -22,7 +22,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ..backend import reading
+from ..backend import bind_list, reading
 from ..prices import PriceBook
 from ..units import instant_to_us, summed, us_to_instant
 from .audit import audit_report
@@ -34,6 +34,7 @@ from .cost import (
     _period_key,
     cost_report,
     period_start,
+    straddling_buckets,
     window,
     zone_named,
 )
@@ -52,16 +53,17 @@ def _runtime_key(runtime: str | None, no_snapshot: bool) -> str:
 def _day_key(at_us: int | None, zone) -> str:
     if at_us is None:
         return UNDATED
-    return _period_key(period_start(us_to_instant(int(at_us) // BUCKET_US * BUCKET_US).astimezone(zone), "day"), "day")
+    return _period_key(period_start(us_to_instant(int(at_us)).astimezone(zone), "day"), "day")
 
 
 # Per 15-minute bucket, runtime and whether the run had a snapshot: the buckets are cut
-# into days in the report's zone (the same buckets as `cost --by day`).
-_DAYS_SQL = (f"SELECT c.at_us / {BUCKET_US} AS bucket, r.runtime AS runtime, (r.snapshot_schema IS NULL) AS no_snapshot, "
+# into days in the report's zone (the same buckets as `cost --by day`); a bucket that
+# straddles two days is summed again per charge time ({slot} c.at_us).
+_DAYS_SQL = ("SELECT {slot} AS slot, r.runtime AS runtime, (r.snapshot_schema IS NULL) AS no_snapshot, "
              "SUM(c.cost_nano_usd) AS known, COUNT(*) AS invocations, "
              "SUM(CASE WHEN c.cost_unknown THEN 1 ELSE 0 END) AS unpriced "
              "FROM charges c JOIN runs r ON r.id = c.run_pk WHERE {where} "
-             f"GROUP BY c.at_us / {BUCKET_US}, r.runtime, (r.snapshot_schema IS NULL)")
+             "GROUP BY {slot}, r.runtime, (r.snapshot_schema IS NULL)")
 
 
 def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
@@ -73,11 +75,20 @@ def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
                                                              **({"estimated_nano_usd": 0} if prices else {})})
 
     params: dict = {}
-    sql = _DAYS_SQL.format(where=_conditions_sql(win, (), params))
+    sql = _DAYS_SQL.format(slot=f"c.at_us / {BUCKET_US}", where=_conditions_sql(win, (), params))
     with reading(engine) as reader:
-        for bucket, runtime, no_snapshot, known, invocations, unpriced in reader.rows(sql, params):
-            into = cell(_day_key(None if bucket is None else int(bucket) * BUCKET_US, zone),
-                        _runtime_key(runtime, no_snapshot))
+        rows = [(None if bucket is None else int(bucket) * BUCKET_US, *rest)
+                for bucket, *rest in reader.rows(sql, params)]
+        straddling = straddling_buckets({None if at is None else at // BUCKET_US for at, *_ in rows}, "day", zone)
+        if straddling:
+            params = {}
+            where = (f"{_conditions_sql(win, (), params)} "
+                     f"AND c.at_us / {BUCKET_US} IN {bind_list(params, 'bucket', straddling)}")
+            redone = {b * BUCKET_US for b in straddling}
+            rows = [row for row in rows if row[0] not in redone] + list(
+                reader.rows(_DAYS_SQL.format(slot="c.at_us", where=where), params))
+        for at_us, runtime, no_snapshot, known, invocations, unpriced in rows:
+            into = cell(_day_key(at_us, zone), _runtime_key(runtime, no_snapshot))
             into["cost_nano_usd"] += summed(known)
             into["invocations"] += int(invocations)
             into["unknown_cost_invocations"] += int(unpriced or 0)
