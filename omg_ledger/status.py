@@ -7,6 +7,7 @@ live — only beside an open leg, since beside a closed leg it says nothing.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -92,11 +93,12 @@ def could_be(status: str):
     r = schema.runs.c
     if status in (ABANDONED, RUNNING, PLANNING):
         return r.last_leg_open
+    # A leg stored open may have closed since the last sync (confirm_abandoned reads it).
     if status == PAUSED:
-        return and_(r.last_leg_open.is_(False), r.last_outcome == "paused")
+        return or_(r.last_leg_open, r.last_outcome == "paused")
     if status == NOT_KNOWN_YET:
         return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False))
-    return and_(r.last_leg_open.is_(False), or_(r.last_outcome.is_(None), r.last_outcome != "paused"))  # PASS, FAIL
+    return or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "paused")  # PASS, FAIL
 
 
 GATE, SESSION_LIMIT, OTHER = "gate", "session_limit", "other"
@@ -134,25 +136,111 @@ def unrecorded_attempts(stored: int, nodes_left_running: int, run_status: str) -
 Prober = Callable[[str], Liveness]
 
 
-def status_of(facts: StatusFacts, run_dir: str, prober: Prober = probe_lock) -> str:
-    """Probe the lock only when it can matter: beside an open leg."""
-    if not facts.last_leg_open:
+def status_of(facts: StatusFacts, run_dir: str, prober: Prober = probe_lock, here: bool = True) -> str:
+    """Probe the lock only when it can matter: beside an open leg, and only on the machine
+    the run's home is on (``here``): elsewhere the path names another directory, or none,
+    and a lock on another machine cannot be probed — no evidence either way."""
+    if not facts.last_leg_open or not here:
         return derive(facts, Liveness.UNKNOWN)
     if not os.path.isdir(run_dir):
         return derive(facts, Liveness.UNKNOWN)  # gone: no evidence either way
     return derive(facts, prober(run_dir))
 
 
-def status_across_copies(status: str, facts: StatusFacts, copy_dirs: Iterable[str],
+def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
+                      ) -> tuple[str, StatusFacts]:
+    """The status of a run the stored facts and a free lock call ABANDONED, with what the
+    stream says now. The stored facts are as of the last sync and the lock is probed now:
+    a leg that closed after the sync has let go of its lock, and reads as dead beside
+    "last leg open" — so ABANDONED stands only if the lines appended since
+    ``checkpoint`` (the run's ``streams`` row) leave the leg open. Those lines are final:
+    a leg writes its last event before it gives the lock back. A leg they open again is
+    probed again; a leg they close is settled, judged with state.json as it is now.
+    Returns the status and the facts it was derived from."""
+    from .feed import parse_stream_line
+    from .tail import TailReader
+
+    run_id = os.path.basename(run_dir)
+
+    def parse(line: bytes, line_no: int, offset: int) -> object:
+        return parse_stream_line(line, line_no, offset, run_id)
+
+    try:
+        reader = TailReader(os.path.join(run_dir, "events.jsonl"), checkpoint, parse)
+    except OSError:
+        # The stream the facts came from is gone or unreadable: no evidence either way.
+        return derive(facts, Liveness.UNKNOWN), facts
+    if reader.replace or checkpoint is None:
+        # Not the file read before: its legs are walked from its first line.
+        open_, phase, outcome, detail, any_leg = False, None, None, None, False
+    else:
+        open_, phase, outcome, detail, any_leg = (facts.last_leg_open, facts.last_leg_phase, facts.last_outcome,
+                                                  facts.last_detail, facts.any_leg)
+    changed = reader.replace or checkpoint is None
+    for event in reader:
+        kind = event.data.get("event")
+        if kind == "run_started":
+            open_, any_leg, changed = True, True, True
+            phase = "planning" if event.data.get("phase") == "planning" else "run"
+        elif kind == "run_finished" and open_:
+            open_, changed = False, True
+            outcome, detail = event.data.get("outcome"), event.data.get("detail")
+    if not changed:
+        return ABANDONED, facts
+    now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
+                         last_detail=detail)
+    if open_:
+        return derive(now, prober(run_dir)), now
+    now = now._replace(**_snapshot_facts_now(run_dir, run_id))
+    return derive(now, Liveness.UNKNOWN), now
+
+
+def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
+    """has_snapshot, all_nodes_passed, snapshot_unreadable and gate_paused_at, from the
+    run's state.json as it is now (the same reading reconcile gives them)."""
+    from .snapshot import (
+        BadSnapshot,
+        UnreadableFile,
+        parse_state,
+        read_small_file,
+        snapshot_names_another_run,
+    )
+
+    path = os.path.join(run_dir, "state.json")
+    absent = {"has_snapshot": False, "all_nodes_passed": False, "snapshot_unreadable": False, "gate_paused_at": None}
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # never open a FIFO or follow a symlink
+            return {**absent, "snapshot_unreadable": True}
+        snapshot = parse_state(read_small_file(path).content)
+    except FileNotFoundError:
+        return absent
+    except (OSError, UnreadableFile, BadSnapshot):
+        return {**absent, "snapshot_unreadable": True}
+    if snapshot_names_another_run(snapshot, run_id):
+        return {**absent, "snapshot_unreadable": True}
+    graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
+    graph_ids = {n["id"] for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
+    records = snapshot.get("nodes") or {}
+    passed = sum(1 for node_id in graph_ids
+                 if isinstance(records.get(node_id), dict) and records[node_id].get("verdict") == "PASS")
+    gate = snapshot.get("gate") or {}
+    return {"has_snapshot": True, "all_nodes_passed": bool(graph_ids) and passed == len(graph_ids),
+            "snapshot_unreadable": False, "gate_paused_at": gate.get("paused_at") or None}
+
+
+def status_across_copies(status: str, facts: StatusFacts, copy_dirs: Iterable[str | None],
                          prober: Prober = probe_lock) -> str:
     """The status of a run held in several homes, from ``status`` (what one copy's lock
-    said) and the other copies' directories. A backup of a live run's directory carries a
-    marked lock nobody holds, so ABANDONED needs every copy's lock free: a copy whose lock
-    is held or cannot answer keeps the run in flight. A copy whose directory is gone holds
-    no leg and says nothing."""
+    said) and the other copies' directories (None: a copy on another machine, whose lock
+    cannot be probed here). A backup of a live run's directory carries a marked lock
+    nobody holds, so ABANDONED needs every copy's lock free: a copy whose lock is held or
+    cannot answer keeps the run in flight. A copy whose directory is gone holds no leg
+    and says nothing."""
     if status != ABANDONED:
         return status
     for copy_dir in copy_dirs:
+        if copy_dir is None:
+            return derive(facts, Liveness.UNKNOWN)
         if os.path.isdir(copy_dir):
             lock = prober(copy_dir)
             if lock is not Liveness.FREE:
@@ -166,7 +254,12 @@ def recovery_hint(run_id: str, has_snapshot: bool) -> str:
     return "it never wrote a snapshot, so there is nothing to resume from — run the graph again"
 
 
-def hint(status: str, run_id: str, facts: StatusFacts) -> str | None:
+def hint(status: str, run_id: str, facts: StatusFacts, elsewhere: str | None = None) -> str | None:
+    """``elsewhere``: the machine the run's home is on, when it is not this one."""
+    if elsewhere is not None and status in (RUNNING, PLANNING):
+        return (f"run {run_id} is in a home on another machine ({elsewhere}): its lock cannot be probed from "
+                f"here, so its open leg reads as in flight — `omg-ledger runs` on that machine tells a live leg "
+                f"from a dead one")
     if status == ABANDONED:
         return (f"run {run_id} is ABANDONED — a leg started and never reported an end: "
                 f"{recovery_hint(run_id, facts.has_snapshot)}. WARNING: {ORPHAN_WARNING}.")

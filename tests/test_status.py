@@ -176,7 +176,7 @@ def test_runs_json_over_many_runs_probes_only_open_legs(tmp_path, ledger, monkey
 
     real = status_module.probe_lock
     monkeypatch.setattr(status_module, "probe_lock", lambda d: probed.append(d) or real(d))
-    monkeypatch.setattr(status_module.status_of, "__defaults__", (status_module.probe_lock,))
+    monkeypatch.setattr(status_module.status_of, "__defaults__", (status_module.probe_lock, True))
     started = time.monotonic()
     rows = list_runs(ledger)
     assert len(rows) == 201 and time.monotonic() - started < 30
@@ -287,3 +287,154 @@ def test_a_copy_whose_lock_cannot_answer_keeps_the_run_in_flight(tmp_path, ledge
     # A copy whose directory is gone can hold no leg: it leaves the answer to the others.
     shutil.rmtree(b / "runs" / "run-y")
     assert status_of_run(ledger, "run-y") == "ABANDONED"
+
+
+# -- the stored stream facts are as of the last sync; the lock is probed now --
+
+# A leg shaped like the engine's: it takes the flock before its first event and gives it
+# back after its last (ADR 0015's ordering invariant). On "finish" it appends the given
+# lines, writes state.json, and exits, which releases the lock.
+LEG = r"""
+import fcntl, os, sys
+run_dir, tail, state = sys.argv[1], sys.argv[2], sys.argv[3]
+fd = os.open(os.path.join(run_dir, "resume.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, b"oh-my-graph-lock 1\n%d\n" % os.getpid())
+print("held", flush=True)
+assert sys.stdin.readline() == "finish\n"
+with open(os.path.join(run_dir, "events.jsonl"), "a") as f:
+    f.write(tail)
+if state:
+    with open(os.path.join(run_dir, "state.json"), "w") as f:
+        f.write(state)
+print("finished", flush=True)
+"""
+
+
+def run_leg(run_dir, tail: list[dict], state: dict | None) -> subprocess.Popen:
+    import json
+
+    lines = "".join(json.dumps({**data, "run_id": run_dir.name}) + "\n" for data in tail)
+    snapshot = json.dumps({"schema": 3, "run_id": run_dir.name, **state}) if state else ""
+    child = subprocess.Popen([sys.executable, "-c", LEG, str(run_dir), lines, snapshot],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "held\n"
+    return child
+
+
+def finish(child: subprocess.Popen) -> None:
+    child.stdin.write("finish\n")
+    child.stdin.flush()
+    assert child.stdout.readline() == "finished\n"
+    assert child.wait() == 0
+
+
+@pytest.mark.parametrize(("tail", "state", "expected"), [
+    ([ev("node_passed", 5, node_id="a", verdict="PASS"), ev("run_finished", 6, outcome="passed")],
+     {"graph": graph("a"), "nodes": {"a": {"verdict": "PASS"}}}, "PASS"),
+    ([ev("node_failed", 5, node_id="a", verdict="FAIL"), ev("run_finished", 6, outcome="failed")],
+     {"graph": graph("a"), "nodes": {"a": {"verdict": "FAIL"}}}, "FAIL"),
+    ([ev("gate_paused", 5, node_id="a"), ev("run_finished", 6, outcome="paused")], None, "PAUSED"),
+], ids=["passed", "failed", "paused"])
+def test_a_run_that_finished_after_the_last_sync_is_never_abandoned(tmp_path, ledger, tail, state, expected):
+    # Synced while its leg ran; the leg then closed normally and let go of its lock. The
+    # ledger still holds "last leg open", and the lock is free now: that is a finished
+    # run, not a dead one. The contract's rule (closed leg: the lock is not consulted,
+    # PASS needs every graph node PASS in state.json) gives the expected word.
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-f", [ev("run_started"), ev("node_started", 1, node_id="a")])
+    child = run_leg(run_dir, tail, state)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        assert status_of_run(ledger, "run-f") == "RUNNING"
+    finally:
+        finish(child)
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-f"]
+    assert (row["status"], show_run(ledger, "run-f")["status"]) == (expected, expected)
+    assert row["hint"] is None or "ABANDONED" not in row["hint"]
+    assert [r["run_id"] for r in list_runs(ledger, statuses=("ABANDONED",))] == []
+    assert [r["run_id"] for r in list_runs(ledger, statuses=(expected,))] == ["run-f"]
+
+
+def test_a_run_killed_after_more_events_than_the_last_sync_saw_is_abandoned(tmp_path, ledger):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-k", [ev("run_started"), ev("node_started", 1, node_id="a")])
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        with open(run_dir / "events.jsonl", "a") as f:  # the leg went on after the sync...
+            f.write('{"schema":3,"ts":"2026-11-29T10:00:05.000000000Z","run_id":"run-k","event":"node_started",'
+                    '"node_id":"b"}\n')
+    finally:
+        kill9(child)  # ...and was killed
+    assert status_of_run(ledger, "run-k") == "ABANDONED"
+
+
+def test_a_run_resumed_after_the_last_sync_saw_its_dead_leg_is_running(tmp_path, ledger):
+    # The ledger saw a dead leg (ABANDONED); since then a resume closed nothing but opened
+    # a new leg, which holds the lock: the run is in flight.
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-r", [ev("run_started"), ev("node_started", 1, node_id="a")],
+                        lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-r") == "ABANDONED"
+    child = hold_lock(run_dir)
+    try:
+        with open(run_dir / "events.jsonl", "a") as f:
+            f.write('{"schema":3,"ts":"2026-11-29T10:01:00.000000000Z","run_id":"run-r","event":"run_started"}\n')
+        assert status_of_run(ledger, "run-r") == "RUNNING"
+    finally:
+        kill9(child)
+    assert status_of_run(ledger, "run-r") == "ABANDONED"
+
+
+# -- one ledger, several machines: a lock is probed only on the machine its home is on --
+
+def _move_home_to_another_machine(ledger, label: str) -> None:
+    # What a second machine syncing into the same PostgreSQL ledger leaves: a home row
+    # whose machine is not this one, with a path that may well exist here too (a copy of
+    # that home at the same place, the same user's layout).
+    with ledger.begin() as conn:
+        conn.exec_driver_sql("UPDATE homes SET machine = 'machine:another-one' WHERE label = ?"
+                             if ledger.dialect.name == "sqlite" else
+                             "UPDATE homes SET machine = 'machine:another-one' WHERE label = %(label)s",
+                             (label,) if ledger.dialect.name == "sqlite" else {"label": label})
+
+
+def test_a_run_of_another_machines_home_is_never_probed_here(tmp_path, db_url):
+    # Here, at the path the other machine synced, is a copy whose marked lock nobody holds.
+    # That says nothing about the leg on the other machine: its lock cannot be probed from
+    # here, which is the "unknown" arm — the open leg reads as in flight, and says why.
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    write_run(home, "run-m", [ev("run_started"), ev("node_started", 1, node_id="a")], lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-m") == "ABANDONED"  # on its own machine
+    _move_home_to_another_machine(ledger, "h")
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-m"]
+    shown = show_run(ledger, "run-m")
+    assert (row["status"], shown["status"]) == ("RUNNING", "RUNNING")
+    assert "another machine" in row["hint"] and row["hint"] == shown["hint"]
+    assert list_runs(ledger, statuses=("ABANDONED",)) == []
+    assert {n["node_id"]: n["state"] for n in shown["nodes"]} == {"a": "running"}
+
+
+def test_a_copy_on_another_machine_keeps_the_run_in_flight(tmp_path, ledger):
+    # Both copies' locks are free here, but one copy's home is on another machine, where
+    # the run may be live: that copy cannot answer, and a copy that cannot answer keeps
+    # the run in flight.
+    a, b = tmp_path / "a", tmp_path / "b"
+    stream = [ev("run_started"), ev("node_started", 1, node_id="slow")]
+    write_run(a, "run-c", stream, lock="oh-my-graph-lock 1\n1\n")
+    write_run(b, "run-c", stream, lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
+    assert {r["run_id"]: r for r in list_runs(ledger)}["run-c"]["home"] == "a"
+    assert status_of_run(ledger, "run-c") == "ABANDONED"
+    _move_home_to_another_machine(ledger, "b")
+    assert status_of_run(ledger, "run-c") == "RUNNING"
+    assert show_run(ledger, "run-c")["status"] == "RUNNING"
+    # The other machine's copy is not read here: a directory missing at its path here
+    # does not make it gone.
+    shutil.rmtree(b / "runs" / "run-c")
+    assert status_of_run(ledger, "run-c") == "RUNNING"

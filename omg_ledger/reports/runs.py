@@ -21,6 +21,7 @@ from ..status import (
     PLANNING,
     RUNNING,
     StatusFacts,
+    confirm_abandoned,
     hint,
     node_state,
     pause_reason,
@@ -28,6 +29,7 @@ from ..status import (
     status_of,
     unrecorded_attempts,
 )
+from ..tail import Checkpoint, machine_source
 from ..units import NANOS_PER_USD, nanos_to_usd
 
 if TYPE_CHECKING:
@@ -60,17 +62,45 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
 # The directories of every other copy of each run whose last leg is open (keyed by the
 # run's row id): read once for a listing, when its first abandoned run is met, since a
 # copy's lock can keep such a run in flight (status.status_across_copies).
-_COPY_DIRS_SQL = ("SELECT r.id, c.dir_path FROM runs r JOIN runs c ON c.stream_identity = r.stream_identity "
-                  "AND c.id <> r.id WHERE r.last_leg_open ORDER BY r.id, c.id")
+_COPY_DIRS_SQL = ("SELECT r.id, c.dir_path, ch.machine, c.gone FROM runs r JOIN runs c "
+                  "ON c.stream_identity = r.stream_identity AND c.id <> r.id JOIN homes ch ON ch.id = c.home_id "
+                  "WHERE r.last_leg_open ORDER BY r.id, c.id")
 
 
-def copy_dirs(reader) -> dict[int, list[str]]:
-    """Row id → the directories of the run's other copies, for every run whose last leg
-    is open."""
-    dirs: dict[int, list[str]] = {}
-    for pk, dir_path in reader.rows(_COPY_DIRS_SQL):
-        dirs.setdefault(pk, []).append(dir_path)
+# The stream checkpoints of every run whose last leg is open: read once for a listing,
+# when its first abandoned-looking run is met (status.confirm_abandoned).
+_CHECKPOINTS_SQL = ("SELECT s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
+                    + " FROM streams s WHERE s.run_pk IN (SELECT id FROM runs WHERE last_leg_open)")
+
+
+def checkpoints(reader) -> dict[int, Checkpoint]:
+    """Row id → its stream's checkpoint, for every run whose last leg is open."""
+    return {row[0]: Checkpoint(*row[1:]) for row in reader.rows(_CHECKPOINTS_SQL)}
+
+
+def copy_dir_here(dir_path: str, machine: str | None, gone: bool) -> str | None | bool:
+    """A copy's directory as status.status_across_copies takes it: the path when its home
+    is on this machine, None for a copy on another machine (its lock cannot be probed
+    here), False for a copy there that its own machine's sync found gone (it says nothing)."""
+    if machine == machine_source():
+        return dir_path
+    return False if gone else None
+
+
+def copy_dirs(reader) -> dict[int, list[str | None]]:
+    """Row id → the directories of the run's other copies (copy_dir_here), for every run
+    whose last leg is open."""
+    dirs: dict[int, list[str | None]] = {}
+    for pk, dir_path, machine, gone in reader.rows(_COPY_DIRS_SQL):
+        copy_dir = copy_dir_here(dir_path, machine, bool(gone))
+        if copy_dir is not False:
+            dirs.setdefault(pk, []).append(copy_dir)
     return dirs
+
+
+def home_machines(reader) -> dict[str, str | None]:
+    """Home label → the machine it is on."""
+    return dict(reader.rows("SELECT label, machine FROM homes"))
 
 
 def running_nodes(reader) -> dict[tuple[str, str], list[str]]:
@@ -98,13 +128,13 @@ def could_be_sql(status: str) -> str:
     if status in (ABANDONED, RUNNING, PLANNING):
         return "r.last_leg_open"
     if status == PAUSED:
-        return "(NOT r.last_leg_open AND r.last_outcome = 'paused')"
+        return "(r.last_leg_open OR r.last_outcome = 'paused')"
     if status == NOT_KNOWN_YET:
         return "(NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state)"
-    return "(NOT r.last_leg_open AND (r.last_outcome IS NULL OR r.last_outcome <> 'paused'))"  # PASS, FAIL
+    return "(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'paused')"  # PASS, FAIL
 
 
-def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts) -> dict:
+def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, elsewhere: str | None = None) -> dict:
     """One run's listing row from a tuple of LIST_COLUMNS (+ label), read by position:
     `runs` builds 10,000 of them, and a dict per fetched row cost more than this does."""
     (_pk, run_id, _dir_path, gone, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
@@ -136,17 +166,19 @@ def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts) -> 
         "paused_for": pause_reason(facts) if status == PAUSED else None,
         "gate": gate_paused_at,
         "nodes_interrupted": left_running if status == ABANDONED else 0,  # killed calls, unrecorded
-        "hint": hint(status, run_id, facts),
+        "hint": hint(status, run_id, facts, elsewhere),
     }
 
 
-def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None) -> dict:
+def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None,
+                elsewhere: str | None = None) -> dict:
     """One run's listing row. ``left_running``: nodes the stream leaves running in the
     open leg (only read when the run is ABANDONED: their killed calls are unrecorded).
-    ``facts``: the row's StatusFacts when the caller has them already."""
+    ``facts``: the row's StatusFacts when the caller has them already. ``elsewhere``: the
+    machine the run's home is on, when it is not this one."""
     m = row._mapping if hasattr(row, "_mapping") else row
     values = (*(m[name] for name in LIST_COLUMNS), home_label)
-    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]))
+    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]), elsewhere)
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -167,11 +199,19 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
     from_columns = StatusFacts.from_columns
-    left_running = copies = None
+    left_running = copies = stream_checkpoints = None
+    here = machine_source()
     with reading(engine) as reader:
+        machines = home_machines(reader)
         for row in reader.rows(query, params):
             facts = from_columns(*row[_FACTS])
-            status = status_of(facts, row[_DIR_PATH])
+            machine = machines.get(row[-1])
+            elsewhere = None if machine == here else machine or "unknown"
+            status = status_of(facts, row[_DIR_PATH], here=elsewhere is None)
+            if status == ABANDONED:
+                if stream_checkpoints is None:
+                    stream_checkpoints = checkpoints(reader)
+                status, facts = confirm_abandoned(facts, row[_DIR_PATH], stream_checkpoints.get(row[0]))
             if status == ABANDONED:
                 if copies is None:
                     copies = copy_dirs(reader)
@@ -183,7 +223,7 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                 if left_running is None:
                     left_running = running_nodes(reader)
                 left = len(left_running.get((row[-1], row[_RUN_ID]), ()))
-            yield _summary(row, status, left, facts)
+            yield _summary(row, status, left, facts, elsewhere)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -194,7 +234,7 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
 AMBIGUOUS_LISTED = 20
 
 
-_RUN_SQL = "SELECT r.*, h.label FROM runs r JOIN homes h ON h.id = r.home_id"
+_RUN_SQL = "SELECT r.*, h.label, h.machine AS home_machine FROM runs r JOIN homes h ON h.id = r.home_id"
 
 
 def _run_rows(reader, conditions: list[str], params: dict, order_by: str = "h.label") -> list[dict]:
@@ -245,10 +285,10 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     with reading(engine) as reader:
         row = resolve_run(reader, run_id, home_label)
         other_copies = list(reader.rows(
-            "SELECT h.label, r.dir_path FROM runs r JOIN homes h ON h.id = r.home_id "
+            "SELECT h.label, r.dir_path, h.machine, r.gone FROM runs r JOIN homes h ON h.id = r.home_id "
             "WHERE r.stream_identity = :identity AND r.id <> :pk ORDER BY h.label",
             {"identity": row["stream_identity"], "pk": row["id"]})) if row["stream_identity"] is not None else []
-        copies = [label for label, _dir in other_copies]
+        copies = [label for label, *_rest in other_copies]
         of_run = {"pk": row["id"]}
         legs = reader.table_rows("legs", "run_pk = :pk", of_run, "ordinal")
         nodes = reader.table_rows("nodes", "run_pk = :pk", of_run, "node_id")
@@ -257,14 +297,21 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         findings = reader.table_rows("findings", "run_pk = :pk", of_run, "seq")
         goal = reader.table_rows("goal_cycles", "run_pk = :pk", of_run, "run_pk")
         problems = reader.table_rows("problems", "run_pk = :pk", of_run, "path, byte_offset")
+        stream = list(reader.rows("SELECT " + ", ".join(Checkpoint.COLUMNS) + " FROM streams WHERE run_pk = :pk",
+                                  of_run))
     facts = StatusFacts.from_row(row)
-    status = status_across_copies(status_of(facts, row["dir_path"]), facts, [d for _label, d in other_copies])
+    elsewhere = None if row["home_machine"] == machine_source() else row["home_machine"] or "unknown"
+    status = status_of(facts, row["dir_path"], here=elsewhere is None)
+    if status == ABANDONED:
+        status, facts = confirm_abandoned(facts, row["dir_path"], Checkpoint(*stream[0]) if stream else None)
+    copy_dirs_here = [copy_dir_here(d, machine, bool(gone)) for _label, d, machine, gone in other_copies]
+    status = status_across_copies(status, facts, [d for d in copy_dirs_here if d is not False])
     left_running = sum(1 for node in nodes if node["state"] == "running")
     for node in nodes:
         node["state"] = node_state(node["state"], status)
         node["unrecorded_attempts"] = unrecorded_attempts(node["unrecorded_attempts"],
                                                           1 if node["state"] == "interrupted" else 0, status)
-    summary = run_summary(row, status, row["label"], left_running, facts)
+    summary = run_summary(row, status, row["label"], left_running, facts, elsewhere)
     for item in [*nodes, *rounds, *charges]:
         for key in list(item):
             if key.endswith("_nano_usd"):
