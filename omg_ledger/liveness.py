@@ -170,27 +170,28 @@ def probe_lock(
         return Liveness.UNKNOWN
 
     path = os.path.join(run_dir, LOCK_FILE_NAME)
-    # lstat before open so a FIFO, device or socket is never opened at all:
+    # stat before open so a FIFO, device or socket is never opened at all:
     # opening a FIFO can release a writer blocked in open(), and opening a
-    # device can have side effects. A symlink is refused here too.
+    # device can have side effects. A symlink is followed, as the engine's own
+    # AcquireLock and ProbeLock follow it: a leg that opened resume.lock through
+    # a link holds its flock on the link's target, so that is the lock to probe.
     try:
-        pre = os.lstat(path)
+        pre = os.stat(path)
     except OSError:
         return Liveness.UNKNOWN
     if not stat.S_ISREG(pre.st_mode):
         return Liveness.UNKNOWN
-    # The lock file itself may be a mount point (a file bind-mounted from another
-    # filesystem) whose flock is not the directory's: statfs the file too, still by
-    # path, so a lock on such a filesystem is not opened either.
+    # The lock file itself may be on another filesystem than its directory (a file
+    # bind-mounted there, or a link's target) whose flock is not the directory's:
+    # statfs the file too (statfs follows links), so such a lock is not opened either.
     if not is_local_filesystem(path, fs_type):
         return Liveness.UNKNOWN
 
     try:
-        # No O_CREAT: a reader never makes a lock appear. O_NOFOLLOW closes the
-        # race where the name is swapped for a symlink after the lstat;
-        # O_NONBLOCK means a swapped-in FIFO cannot hang us; O_CLOEXEC keeps the
-        # fd (and any lock on it) out of children.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # No O_CREAT: a reader never makes a lock appear. O_NONBLOCK means a
+        # swapped-in FIFO cannot hang us (and _probe_fd refuses anything but the
+        # file stat saw); O_CLOEXEC keeps the fd (and any lock on it) out of children.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return Liveness.UNKNOWN
     try:
@@ -203,8 +204,8 @@ def probe_lock(
 
 def _probe_fd(fd: int, pre: os.stat_result) -> Liveness:
     st = os.fstat(fd)
-    # Same checks on what we actually opened, in case the name was replaced
-    # between lstat and open.
+    # Same checks on what we actually opened, in case the name (or a link's
+    # target) was replaced between stat and open.
     if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (pre.st_dev, pre.st_ino):
         return Liveness.UNKNOWN
 

@@ -509,32 +509,56 @@ def test_unmarked_garbage_is_unknown(run: Path, lock: Path, content: bytes) -> N
 # ---------------------------------------------------------------- not a regular file
 
 
-def test_symlinked_lock_is_unknown_and_target_untouched(
+def test_symlinked_lock_is_probed_at_its_target_and_the_target_untouched(
     tmp_path: Path, run: Path, lock: Path
 ) -> None:
+    # The engine opens resume.lock by name, following a link, both to take it
+    # (AcquireLock) and to probe it (ProbeLock): a leg started through a link holds
+    # its flock on the target, so the target is what answers.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     target = elsewhere / "resume.lock"
-    target.write_bytes(marked())  # a free marked lock: would read FREE if followed
+    target.write_bytes(marked())
     lock.symlink_to(target)
 
-    with watch_tree(elsewhere, extra_mask=IN_OPEN) as events:
-        assert probe_lock(run) is UNKNOWN
-    assert events == []  # the target was never even opened
+    assert probe_lock(run) is FREE
+    with hold_in_child(target):  # a leg holding it through the link's target
+        assert probe_lock(run) is HELD
+    with hold_in_child(lock):  # ...or through the link itself: the same lock
+        assert probe_lock(run) is HELD
+    before = snapshot(target), snapshot(lock)
+    assert probe_lock(run) is FREE  # the holder was killed: the kernel let go
+    assert (snapshot(target), snapshot(lock)) == before  # read-only through the link too
 
-    # ...so nothing is left locked on it: an exclusive lock is immediately free.
+    # ...and nothing is left locked on it: an exclusive lock is immediately free.
     fd = os.open(target, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     finally:
         os.close(fd)
 
-    with hold_in_process(target):  # held target: still not HELD through a link
-        assert probe_lock(run) is UNKNOWN
-    target.write_bytes(b"%d\n" % dead_pid())  # dead legacy target: not FREE either
+    target.write_bytes(b"%d\n" % dead_pid())  # an unmarked target: the legacy rule
+    assert probe_lock(run) is FREE
+    target.write_bytes(b"%d\n" % os.getpid())
     assert probe_lock(run) is UNKNOWN
-    target.unlink()  # dangling link
+    target.unlink()  # dangling link: absence is not evidence
     assert probe_lock(run) is UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: _make_dir(p), lambda p: _make_fifo(p)],
+    ids=["directory", "fifo"],
+)
+def test_lock_linked_to_a_non_regular_file_is_unknown_and_never_opened(
+    tmp_path: Path, run: Path, lock: Path, make: Callable[[Path], None]
+) -> None:
+    target = tmp_path / "special"
+    make(target)
+    lock.symlink_to(target)
+    with watch_tree(tmp_path, extra_mask=IN_OPEN) as events:
+        assert probe_with_deadline(run) is UNKNOWN
+    assert [e for e in events if e[0] == str(target)] == []
 
 
 def test_run_dir_reached_through_a_symlink_still_probes(
