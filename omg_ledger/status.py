@@ -254,12 +254,23 @@ def recovery_hint(run_id: str, has_snapshot: bool) -> str:
     return "it never wrote a snapshot, so there is nothing to resume from — run the graph again"
 
 
-def hint(status: str, run_id: str, facts: StatusFacts, elsewhere: str | None = None) -> str | None:
-    """``elsewhere``: the machine the run's home is on, when it is not this one."""
-    if elsewhere is not None and status in (RUNNING, PLANNING):
-        return (f"run {run_id} is in a home on another machine ({elsewhere}): its lock cannot be probed from "
-                f"here, so its open leg reads as in flight — `omg-ledger runs` on that machine tells a live leg "
-                f"from a dead one")
+def not_probed(facts: StatusFacts, run_dir: str, elsewhere: str | None) -> str | None:
+    """Why the lock beside an open leg could not be probed here (the run then reads in
+    flight on the stream alone), or None. ``elsewhere``: the machine the run's home is
+    on, when it is not this one."""
+    if not facts.last_leg_open:
+        return None
+    if elsewhere is not None:
+        return f"its home is on another machine ({elsewhere}), where `omg-ledger runs` tells a live leg from a dead one"
+    if not os.path.isdir(run_dir):
+        return f"its directory {run_dir} is not there any more (if the run moved, sync the home it is in now)"
+    return None
+
+
+def hint(status: str, run_id: str, facts: StatusFacts, unprobed: str | None = None) -> str | None:
+    """``unprobed``: not_probed's reason, when the open leg's lock could not be probed."""
+    if unprobed is not None and status in (RUNNING, PLANNING):
+        return f"run {run_id} reads {status} on the stream alone: its lock cannot be probed from here — {unprobed}"
     if status == ABANDONED:
         return (f"run {run_id} is ABANDONED — a leg started and never reported an end: "
                 f"{recovery_hint(run_id, facts.has_snapshot)}. WARNING: {ORPHAN_WARNING}.")

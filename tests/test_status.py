@@ -438,3 +438,31 @@ def test_a_copy_on_another_machine_keeps_the_run_in_flight(tmp_path, ledger):
     # does not make it gone.
     shutil.rmtree(b / "runs" / "run-c")
     assert status_of_run(ledger, "run-c") == "RUNNING"
+
+
+def test_a_run_whose_directory_is_gone_reads_in_flight_and_says_why(tmp_path, ledger):
+    # The ledger saw this run ABANDONED; then its home was moved away. A missing directory
+    # is no evidence either way (a moved run's leg may still hold its lock there), so the
+    # open leg reads in flight, as the contract's "unknown" arm says — and the row says
+    # that the lock could not be probed, instead of passing for a probed RUNNING.
+    home = tmp_path / "home"
+    write_run(home, "run-g", [ev("run_started"), ev("node_started", 1, node_id="a")], lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-g") == "ABANDONED"
+    shutil.move(home, tmp_path / "moved")
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-g"]
+    shown = show_run(ledger, "run-g")
+    assert (row["status"], shown["status"]) == ("RUNNING", "RUNNING")
+    assert "cannot be probed" in row["hint"] and "not there any more" in row["hint"] and row["hint"] == shown["hint"]
+
+
+def test_a_probed_running_run_has_no_hint(tmp_path, ledger):
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-h", [ev("run_started"), ev("node_started", 1, node_id="a")])
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        row = {r["run_id"]: r for r in list_runs(ledger)}["run-h"]
+        assert (row["status"], row["hint"], show_run(ledger, "run-h")["hint"]) == ("RUNNING", None, None)
+    finally:
+        kill9(child)

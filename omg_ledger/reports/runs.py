@@ -24,6 +24,7 @@ from ..status import (
     confirm_abandoned,
     hint,
     node_state,
+    not_probed,
     pause_reason,
     status_across_copies,
     status_of,
@@ -134,7 +135,7 @@ def could_be_sql(status: str) -> str:
     return "(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'paused')"  # PASS, FAIL
 
 
-def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, elsewhere: str | None = None) -> dict:
+def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, unprobed: str | None = None) -> dict:
     """One run's listing row from a tuple of LIST_COLUMNS (+ label), read by position:
     `runs` builds 10,000 of them, and a dict per fetched row cost more than this does."""
     (_pk, run_id, _dir_path, gone, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
@@ -166,19 +167,19 @@ def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, els
         "paused_for": pause_reason(facts) if status == PAUSED else None,
         "gate": gate_paused_at,
         "nodes_interrupted": left_running if status == ABANDONED else 0,  # killed calls, unrecorded
-        "hint": hint(status, run_id, facts, elsewhere),
+        "hint": hint(status, run_id, facts, unprobed),
     }
 
 
 def run_summary(row, status: str, home_label: str, left_running: int = 0, facts: StatusFacts | None = None,
-                elsewhere: str | None = None) -> dict:
+                unprobed: str | None = None) -> dict:
     """One run's listing row. ``left_running``: nodes the stream leaves running in the
     open leg (only read when the run is ABANDONED: their killed calls are unrecorded).
-    ``facts``: the row's StatusFacts when the caller has them already. ``elsewhere``: the
-    machine the run's home is on, when it is not this one."""
+    ``facts``: the row's StatusFacts when the caller has them already. ``unprobed``: why
+    its open leg's lock could not be probed here (status.not_probed)."""
     m = row._mapping if hasattr(row, "_mapping") else row
     values = (*(m[name] for name in LIST_COLUMNS), home_label)
-    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]), elsewhere)
+    return _summary(values, status, left_running, facts or StatusFacts.from_columns(*values[_FACTS]), unprobed)
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -223,7 +224,8 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                 if left_running is None:
                     left_running = running_nodes(reader)
                 left = len(left_running.get((row[-1], row[_RUN_ID]), ()))
-            yield _summary(row, status, left, facts, elsewhere)
+            unprobed = not_probed(facts, row[_DIR_PATH], elsewhere) if status in (RUNNING, PLANNING) else None
+            yield _summary(row, status, left, facts, unprobed)
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
@@ -311,7 +313,8 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         node["state"] = node_state(node["state"], status)
         node["unrecorded_attempts"] = unrecorded_attempts(node["unrecorded_attempts"],
                                                           1 if node["state"] == "interrupted" else 0, status)
-    summary = run_summary(row, status, row["label"], left_running, facts, elsewhere)
+    unprobed = not_probed(facts, row["dir_path"], elsewhere) if status in (RUNNING, PLANNING) else None
+    summary = run_summary(row, status, row["label"], left_running, facts, unprobed)
     for item in [*nodes, *rounds, *charges]:
         for key in list(item):
             if key.endswith("_nano_usd"):
