@@ -337,11 +337,12 @@ def finish(child: subprocess.Popen) -> None:
      {"graph": graph("a"), "nodes": {"a": {"verdict": "FAIL"}}}, "FAIL"),
     ([ev("gate_paused", 5, node_id="a"), ev("run_finished", 6, outcome="paused")], None, "PAUSED"),
 ], ids=["passed", "failed", "paused"])
-def test_a_run_that_finished_after_the_last_sync_is_never_abandoned(tmp_path, ledger, tail, state, expected):
+def test_a_run_that_finished_after_the_last_sync_is_never_abandoned(tmp_path, db_url, tail, state, expected):
     # Synced while its leg ran; the leg then closed normally and let go of its lock. The
     # ledger still holds "last leg open", and the lock is free now: that is a finished
     # run, not a dead one. The contract's rule (closed leg: the lock is not consulted,
     # PASS needs every graph node PASS in state.json) gives the expected word.
+    ledger = open_ledger(db_url)
     home = tmp_path / "home"
     run_dir = write_run(home, "run-f", [ev("run_started"), ev("node_started", 1, node_id="a")])
     child = run_leg(run_dir, tail, state)
