@@ -228,24 +228,48 @@ def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
             "snapshot_unreadable": False, "gate_paused_at": gate.get("paused_at") or None}
 
 
-def status_across_copies(status: str, facts: StatusFacts, copy_dirs: Iterable[str | None],
-                         prober: Prober = probe_lock) -> str:
+class Copy(NamedTuple):
+    """Another copy of a run (the same stream, in another home), as the status reads it."""
+
+    dir_path: str | None  # None: its home is on another machine, where its lock cannot be probed
+    facts: StatusFacts
+    checkpoint: object  # its stream's tail.Checkpoint, or None
+
+
+def status_across_copies(status: str, facts: StatusFacts, copies: Iterable[Copy],
+                         prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
     """The status of a run held in several homes, from ``status`` (what one copy's lock
-    said) and the other copies' directories (None: a copy on another machine, whose lock
-    cannot be probed here). A backup of a live run's directory carries a marked lock
-    nobody holds, so ABANDONED needs every copy's lock free: a copy whose lock is held or
-    cannot answer keeps the run in flight. A copy whose directory is gone holds no leg
-    and says nothing."""
+    and stream said) and the other copies. A backup of a live run's directory carries a
+    marked lock nobody holds, so ABANDONED needs every copy's lock free: a copy whose lock
+    is held or cannot answer keeps the run in flight, and a copy whose stream closed the
+    leg since the last sync (confirm_abandoned) says the run settled. A copy whose
+    directory is gone holds no leg and says nothing. Returns the status and its facts."""
     if status != ABANDONED:
-        return status
-    for copy_dir in copy_dirs:
-        if copy_dir is None:
-            return derive(facts, Liveness.UNKNOWN)
-        if os.path.isdir(copy_dir):
-            lock = prober(copy_dir)
+        return status, facts
+    for copy in copies:
+        if copy.dir_path is None:
+            return derive(facts, Liveness.UNKNOWN), facts
+        if os.path.isdir(copy.dir_path):
+            lock = prober(copy.dir_path)
             if lock is not Liveness.FREE:
-                return derive(facts, lock)
-    return status
+                return derive(facts, lock), facts
+            if copy.facts.last_leg_open:
+                copy_status, copy_facts = confirm_abandoned(copy.facts, copy.dir_path, copy.checkpoint, prober)
+                if copy_status != ABANDONED:
+                    return copy_status, copy_facts
+    return status, facts
+
+
+def status_without_own_copy(status: str, facts: StatusFacts, run_dir: str, copies: list[Copy],
+                            prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
+    """The status of a run read in flight because its own directory is gone, when other
+    copies of it are still here: a gone copy says nothing, so they decide — ABANDONED
+    only if at least one of them answers (and every one is free, status_across_copies)."""
+    if status not in (RUNNING, PLANNING) or not facts.last_leg_open or os.path.isdir(run_dir):
+        return status, facts
+    if not any(copy.dir_path is not None and os.path.isdir(copy.dir_path) for copy in copies):
+        return status, facts
+    return status_across_copies(ABANDONED, facts, copies, prober)
 
 
 def recovery_hint(run_id: str, has_snapshot: bool) -> str:

@@ -467,3 +467,46 @@ def test_a_probed_running_run_has_no_hint(tmp_path, ledger):
         assert (row["status"], row["hint"], show_run(ledger, "run-h")["hint"]) == ("RUNNING", None, None)
     finally:
         kill9(child)
+
+
+def test_a_live_run_copied_elsewhere_that_finished_after_the_last_sync_is_not_abandoned(tmp_path, ledger):
+    # The backup is the billed copy (synced first); the live copy's leg then closed and
+    # let go of its lock. Both locks are free now, the backup's stream never moves, and
+    # the live copy's stream says the run finished: it PASSed.
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    run_dir = write_run(live, "run-x", [ev("run_started"), ev("node_started", 1, node_id="a")])
+    child = run_leg(run_dir, [ev("node_passed", 5, node_id="a", verdict="PASS"), ev("run_finished", 6, outcome="passed")],
+                    {"graph": graph("a"), "nodes": {"a": {"verdict": "PASS"}}})
+    try:
+        shutil.copytree(live, backup)
+        sync(ledger, [Home.from_path(str(backup), "backup"), Home.from_path(str(live), "live")])
+        row = {r["run_id"]: r for r in list_runs(ledger)}["run-x"]
+        assert (row["home"], row["status"]) == ("backup", "RUNNING")
+    finally:
+        finish(child)
+    assert status_of_run(ledger, "run-x") == "PASS"
+    assert [show_run(ledger, "run-x", home)["status"] for home in (None, "backup", "live")] == ["PASS"] * 3
+
+
+def test_a_run_whose_billed_copy_is_gone_is_judged_by_the_copies_still_here(tmp_path, ledger):
+    # The billed copy's directory was deleted after the sync; another copy is still here,
+    # and its lock is free: the gone copy says nothing, the copy here says the leg is dead.
+    a, b = tmp_path / "a", tmp_path / "b"
+    stream = [ev("run_started"), ev("node_started", 1, node_id="slow")]
+    write_run(a, "run-z", stream, lock="oh-my-graph-lock 1\n1\n")
+    write_run(b, "run-z", stream, lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
+    assert {r["run_id"]: r for r in list_runs(ledger)}["run-z"]["home"] == "a"
+    shutil.rmtree(a / "runs" / "run-z")
+    assert status_of_run(ledger, "run-z") == "ABANDONED"
+    assert show_run(ledger, "run-z")["status"] == "ABANDONED"
+    # ...and a copy here whose lock is held keeps it in flight.
+    child = hold_lock(b / "runs" / "run-z")
+    try:
+        assert status_of_run(ledger, "run-z") == "RUNNING"
+        assert show_run(ledger, "run-z")["status"] == "RUNNING"
+    finally:
+        kill9(child)
+    # With no copy left here, nothing answers: in flight on the stream alone.
+    shutil.rmtree(b / "runs" / "run-z")
+    assert status_of_run(ledger, "run-z") == "RUNNING"

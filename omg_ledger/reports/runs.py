@@ -6,6 +6,7 @@ of `runs` and `audit`, and importing SQLAlchemy alone costs more than either's q
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from ..status import (
     PAUSED,
     PLANNING,
     RUNNING,
+    Copy,
     StatusFacts,
     confirm_abandoned,
     hint,
@@ -28,6 +30,7 @@ from ..status import (
     pause_reason,
     status_across_copies,
     status_of,
+    status_without_own_copy,
     unrecorded_attempts,
 )
 from ..tail import Checkpoint, machine_source
@@ -60,14 +63,6 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
                       "ORDER BY h.label, r.run_id, n.node_id")
 
 
-# The directories of every other copy of each run whose last leg is open (keyed by the
-# run's row id): read once for a listing, when its first abandoned run is met, since a
-# copy's lock can keep such a run in flight (status.status_across_copies).
-_COPY_DIRS_SQL = ("SELECT r.id, c.dir_path, ch.machine, c.gone FROM runs r JOIN runs c "
-                  "ON c.stream_identity = r.stream_identity AND c.id <> r.id JOIN homes ch ON ch.id = c.home_id "
-                  "WHERE r.last_leg_open ORDER BY r.id, c.id")
-
-
 # The stream checkpoints of every run whose last leg is open: read once for a listing,
 # when its first abandoned-looking run is met (status.confirm_abandoned).
 _CHECKPOINTS_SQL = ("SELECT s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
@@ -79,24 +74,44 @@ def checkpoints(reader) -> dict[int, Checkpoint]:
     return {row[0]: Checkpoint(*row[1:]) for row in reader.rows(_CHECKPOINTS_SQL)}
 
 
-def copy_dir_here(dir_path: str, machine: str | None, gone: bool) -> str | None | bool:
-    """A copy's directory as status.status_across_copies takes it: the path when its home
-    is on this machine, None for a copy on another machine (its lock cannot be probed
-    here), False for a copy there that its own machine's sync found gone (it says nothing)."""
-    if machine == machine_source():
-        return dir_path
-    return False if gone else None
+# Every other copy of a run (keyed by the run's row id) as status.Copy needs it: where it
+# is, its stored facts and its stream's checkpoint. For a listing, read once for every run
+# whose last leg is open, when its first abandoned run is met, since a copy's lock or
+# stream can keep such a run from being ABANDONED (status.status_across_copies).
+_COPIES_SQL = ("SELECT r.id, c.dir_path, ch.machine, c.gone, " + ", ".join(f"c.{name}" for name in FACT_COLUMNS)
+               + ", s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
+               + " FROM runs r JOIN runs c ON c.stream_identity = r.stream_identity AND c.id <> r.id"
+               " JOIN homes ch ON ch.id = c.home_id LEFT JOIN streams s ON s.run_pk = c.id")
+_FACTS_OF_COPY = slice(4, 4 + len(FACT_COLUMNS))
 
 
-def copy_dirs(reader) -> dict[int, list[str | None]]:
-    """Row id → the directories of the run's other copies (copy_dir_here), for every run
-    whose last leg is open."""
-    dirs: dict[int, list[str | None]] = {}
-    for pk, dir_path, machine, gone in reader.rows(_COPY_DIRS_SQL):
-        copy_dir = copy_dir_here(dir_path, machine, bool(gone))
-        if copy_dir is not False:
-            dirs.setdefault(pk, []).append(copy_dir)
-    return dirs
+def _copy(row: tuple) -> Copy | None:
+    """A copy from a _COPIES_SQL row; None for a copy on another machine that its own
+    machine's sync found gone (it says nothing)."""
+    _pk, dir_path, machine, gone = row[:4]
+    if machine != machine_source():
+        if gone:
+            return None
+        dir_path = None  # its lock cannot be probed here
+    stream = row[_FACTS_OF_COPY.stop:]
+    checkpoint = Checkpoint(*stream[1:]) if stream[0] is not None else None
+    return Copy(dir_path, StatusFacts.from_columns(*row[_FACTS_OF_COPY]), checkpoint)
+
+
+def copies_of_open_runs(reader) -> dict[int, list[Copy]]:
+    """Row id → the run's other copies, for every run whose last leg is open."""
+    copies: dict[int, list[Copy]] = {}
+    for row in reader.rows(_COPIES_SQL + " WHERE r.last_leg_open ORDER BY r.id, c.id"):
+        copy = _copy(row)
+        if copy is not None:
+            copies.setdefault(row[0], []).append(copy)
+    return copies
+
+
+def copies_of(reader, pk: int) -> list[Copy]:
+    """The other copies of the run in row ``pk``."""
+    rows = reader.rows(_COPIES_SQL + " WHERE r.id = :pk ORDER BY c.id", {"pk": pk})
+    return [copy for copy in map(_copy, rows) if copy is not None]
 
 
 def home_machines(reader) -> dict[str, str | None]:
@@ -215,8 +230,13 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                 status, facts = confirm_abandoned(facts, row[_DIR_PATH], stream_checkpoints.get(row[0]))
             if status == ABANDONED:
                 if copies is None:
-                    copies = copy_dirs(reader)
-                status = status_across_copies(status, facts, copies.get(row[0], ()))
+                    copies = copies_of_open_runs(reader)
+                status, facts = status_across_copies(status, facts, copies.get(row[0], ()))
+            elif status in (RUNNING, PLANNING) and elsewhere is None and not os.path.isdir(row[_DIR_PATH]):
+                # Its own directory is gone: other copies of it here may still answer.
+                if copies is None:
+                    copies = copies_of_open_runs(reader)
+                status, facts = status_without_own_copy(status, facts, row[_DIR_PATH], copies.get(row[0], []))
             if statuses and status not in statuses:
                 continue
             left = 0
@@ -287,10 +307,10 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     with reading(engine) as reader:
         row = resolve_run(reader, run_id, home_label)
         other_copies = list(reader.rows(
-            "SELECT h.label, r.dir_path, h.machine, r.gone FROM runs r JOIN homes h ON h.id = r.home_id "
+            "SELECT h.label FROM runs r JOIN homes h ON h.id = r.home_id "
             "WHERE r.stream_identity = :identity AND r.id <> :pk ORDER BY h.label",
             {"identity": row["stream_identity"], "pk": row["id"]})) if row["stream_identity"] is not None else []
-        copies = [label for label, *_rest in other_copies]
+        copies = [label for (label,) in other_copies]
         of_run = {"pk": row["id"]}
         legs = reader.table_rows("legs", "run_pk = :pk", of_run, "ordinal")
         nodes = reader.table_rows("nodes", "run_pk = :pk", of_run, "node_id")
@@ -301,13 +321,15 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         problems = reader.table_rows("problems", "run_pk = :pk", of_run, "path, byte_offset")
         stream = list(reader.rows("SELECT " + ", ".join(Checkpoint.COLUMNS) + " FROM streams WHERE run_pk = :pk",
                                   of_run))
+        other_copies_now = copies_of(reader, row["id"]) if row["last_leg_open"] else []
     facts = StatusFacts.from_row(row)
     elsewhere = None if row["home_machine"] == machine_source() else row["home_machine"] or "unknown"
     status = status_of(facts, row["dir_path"], here=elsewhere is None)
     if status == ABANDONED:
         status, facts = confirm_abandoned(facts, row["dir_path"], Checkpoint(*stream[0]) if stream else None)
-    copy_dirs_here = [copy_dir_here(d, machine, bool(gone)) for _label, d, machine, gone in other_copies]
-    status = status_across_copies(status, facts, [d for d in copy_dirs_here if d is not False])
+    status, facts = status_across_copies(status, facts, other_copies_now)
+    if elsewhere is None:
+        status, facts = status_without_own_copy(status, facts, row["dir_path"], other_copies_now)
     left_running = sum(1 for node in nodes if node["state"] == "running")
     for node in nodes:
         node["state"] = node_state(node["state"], status)
