@@ -177,14 +177,17 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
         open_, phase, outcome, detail, any_leg = (facts.last_leg_open, facts.last_leg_phase, facts.last_outcome,
                                                   facts.last_detail, facts.any_leg)
     changed = reader.replace or checkpoint is None
-    for event in reader:
-        kind = event.data.get("event")
-        if kind == "run_started":
-            open_, any_leg, changed = True, True, True
-            phase = "planning" if event.data.get("phase") == "planning" else "run"
-        elif kind == "run_finished" and open_:
-            open_, changed = False, True
-            outcome, detail = event.data.get("outcome"), event.data.get("detail")
+    try:
+        for event in reader:
+            kind = event.data.get("event")
+            if kind == "run_started":
+                open_, any_leg, changed = True, True, True
+                phase = "planning" if event.data.get("phase") == "planning" else "run"
+            elif kind == "run_finished" and open_:
+                open_, changed = False, True
+                outcome, detail = event.data.get("outcome"), event.data.get("detail")
+    except OSError:
+        return derive(facts, Liveness.UNKNOWN), facts  # a read that failed is not an answer
     if not changed:
         return ABANDONED, facts
     now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
