@@ -157,6 +157,16 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     a leg writes its last event before it gives the lock back. A leg they open again is
     probed again; a leg they close is settled, judged with state.json as it is now.
     Returns the status and the facts it was derived from."""
+    from .tail import needs_reading
+
+    stream = os.path.join(run_dir, "events.jsonl")
+    if checkpoint is not None and checkpoint.paused_schema is None:
+        try:
+            info = os.lstat(stream)
+        except OSError:
+            info = None  # read below, which words what is wrong with it
+        if info is not None and not needs_reading(info, checkpoint):
+            return ABANDONED, facts  # not a byte since the last sync: the stored facts are the stream's
     from .feed import parse_stream_line
     from .tail import TailReader
 
@@ -166,7 +176,7 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
         return parse_stream_line(line, line_no, offset, run_id)
 
     try:
-        reader = TailReader(os.path.join(run_dir, "events.jsonl"), checkpoint, parse)
+        reader = TailReader(stream, checkpoint, parse)
     except OSError:
         # The stream the facts came from is gone or unreadable: no evidence either way.
         return derive(facts, Liveness.UNKNOWN), facts
