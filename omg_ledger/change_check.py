@@ -73,11 +73,13 @@ class SyncReport:
 class Known:
     """What the ledger remembers about one run directory, as the rows it was read as."""
 
-    __slots__ = ("run_pk", "gone", "cache", "checkpoint_row", "file_rows")
+    __slots__ = ("run_pk", "gone", "dir_path", "cache", "checkpoint_row", "file_rows")
 
-    def __init__(self, run_pk: int, gone: bool, cache: tuple | None, checkpoint_row: tuple | None) -> None:
+    def __init__(self, run_pk: int, gone: bool, dir_path: str, cache: tuple | None,
+                 checkpoint_row: tuple | None) -> None:
         self.run_pk = run_pk
         self.gone = gone
+        self.dir_path = dir_path  # where the run was last read
         self.cache = cache  # (dir_mtime_ns, failed_dir_mtime_ns); None when never scanned
         self.checkpoint_row = checkpoint_row  # Checkpoint.COLUMNS values; None: no stream
         self.file_rows: tuple[Sequence[Any], ...] = ()  # FILE_COLUMNS rows of its JSON files
@@ -96,7 +98,8 @@ Fetch = Callable[[str, tuple], Sequence[Sequence[Any]]]  # DB-API: (SQL with `ma
 
 
 def _runs_sql(mark: str) -> str:
-    return (f"SELECT runs.id, runs.run_id, runs.gone, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, s.run_pk, "
+    return (f"SELECT runs.id, runs.run_id, runs.gone, runs.dir_path, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, "
+            f"s.run_pk, "
             f"{', '.join('s.' + n for n in Checkpoint.COLUMNS)} FROM runs "
             f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
             f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}")
@@ -108,8 +111,8 @@ def _files_sql(mark: str) -> str:
 
 
 def _known(row: Sequence[Any]) -> Known:
-    return Known(row[0], bool(row[2]), (row[4], row[5]) if row[3] is not None else None,
-                 tuple(row[7:]) if row[6] is not None else None)
+    return Known(row[0], bool(row[2]), row[3], (row[5], row[6]) if row[4] is not None else None,
+                 tuple(row[8:]) if row[7] is not None else None)
 
 
 KNOWN_CHUNK = 500  # listed runs whose Known is read per pair of queries
@@ -181,6 +184,7 @@ class Look:
     failed_info: os.stat_result | None
     stream_changed: bool
     file_infos: dict[str, os.stat_result | None]
+    moved: bool = False  # the run was last read at another path (its home renamed, a symlink gone)
 
 
 def look_at(path: str, known: Known | None) -> Look | None:
@@ -216,8 +220,11 @@ def look_at(path: str, known: Known | None) -> Look | None:
         file_infos[name] = info
         if file_identity(info) != identity_then:
             files_changed = True
-    changed = known.gone or dir_changed or failed_changed or stream_changed or files_changed
-    return Look(changed, dir_info, failed_info, stream_changed, file_infos)
+    # The same directory at another path (its home renamed or reached another way): what
+    # the ledger holds about it names where it is no longer, the lock probe's path included.
+    moved = known.dir_path != path
+    changed = known.gone or dir_changed or failed_changed or stream_changed or files_changed or moved
+    return Look(changed, dir_info, failed_info, stream_changed, file_infos, moved)
 
 
 def read_plans(home_id: int, entries: Sequence) -> tuple[list[dict], list[Problem]]:

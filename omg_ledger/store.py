@@ -892,6 +892,19 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     return len(stale)
 
 
+def resolve_moved_run_problems(conn: Connection, run_pk: int, old_dir: str, now: str) -> int:
+    """Mark resolved a run's open problems under the directory it was read at before (its
+    home renamed, a symlink no longer used): read again where it is now, each is recorded
+    again under the new path if its cause is still there. Another run's problems (another
+    home now at the old path) are left as they are. Returns how many were resolved."""
+    p = schema.problems.c
+    prefix = old_dir.rstrip("/") + "/"
+    done = conn.execute(update(schema.problems).where(
+        p.run_pk == run_pk, p.resolved_at.is_(None),
+        or_(p.path == old_dir, func.substr(p.path, 1, len(prefix)) == prefix)).values(resolved_at=now))
+    return done.rowcount
+
+
 EVENT_COLUMNS = ("run_pk", "line_no", "byte_offset", "schema", "ts", "event", "node_id", "raw")
 RUN_FILE_COLUMNS = ("run_pk", "place", "name")
 CHARGE_TOKEN_COLUMNS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")

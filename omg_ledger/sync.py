@@ -77,6 +77,7 @@ from .store import (
     record_problem,
     replace_derived,
     resolve_home,
+    resolve_moved_run_problems,
     resolve_problems,
     row_of,
     save_derive_state,
@@ -505,9 +506,15 @@ class _HomeSync:
         if look is None or not look.changed:
             return  # unchanged, or vanished between listing and now (the next sync marks it gone)
         self.report.runs_listed += 1
+        moved_from = known.dir_path if known is not None and look.moved else None
+        if moved_from is not None:
+            # Read whole where it is now, as a cold sync would: what it holds is stored
+            # again at this path (its problems too), and what names the old one goes.
+            known = _read_whole_again(known)
         checkpoint = known.checkpoint if known else None
         try:
-            read = read_run_dir(path, checkpoint, known.files if known else {}, look.file_infos, look.stream_changed)
+            read = read_run_dir(path, checkpoint, known.files if known else {}, look.file_infos,
+                                look.stream_changed or moved_from is not None)
         except OSError as exc:
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
@@ -516,6 +523,8 @@ class _HomeSync:
             self._writer()
             self._next_pk = new_pk
         self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
+        if moved_from is not None and self._has_open_problems_under(moved_from):
+            resolve_moved_run_problems(self._writer(), known.run_pk, moved_from, self.now)
 
     def _pool(self, new_runs: int):
         """Worker processes, each with its work file, for ``new_runs`` new runs, or None
@@ -906,6 +915,19 @@ def _not_reread(path: str, read: RunDirRead, checkpoint_before: Checkpoint | Non
     if not stream_reread:
         not_reread.add(f"{path}/events.jsonl")
     return not_reread
+
+
+def _read_whole_again(known: Known) -> Known:
+    """``known`` with its files' identities forgotten (what was read stays: stored lines
+    and file contents are compared, not duplicated), so the stream is read from zero and
+    every JSON file again."""
+    identity_columns = 5  # each checkpoint row and file row's (dev, inode, size, mtime_ns, ctime_ns)
+    again = Known(known.run_pk, known.gone, known.dir_path, known.cache,
+                  (None,) * identity_columns + tuple(known.checkpoint_row[identity_columns:])
+                  if known.checkpoint_row is not None else None)
+    again.file_rows = tuple((*row[:2], *(None,) * identity_columns, *row[2 + identity_columns:])
+                            for row in known.file_rows)
+    return again
 
 
 def _derive_new_run(run_id: str, read: RunDirRead):
