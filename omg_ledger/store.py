@@ -112,13 +112,14 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     Copies share a stream identity. The one holding most of the stream is billed
     (then the one still on disk, then the first seen); a copy whose stream is not a
     prefix of the billed one's diverged after their common head: a finding on it.
+    A copy with no line of its stream (its identity '<run id>:no-stream') is a copy of
+    whichever run with that id has one, so it is billed only while none has.
     """
     runs, homes = schema.runs, schema.homes
     backend = backend_of(conn)
-    wanted = sorted({i for i in identities if i is not None})
+    wanted = _with_stream_less_kin(conn, {i for i in identities if i is not None})
     backend.lock_identities(conn, wanted)  # all at once, in one order: no two writers deadlock
-    for start in range(0, len(wanted), SETTLE_CHUNK):
-        chunk = wanted[start:start + SETTLE_CHUNK]
+    for chunk in _chunks_by_run_id(wanted):
         by_identity: dict[str, list] = {}
         for member in conn.execute(
                 select(runs.c.id, runs.c.event_count, runs.c.gone, runs.c.billed, homes.c.label,
@@ -126,20 +127,66 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
                 .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
                 .where(runs.c.stream_identity.in_(chunk))):
             by_identity.setdefault(member.stream_identity, []).append(member)
+        # (A stream-less identity's streamed kin are in its chunk: a run id's identities are.)
+        streamed = {_run_id_of(i) for i in by_identity if not i.endswith(STREAM_LESS)}
         billed_now: list[tuple] = []
         copies = []
         for identity in chunk:
             members = by_identity.get(identity)
             if not members:
                 continue
-            billed = max(members, key=lambda m: (m.event_count, not m.gone, -m.id))
-            billed_now += [(m.id == billed.id, m.id) for m in members if bool(m.billed) != (m.id == billed.id)]
-            if len(members) > 1:
+            if identity.endswith(STREAM_LESS) and _run_id_of(identity) in streamed:
+                billed = None  # a copy of the streamed run: never a second bill
+            else:
+                billed = max(members, key=lambda m: (m.event_count, not m.gone, -m.id))
+            billed_now += [(billed is not None and m.id == billed.id, m.id) for m in members
+                           if bool(m.billed) != (billed is not None and m.id == billed.id)]
+            if len(members) > 1 and billed is not None:
                 copies.append((members, billed))
         if billed_now:
             conn.exec_driver_sql(f"UPDATE runs SET billed = {backend.mark} WHERE id = {backend.mark}", billed_now)
         for members, billed in copies:
             _diverged_copies(conn, members, billed)
+
+
+STREAM_LESS = ":no-stream"  # derive.stream_identity of a run with no line yet
+
+
+def _run_id_of(identity: str) -> str:
+    return identity.rsplit(":", 1)[0]  # (the hash and 'no-stream' hold no ':')
+
+
+def _chunks_by_run_id(identities: list[str]) -> Iterator[list[str]]:
+    """Sorted identities about SETTLE_CHUNK at a time, a run id's never split (they are
+    adjacent when sorted: each is '<run id>:' and a hash or 'no-stream')."""
+    chunk: list[str] = []
+    for identity in identities:
+        if len(chunk) >= SETTLE_CHUNK and _run_id_of(identity) != _run_id_of(chunk[-1]):
+            yield chunk
+            chunk = []
+        chunk.append(identity)
+    if chunk:
+        yield chunk
+
+
+def _with_stream_less_kin(conn: Connection, identities: set[str]) -> list[str]:
+    """``identities`` with the other identities of the same run ids that decide one of
+    them: a streamed one's stream-less copies, a stream-less one's streamed runs. Sorted,
+    so a stream-less identity comes right after its run id's streamed ones."""
+    r = schema.runs.c
+    kin = set(identities)
+    stream_less = sorted({_run_id_of(i) + STREAM_LESS for i in identities if not i.endswith(STREAM_LESS)})
+    for start in range(0, len(stream_less), SETTLE_CHUNK):
+        kin.update(conn.execute(select(r.stream_identity).distinct().where(
+            r.stream_identity.in_(stream_less[start:start + SETTLE_CHUNK]))).scalars())
+    for identity in identities:
+        if identity.endswith(STREAM_LESS):
+            run_id = _run_id_of(identity)
+            # The run id's identities, by their index: '<run id>:' up to (not with) '<run id>;'.
+            kin.update(i for i in conn.execute(select(r.stream_identity).distinct().where(
+                r.stream_identity >= run_id + ":", r.stream_identity < run_id + ";")).scalars()
+                if _run_id_of(i) == run_id)
+    return sorted(kin)
 
 
 SETTLE_CHUNK = 500  # identities settled per query (a batch of a cold sync: one or two queries)

@@ -209,8 +209,11 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         # A run held in the home, as its billed copy wherever that is (the row names that
         # home): a backup's runs are not hidden because another home's copy is billed.
         labels = bind_list(params, "home", home_labels)
+        params["stream_less"] = STREAM_LESS_PATTERN
         conditions.append(f"(h.label IN {labels} OR r.stream_identity IN (SELECT c.stream_identity FROM runs c "
-                          f"JOIN homes ch ON ch.id = c.home_id WHERE NOT c.billed AND ch.label IN {labels}))")
+                          f"JOIN homes ch ON ch.id = c.home_id WHERE NOT c.billed AND ch.label IN {labels}) "
+                          f"OR r.run_id IN (SELECT c.run_id FROM runs c JOIN homes ch ON ch.id = c.home_id "
+                          f"WHERE NOT c.billed AND ch.label IN {labels} AND {_STREAM_LESS_SQL.format('c')}))")
     if statuses:
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
@@ -254,6 +257,15 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
 
 
 AMBIGUOUS_LISTED = 20
+# A copy with no line of its stream, a copy of whichever run with its id has one
+# (store.settle_copies): the same run as its billed streamed copy.
+# (Its pattern is bound: the PostgreSQL reader would take a ':name' in a literal for a parameter.)
+_STREAM_LESS_SQL = "{0}.stream_identity LIKE :stream_less"
+STREAM_LESS_PATTERN = "%:no-stream"
+
+
+def _unbilled_stream_less(row: dict) -> bool:
+    return not row["billed"] and (row["stream_identity"] or "").endswith(":no-stream")
 
 
 _RUN_SQL = "SELECT r.*, h.label, h.machine AS home_machine FROM runs r JOIN homes h ON h.id = r.home_id"
@@ -281,15 +293,18 @@ def resolve_run(reader, run_id: str, home_label: str | None = None) -> dict:
     if len(exact) == 1:
         return exact[0]
     if len(exact) > 1:
-        if len({row["stream_identity"] for row in exact}) == 1 and exact[0]["stream_identity"] is not None:
-            return next(row for row in exact if row["billed"])
+        kept = [row for row in exact if not _unbilled_stream_less(row)]
+        if len({row["stream_identity"] for row in kept}) == 1 and kept[0]["stream_identity"] is not None:
+            return next(row for row in kept if row["billed"])
         labels = ", ".join(row["label"] for row in exact)
         raise AmbiguousRun(f"run {run_id} is in {len(exact)} homes ({labels}) and they are different runs; "
                            f"pick one with --home LABEL")
     candidates = _run_rows(reader, [*conditions, "r.run_id LIKE :prefix ESCAPE '/'"],
                            {**params, "prefix": _like_prefix(run_id)}, order_by="r.run_id, h.label")
     billed = {c["stream_identity"] for c in candidates if c["billed"] and c["stream_identity"] is not None}
-    candidates = [c for c in candidates if c["billed"] or c["stream_identity"] not in billed]  # copies are one run
+    billed_ids = {c["run_id"] for c in candidates if c["billed"]}
+    candidates = [c for c in candidates if c["billed"] or (  # copies are one run
+        c["stream_identity"] not in billed and not (_unbilled_stream_less(c) and c["run_id"] in billed_ids))]
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:
@@ -306,11 +321,14 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     ledger imports no SQLAlchemy)."""
     with reading(engine) as reader:
         row = resolve_run(reader, run_id, home_label)
-        other_copies = list(reader.rows(
-            "SELECT h.label FROM runs r JOIN homes h ON h.id = r.home_id "
-            "WHERE r.stream_identity = :identity AND r.id <> :pk ORDER BY h.label",
-            {"identity": row["stream_identity"], "pk": row["id"]})) if row["stream_identity"] is not None else []
-        copies = [label for (label,) in other_copies]
+        other_copies = (list(reader.rows(
+            "SELECT h.label, r.dir_path FROM runs r JOIN homes h ON h.id = r.home_id "
+            f"WHERE (r.stream_identity = :identity OR (r.run_id = :run_id AND ({_STREAM_LESS_SQL.format('r')} "
+            f"OR :identity LIKE :stream_less))) AND r.id <> :pk ORDER BY h.label",
+            {"identity": row["stream_identity"], "run_id": row["run_id"], "pk": row["id"],
+             "stream_less": STREAM_LESS_PATTERN}))
+            if row["stream_identity"] is not None else [])
+        copies = [label for label, _dir in other_copies]
         of_run = {"pk": row["id"]}
         legs = reader.table_rows("legs", "run_pk = :pk", of_run, "ordinal")
         nodes = reader.table_rows("nodes", "run_pk = :pk", of_run, "node_id")

@@ -1,0 +1,107 @@
+"""A copy of a run without its stream (a backup that left events.jsonl out, a stream
+deleted) is one run with its streamed copy, billed once (README "One run, one bill").
+
+A run's identity is its id with its stream's first line; a directory with no line has
+only its id to go by ('<id>:no-stream'), and was billed as a run of its own: its
+state.json spend (the snapshot's verdicts, recovered as charges) was counted beside the
+streamed copy's, twice the run's spend. A stream-less directory cannot be a run of its
+own machine's (the engine writes the stream before any paid call), so it is a copy of
+the run with that id that has a stream. Real CLI processes, a real corpus run, SQLite
+and PostgreSQL; the expected totals are the corpus files' spend summed here by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from decimal import Decimal
+
+from .builders import age_tree
+from .conftest import CORPUS
+
+RUN = "20261129-181520.321225011-1"  # s22-abandon: one paid call in the stream, its verdict in state.json
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args], capture_output=True, text=True)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def _by_hand(stream) -> int:
+    total = Decimal(0)
+    for line in stream.read_bytes().splitlines():
+        event = json.loads(line)
+        if "cost_usd" in event and not event.get("cost_unknown"):
+            total += Decimal(str(event["cost_usd"]))
+    return int(total * 10**9)
+
+
+def _total(db: str) -> int:
+    return json.loads(_cli("cost", "--db", db, "--json"))["total"]["cost_nano_usd"]
+
+
+def _listed(db: str) -> list[tuple[str, str, int]]:
+    return [(r["run_id"], r["home"], r["cost_nano_usd"]) for r in json.loads(_cli("runs", "--db", db, "--json"))]
+
+
+def _homes(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(CORPUS / "home" / "runs" / RUN, a / "runs" / RUN)
+    shutil.copytree(CORPUS / "home" / "runs" / RUN, b / "runs" / RUN)
+    (b / "runs" / RUN / "events.jsonl").unlink()  # the backup left the stream out
+    assert (b / "runs" / RUN / "state.json").exists()
+    age_tree(a)
+    age_tree(b)
+    return a, b
+
+
+def test_a_copy_without_its_stream_is_billed_once_with_the_streamed_copy(tmp_path, db_url):
+    a, b = _homes(tmp_path)
+    spend = _by_hand(a / "runs" / RUN / "events.jsonl")
+    assert spend == 13_000_000  # $0.0130, the engine's runs list too
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    assert _total(db_url) == spend
+    assert _listed(db_url) == [(RUN, "a", spend)]
+    # One run: the backup's listing holds it (as its billed copy), show finds it.
+    listed_b = json.loads(_cli("runs", "--db", db_url, "--home", "b", "--json"))
+    assert [(r["run_id"], r["home"]) for r in listed_b] == [(RUN, "a")]
+    shown = json.loads(_cli("show", "--db", db_url, RUN, "--json"))
+    assert (shown["home"], shown["billed"], shown["copies_in"]) == ("a", True, ["b"])
+    shown_b = json.loads(_cli("show", "--db", db_url, RUN, "--home", "b", "--json"))
+    assert (shown_b["home"], shown_b["billed"], shown_b["copies_in"]) == ("b", False, ["a"])
+    assert json.loads(_cli("show", "--db", db_url, RUN[:20], "--json"))["home"] == "a"  # a prefix too
+
+
+def test_the_stream_less_copy_seen_first_is_not_billed_once_the_stream_is_seen(tmp_path, db_url):
+    a, b = _homes(tmp_path)
+    spend = _by_hand(a / "runs" / RUN / "events.jsonl")
+    _cli("sync", "--db", db_url, "--home", f"b={b}")
+    assert _total(db_url) == spend  # the snapshot's verdict: all there is to go by yet
+    _cli("sync", "--db", db_url, "--home", f"a={a}")
+    assert _total(db_url) == spend
+    # The streamed copy removed: it is still the one holding most of the stream.
+    shutil.rmtree(a / "runs" / RUN)
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    assert _total(db_url) == spend
+    assert _listed(db_url) == [(RUN, "a", spend)]
+
+
+def test_a_stream_less_copy_that_gains_its_stream_leaves_the_gone_one_unbilled(tmp_path, db_url):
+    """The campaign's case: the stream-less copy in a, copied into b, a's removed, then
+    b's stream arrives (an rsync finishing)."""
+    a, b = _homes(tmp_path)
+    spend = _by_hand(a / "runs" / RUN / "events.jsonl")
+    stream = (a / "runs" / RUN / "events.jsonl").read_bytes()
+    shutil.rmtree(a / "runs" / RUN)
+    shutil.copytree(b / "runs" / RUN, a / "runs" / RUN)  # a holds the stream-less copy too
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    shutil.rmtree(a / "runs" / RUN)
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    assert _total(db_url) == spend
+    (b / "runs" / RUN / "events.jsonl").write_bytes(stream)
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    assert _total(db_url) == spend
+    assert _listed(db_url) == [(RUN, "b", spend)]
