@@ -16,6 +16,15 @@ every file is put in its final state, synced once more, and the ledger is compar
 with a cold sync of the final homes (tests/ledger_dump.py), and `cost --json` with the
 spend summed by hand from the final files.
 
+With the operator steps (on in script mode, --no-operator for none): a home renamed, or
+reached through a symlink and later by its own path again; a run directory moved to the
+other home; a run copied into the other home and its billed copy then removed (the
+other copy must be billed, the total unchanged); `omg-ledger rebuild` between syncs; a
+sync killed with SIGKILL at a random moment (its workers must end by themselves);
+--workers 0, 2 and the default alternating. Runs moved or removed for good are history
+no cold sync has: each must be gone and one the history moved, and the rest is compared.
+`runs --json` statuses are checked against the engine's `runs list`.
+
 Where the corpus has the engine's own `runs list`, each final run's state.json cost is
 checked against it too. Which of two equal copies is billed is "the first seen"
 (README), so it is left out of the comparison and checked as the rule itself.
@@ -33,11 +42,13 @@ tests/test_sync_campaign.py runs one seed at a small size (SQLite and PostgreSQL
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -72,6 +83,7 @@ class Slot:
     files: dict[str, bytes] = field(default_factory=dict)  # what is there now, other than the stream
     dirs: set[str] = field(default_factory=set)
     present: bool = False  # the directory exists
+    departed: bool = False  # removed for good (the other home holds the run): never touched again
 
     @property
     def stream(self) -> bytes:
@@ -154,9 +166,17 @@ def _cut_points(stream: bytes, rng: random.Random, count: int) -> list[int]:
 class Campaign:
     def __init__(self, seed: int, runs: list[Path], work: Path, db: str, *, steps: int, second_home: float,
                  workers: str | None = None, every_step: bool = False, hostile: bool = True,
-                 burst: bool = False) -> None:
+                 burst: bool = False, operator: bool = False, kills: bool = True) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        # What an operator's machine does between syncs (operator=True) draws from its own
+        # generator: the files' history of a seed is the same with it or without it.
+        self.operator = operator
+        self.kills = kills  # False: the kill steps are drawn (the same history) but not done (no timing)
+        self.ops = random.Random(f"operator-{seed}")
+        self.access: dict[str, Path] = {}  # label -> the path syncs name it by (a symlink), when not its own
+        self.departed_ever: set[tuple[str, str]] = set()  # (home label, run id) moved or removed at some step
+        self.renames = 0
         self.work = work
         self.db = db
         self.steps = steps
@@ -185,6 +205,7 @@ class Campaign:
             self.plans[index] = _cut_points(slot.stream, self.rng, self.rng.randrange(1, 6))
         self.syncs = 0
         self.failures: list[str] = []
+        self.checks: list[str] = []  # what the operator steps checked along the way, one line each
 
     # -- the files -------------------------------------------------------------------
 
@@ -329,6 +350,8 @@ class Campaign:
     def _finish(self) -> None:
         """Every slot to its final bytes (files written in place or renamed at random)."""
         for slot in self.slots:
+            if slot.departed:
+                continue
             d = self._ensure_dir(slot)
             if "events.jsonl" in slot.final and (not slot.has_stream or slot.cut != len(slot.stream)):
                 self._write_stream(slot, len(slot.stream), "append" if slot.has_stream else "rename")
@@ -344,12 +367,18 @@ class Campaign:
 
     # -- syncs -----------------------------------------------------------------------
 
-    def sync(self, db: str, homes: list[str], workers: str | None = None) -> subprocess.CompletedProcess:
+    def _sync_args(self, db: str, homes: list[str], workers: str | None, through_links: bool) -> list[str]:
         args = [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db]
         for label in homes:
-            args += ["--home", f"{label}={self.homes[label]}"]
+            path = self.access.get(label, self.homes[label]) if through_links else self.homes[label]
+            args += ["--home", f"{label}={path}"]
         if workers is not None:
             args += ["--workers", workers]
+        return args
+
+    def sync(self, db: str, homes: list[str], workers: str | None = None,
+             through_links: bool = False) -> subprocess.CompletedProcess:
+        args = self._sync_args(db, homes, workers, through_links)
         done = subprocess.run(args, capture_output=True, text=True, env=cli_env(self.work))
         self.syncs += 1
         if done.returncode != 0 or "Traceback" in done.stderr:
@@ -359,20 +388,30 @@ class Campaign:
     def run(self) -> list[str]:
         """The history, then the final state; returns what was done, one line a step."""
         done = []
-        indices = list(range(len(self.slots)))
         for step in range(self.steps):
+            indices = [i for i, slot in enumerate(self.slots) if not slot.departed]
             touched = (indices if self.burst and step == 0 else
                        self.rng.sample(indices, k=min(len(indices), self.rng.randrange(1, 12))))
             for index in touched:
                 done.append(f"step {step}: {self._touch_slot(index)}")
+            if self.operator:
+                done += [f"step {step}: {what}" for what in self._operator_changes(step)]
             if self.rng.random() < 0.7:
                 self._age_directories()
             homes = self.rng.choice([["a"], ["a", "b"], ["b", "a"], ["b"]])
-            done.append(f"step {step}: sync {homes}")
-            self.sync(self.db, homes, self.workers)
+            workers = self._workers()
+            if self.operator and self.ops.random() < 0.12:
+                done.append(f"step {step}: sync {homes} killed: {self.killed_sync(homes, workers)}")
+            done.append(f"step {step}: sync {homes}" + (f" --workers {workers}" if workers else "")
+                        + "".join(f" ({label} through {self.access[label].name})" for label in homes
+                                  if label in self.access))
+            self.sync(self.db, homes, workers, through_links=True)
+            if self.operator and self.ops.random() < 0.12:
+                done.append(f"step {step}: rebuild")
+                self.rebuild()
             if self.every_step and len(homes) == 2:
                 cold = str(self.work / f"cold-step-{step}.sqlite")
-                self.sync(cold, ["a", "b"], self.workers)
+                self.sync(cold, ["a", "b"], self.workers, through_links=True)
                 for difference in present_run_differences(self.db, cold):
                     self.failures.append(f"step {step}: {difference}")
                 os.unlink(cold)
@@ -380,6 +419,144 @@ class Campaign:
         done.append("final: every file in its final state; sync ['a', 'b']")
         self.sync(self.db, self.rng.choice([["a", "b"], ["b", "a"]]), self.workers)
         return done
+
+    # -- what an operator's machine does ------------------------------------------------
+
+    def _workers(self) -> str | None:
+        """The pool and one process, alternating at random (operator), else as given."""
+        if not self.operator:
+            return self.workers
+        return self.ops.choice([self.workers, "0", "2"])
+
+    def _operator_changes(self, step: int) -> list[str]:
+        """A home renamed or reached through a symlink, a run directory moved to the other
+        home, a run's billed copy removed while the other home holds the same bytes."""
+        rng, done = self.ops, []
+        if rng.random() < 0.08:
+            label = rng.choice(["a", "b"])
+            self.renames += 1
+            new = self.work / f"home-{label}-renamed-{self.renames}"
+            os.rename(self.homes[label], new)
+            self.homes[label] = new
+            self.access.pop(label, None)  # a symlink to the old path leads nowhere now
+            done.append(f"home {label} renamed to {new.name}")
+        if rng.random() < 0.1:
+            label = rng.choice(["a", "b"])
+            if label in self.access and rng.random() < 0.5:
+                done.append(f"home {label} named by its own path again, not {self.access.pop(label).name}")
+            else:
+                link = self.work / f"link-{label}-{step}"
+                link.symlink_to(self.homes[label])
+                self.access[label] = link
+                done.append(f"home {label} reached through the symlink {link.name}")
+        if rng.random() < 0.08:
+            done.append(self._move_run())
+        if rng.random() < 0.06:
+            done.append(self._remove_billed_copy(step))
+        return done
+
+    def _alone(self) -> list[int]:
+        """Slots on disk whose run the other home has no slot for."""
+        held = {(slot.home, slot.run_id) for slot in self.slots if not slot.departed}
+        return [i for i, slot in enumerate(self.slots)
+                if slot.present and not slot.departed and ({"a": "b", "b": "a"}[slot.home], slot.run_id) not in held]
+
+    def _move_run(self) -> str:
+        candidates = self._alone()
+        if not candidates:
+            return "no run to move"
+        slot = self.slots[self.ops.choice(candidates)]
+        other = {"a": "b", "b": "a"}[slot.home]
+        os.rename(self._dir(slot), self.homes[other] / "runs" / slot.run_id)
+        self.departed_ever.add((slot.home, slot.run_id))
+        moved_from, slot.home = slot.home, other
+        return f"{moved_from}/{slot.run_id}: run directory moved to home {other}"
+
+    def _remove_billed_copy(self, step: int) -> str:
+        """The same bytes copied into the other home, both synced; then the billed copy's
+        directory removed for good and both synced again: the other copy is billed (the
+        one on disk, README) and the total is what it was."""
+        candidates = self._alone()
+        if not candidates:
+            return "no run to copy"
+        index = self.ops.choice(candidates)
+        slot = self.slots[index]
+        other = {"a": "b", "b": "a"}[slot.home]
+        shutil.copytree(self._dir(slot), self.homes[other] / "runs" / slot.run_id, symlinks=True)
+        twin = Slot(other, slot.run_id, dict(slot.final), list(slot.final_dirs), cut=slot.cut,
+                    has_stream=slot.has_stream, files=dict(slot.files), dirs=set(slot.dirs), present=True)
+        self.slots.append(twin)
+        self.plans[len(self.slots) - 1] = list(self.plans[index])
+        order = self.ops.choice([["a", "b"], ["b", "a"]])
+        self.sync(self.db, order, self._workers(), through_links=True)
+        before = cost_total(self.db, self.work)
+        billed = self.billed_homes(slot.run_id)
+        if len(billed) != 1:
+            self.failures.append(f"step {step}: {slot.run_id} copied into both homes: billed in {billed}")
+            return f"{slot.run_id}: copied, billed in {billed}"
+        (label,) = billed
+        removed, kept = (slot, twin) if label == slot.home else (twin, slot)
+        shutil.rmtree(self._dir(removed))
+        removed.present, removed.departed = False, True
+        self.departed_ever.add((removed.home, removed.run_id))
+        self.sync(self.db, self.ops.choice([["a", "b"], ["b", "a"]]), self._workers(), through_links=True)
+        after, billed_now = cost_total(self.db, self.work), self.billed_homes(slot.run_id)
+        if billed_now != [kept.home] or after != before:
+            self.failures.append(f"step {step}: {slot.run_id}'s billed copy in {label} removed, the same bytes in "
+                                 f"{kept.home}: billed now in {billed_now}, total {before} -> {after} nano-USD")
+        self.checks.append(f"{slot.run_id}: billed copy {label} removed; billed {billed_now}, total {before} -> {after}")
+        return f"{slot.run_id}: copied into {other}, synced, the billed copy ({label}) removed"
+
+    def billed_homes(self, run_id: str) -> list[str]:
+        from tests.ledger_dump import dump
+
+        return sorted(dict(row)["home_id"] for row in dump(self.db)["runs"]
+                      if dict(row)["run_id"] == run_id and dict(row)["billed"])
+
+    def rebuild(self) -> None:
+        done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "rebuild", "--db", self.db],
+                              capture_output=True, text=True, env=cli_env(self.work))
+        if done.returncode != 0 or "Traceback" in done.stderr:
+            self.failures.append(f"rebuild exit {done.returncode}: {done.stderr.strip()[-2000:]}")
+
+    def killed_sync(self, homes: list[str], workers: str | None) -> str:
+        """A sync killed with SIGKILL at a random moment (the OOM killer, a reboot): the
+        next one carries on. Its pool's workers, if any, must end by themselves."""
+        delay = self.ops.uniform(0.05, 0.9)
+        if not self.kills:
+            return "(not done: kills off)"
+        args = self._sync_args(self.db, homes, workers, through_links=True)
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=cli_env(self.work), start_new_session=True)
+        time.sleep(delay)
+        if process.poll() is not None:
+            return f"it had ended (exit {process.returncode})"
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 15
+        while (left := session_pids(process.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if left:
+            self.failures.append(f"a killed sync's processes {left} still run 15 s after it (workers {workers})")
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        return "SIGKILL"
+
+
+def session_pids(session: int) -> list[int]:
+    """The processes still running in the session a killed sync led (its workers)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z":
+            out.append(int(entry))
+    return out
 
 
 def cli_env(work: Path) -> dict[str, str]:
@@ -392,16 +569,49 @@ def cli_env(work: Path) -> dict[str, str]:
     return env
 
 
-def compared(target: str) -> dict[str, list[tuple]]:
+def compared(target: str, departed: set[tuple[str, str]] = frozenset()) -> dict[str, list[tuple]]:
+    """A ledger's dump as compared; ``departed``: (home label, run id) of runs whose
+    directories were moved or removed for good, left out (history no cold sync can know:
+    departed_problems() checks them)."""
     from tests.ledger_dump import dump
 
     data = dump(target)
+    if departed:
+        data = {name: [row for row in rows if _run_key(name, row) not in departed] for name, rows in data.items()}
     out = {name: rows for name, rows in data.items() if name not in COMPARED_EXCEPT}
     # Which of two equal copies is billed is "the first seen" (README): history, not the
     # files. billing_problems() checks the rule itself.
     out["runs"] = sorted((tuple(kv for kv in row if kv[0] != "billed") for row in data["runs"]), key=repr)
     out["problems (open)"] = sorted((r for r in data["problems"] if dict(r)["resolved_at"] is None), key=repr)
     return out
+
+
+def _run_key(table: str, row: tuple) -> tuple | None:
+    if table == "alembic_version":
+        return None
+    d = dict(row)
+    if table == "runs":
+        return (d["home_id"], d["run_id"])
+    return d.get("run_pk")
+
+
+def departed_problems(target: str, cold: str, departed_ever: set[tuple[str, str]]) -> tuple[set, list[str]]:
+    """The runs of the history's ledger no cold sync of the final homes has: each must be
+    gone and one the history moved or removed. Returns them, and what is wrong."""
+    from tests.ledger_dump import dump
+
+    cold_keys = {(dict(r)["home_id"], dict(r)["run_id"]) for r in dump(cold)["runs"]}
+    extra, problems = set(), []
+    for row in dump(target)["runs"]:
+        run = dict(row)
+        key = (run["home_id"], run["run_id"])
+        if key in cold_keys:
+            continue
+        extra.add(key)
+        if not run["gone"] or key not in departed_ever:
+            problems.append(f"run {key} is in the ledger (gone: {run['gone']}) and no cold sync of the final "
+                            f"homes has it, but the history {'moved it' if key in departed_ever else 'never moved it'}")
+    return extra, problems
 
 
 def present_run_differences(incremental: str, cold: str) -> list[str]:
@@ -432,16 +642,23 @@ def present_run_differences(incremental: str, cold: str) -> list[str]:
 
 
 def billing_problems(target: str) -> list[str]:
-    """One billed copy per run identity, and it holds most of the stream (then: on disk)."""
+    """One billed copy per run identity, and it holds most of the stream (then: on disk);
+    none of a stream-less identity ('<id>:no-stream') when a copy of that id has a stream."""
     from tests.ledger_dump import dump
 
     by_identity: dict[str, list[dict]] = {}
     for row in dump(target)["runs"]:
         run = dict(row)
         by_identity.setdefault(run["stream_identity"] or f"(none) {run['home_id']}/{run['run_id']}", []).append(run)
+    streamed = {i.rsplit(":", 1)[0] for i in by_identity if not i.endswith(":no-stream")}
     problems = []
     for identity, members in sorted(by_identity.items()):
         billed = [m for m in members if m["billed"]]
+        if identity.endswith(":no-stream") and identity.rsplit(":", 1)[0] in streamed:
+            if billed:
+                problems.append(f"{identity}: a stream-less copy billed beside a copy with a stream: "
+                                f"{[(m['home_id'], m['gone']) for m in billed]}")
+            continue
         best = max((m["event_count"], not m["gone"]) for m in members)
         if len(billed) != 1 or (billed[0]["event_count"], not billed[0]["gone"]) != best:
             problems.append(f"{identity}: billed copies {[(m['home_id'], m['event_count'], m['gone']) for m in billed]}"
@@ -469,7 +686,7 @@ def engine_readback_problems(target: str, label: str = "a") -> list[str]:
     for row in dump(target)["runs"]:
         run = dict(row)
         printed = truth.get(run["run_id"])
-        if run["home_id"] != label or printed in (None, "-"):
+        if run["home_id"] != label or printed in (None, "-") or run["gone"]:  # (gone: moved, its bytes then)
             continue
         checked += 1
         if printed == "unknown":
@@ -483,6 +700,28 @@ def engine_readback_problems(target: str, label: str = "a") -> list[str]:
             problems.append(f"{run['run_id']}: engine's runs list says {printed}, the ledger's state.json cost is "
                             f"{run['snapshot_cost_nano_usd']} nano-USD (unknown: {run['snapshot_cost_unknown']})")
     return problems if checked else ["no run of the engine's runs list was found to check"]
+
+
+def engine_status_problems(target: str, work: Path) -> list[str]:
+    """`runs --json` (no --since) against the engine's own `runs list` status, for every
+    run it lists that the engine listed: each run's billed copy holds its final bytes (a
+    backup's prefix copy never holds most of the stream), and no process holds a lock."""
+    truth = {}
+    for path in TRUTH:
+        for line in path.read_text().splitlines():
+            match = TRUTH_ROW.match(line)
+            if match:
+                truth[match.group(1)] = match.group(6)
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--db", target, "--json"],
+                          capture_output=True, text=True, env=cli_env(work), check=True)
+    problems, checked = [], 0
+    for run in json.loads(done.stdout):
+        if run["run_id"] in truth:
+            checked += 1
+            if run["status"] != truth[run["run_id"]]:
+                problems.append(f"{run['home']}/{run['run_id']}: runs --json says {run['status']}, the engine "
+                                f"{truth[run['run_id']]}")
+    return problems if checked else ["no run of the engine's runs list was listed"]
 
 
 def known_spend_by_hand(homes: list[Path]) -> int:
@@ -523,12 +762,16 @@ def check(campaign: Campaign, cold_db: str) -> list[str]:
     problems = list(campaign.failures)
     campaign.sync(cold_db, ["a", "b"], campaign.workers)
     problems += campaign.failures[len(problems):]
-    incremental, cold = compared(campaign.db), compared(cold_db)
+    departed, wrong = departed_problems(campaign.db, cold_db, campaign.departed_ever)
+    problems += wrong
+    incremental, cold = compared(campaign.db, departed), compared(cold_db)
     if incremental != cold:
         problems.append("incremental != cold:\n" + diff(cold, incremental))
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
         problems += [f"{name} billing: {p}" for p in billing_problems(db)]
     problems += [f"engine read-back: {p}" for p in engine_readback_problems(campaign.db)]
+    if campaign.operator:
+        problems += [f"engine status: {p}" for p in engine_status_problems(campaign.db, campaign.work)]
     by_hand = known_spend_by_hand(list(campaign.homes.values()))
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
         total = cost_total(db, campaign.work)
@@ -552,7 +795,7 @@ def corpus_runs(source: str, scratch: Path) -> list[Path]:
 
 def run_one(seed: int, runs: list[Path], work: Path, db_kind: str, steps: int, pg=None,
             workers: str | None = None, every_step: bool = False,
-            hostile: bool = True) -> tuple[list[str], list[str]]:
+            hostile: bool = True, operator: bool = True) -> tuple[list[str], list[str]]:
     """One seeded history; (what it did, the differences found)."""
     if work.exists():
         shutil.rmtree(work)
@@ -563,7 +806,7 @@ def run_one(seed: int, runs: list[Path], work: Path, db_kind: str, steps: int, p
         db = pg.create_database(f"campaign_{seed}_history")
         cold = pg.create_database(f"campaign_{seed}_cold")
     campaign = Campaign(seed, runs, work, db, steps=steps, second_home=0.3, workers=workers,
-                        every_step=every_step, hostile=hostile)
+                        every_step=every_step, hostile=hostile, operator=operator)
     steps_done = campaign.run()
     return steps_done, check(campaign, cold)
 
@@ -615,6 +858,9 @@ def main() -> int:
                         help="the same history synced by the worker pool and by --workers 0 (give --runs 100+)")
     parser.add_argument("--no-hostile", action="store_true",
                         help="never rewrite a file in place with its mtime restored")
+    parser.add_argument("--no-operator", action="store_true",
+                        help="no operator steps (home renames and symlinks, runs moved between homes, a billed "
+                             "copy removed, rebuild, SIGKILLed syncs, --workers alternating)")
     parser.add_argument("--every-step", action="store_true",
                         help="also compare each run on disk with a cold sync after every two-home step")
     options = parser.parse_args()
@@ -639,7 +885,7 @@ def main() -> int:
             continue
         steps, problems = run_one(seed, runs, scratch / f"seed-{seed}", "pg" if options.pg else "sqlite",
                                   options.steps, server, options.workers, options.every_step,
-                                  not options.no_hostile)
+                                  not options.no_hostile, not options.no_operator)
         status = "ok" if not problems else "DIVERGED"
         print(f"seed {seed}: {len(runs)} runs, {options.steps} steps: {status}", flush=True)
         if problems:
