@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import orjson
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import TEXT, func, literal, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema
@@ -94,6 +94,8 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
                     f"or rename that home with `omg-ledger homes rename {found.label} {label}`")
         if (found.path, found.machine, found.dev, found.inode, found.real_path) != (path, machine, dev, inode, real):
             conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
+        if found.path != path:
+            relocate_home(conn, found.id, found.path, path)
         return found.id
     if by_label is not None:
         unknown = by_label.real_path is None  # recorded before homes had identities
@@ -104,6 +106,54 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
         conn.execute(homes.update().where(homes.c.id == by_label.id).values(path=path, **identity))
         return by_label.id
     return conn.execute(homes.insert().values(label=label, path=path, **identity)).inserted_primary_key[0]
+
+
+def relocate_home(conn: Connection, home_id: int, old: str, new: str) -> None:
+    """What the ledger holds under a home's old path, renamed to its new one: the same
+    directory (its identity says so) is named another way now (renamed, or reached
+    through a symlink or without it), so its runs, their streams and problems are where
+    they were, under another name. Renaming them here costs a few statements; finding
+    each run at another path would read every run again (caller's write transaction)."""
+    old_prefix, new_prefix = old.rstrip("/") + "/", new.rstrip("/") + "/"
+    if old_prefix == new_prefix:
+        return
+    cut = len(old_prefix)
+
+    def under(column):
+        return func.substr(column, 1, cut) == old_prefix
+
+    def renamed(column):
+        return literal(new_prefix, TEXT) + func.substr(column, cut + 1)
+
+    runs, streams, problems = schema.runs, schema.streams, schema.problems
+    conn.execute(update(runs).where(runs.c.home_id == home_id, under(runs.c.dir_path))
+                 .values(dir_path=renamed(runs.c.dir_path)))
+    conn.execute(update(streams).where(streams.c.kind == "run", streams.c.source == f"home:{home_id}",
+                                       under(streams.c.path)).values(path=renamed(streams.c.path)))
+    its_runs = select(runs.c.id).where(runs.c.home_id == home_id)
+    # A problem of no run under the old path is this home's unless another home is there now.
+    other_home_there = conn.execute(select(schema.homes.c.id).where(
+        schema.homes.c.id != home_id, or_(*(under(column + "/") for column in (
+            schema.homes.c.path, schema.homes.c.real_path))))).first() is not None
+    whose = problems.c.run_pk.in_(its_runs)
+    if not other_home_there:
+        whose = or_(whose, problems.c.run_pk.is_(None))
+    moving = conn.execute(select(problems).where(under(problems.c.path), whose)).all()
+    for problem in moving:
+        path = bounded_path(new_prefix + problem.path[cut:])
+        twin = conn.execute(select(problems).where(
+            problems.c.path == path, problems.c.byte_offset == problem.byte_offset,
+            problems.c.reason == problem.reason)).first()
+        if twin is None:
+            conn.execute(update(problems).where(problems.c.id == problem.id).values(path=path))
+            continue
+        # Recorded at the new path before (the home was named so once): one problem.
+        conn.execute(update(problems).where(problems.c.id == twin.id).values(
+            first_seen_at=min(twin.first_seen_at, problem.first_seen_at),
+            last_seen_at=max(twin.last_seen_at, problem.last_seen_at),
+            resolved_at=None if problem.resolved_at is None or twin.resolved_at is None
+            else max(twin.resolved_at, problem.resolved_at)))
+        conn.execute(problems.delete().where(problems.c.id == problem.id))
 
 
 def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:

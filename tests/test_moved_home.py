@@ -100,3 +100,55 @@ def test_a_home_synced_through_a_symlink_then_at_its_real_path_is_read_there(req
     link.unlink()
     _cli("sync", "--db", db_url, "--home", f"a={home}")
     _check_where_it_is_now(request, tmp_path, db_url, home)
+
+
+def _sync_json(db: str, home) -> dict:
+    return json.loads(_cli("sync", "--db", db, "--home", f"a={home}", "--json"))
+
+
+def test_a_home_named_by_turns_through_a_symlink_and_its_path_is_read_once(request, tmp_path, db_url):
+    """The same directory named two ways in turn (cron through a symlink, a hand sync by
+    its path) is one home whose files did not change: after the first sync none is read
+    again, and what names a path names the one given last."""
+    home = _home(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(home)
+    first = _sync_json(db_url, home)
+    assert first["runs_changed"] == 25 and first["bytes_read"] > 0
+    for name in (link, home, link):
+        again = _sync_json(db_url, name)
+        assert (again["runs_changed"], again["bytes_read"], again["events_ingested"]) == (0, 0, 0), again
+    # One problem row for the bad line, open, at the path given last: not one per name.
+    problems = json.loads(_cli("problems", "--db", db_url, "--json", "--all"))
+    assert [(p["path"], p["open"]) for p in problems] == [(f"{link}/runs/{BAD_LINE_RUN}/events.jsonl", True)]
+    _check_where_it_is_now(request, tmp_path, db_url, link)
+
+
+def test_a_problem_held_under_both_names_of_a_home_is_one_problem_after_a_rename(tmp_path):
+    """A ledger written before homes were renamed in place can hold a run's problem under
+    each name its home was synced by (runs kept their first path, problems took the path
+    of the sync that saw them). Renamed to one name, they are one problem: seen first at
+    the earlier time, open if either was."""
+    import sqlite3
+
+    home = _home(tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(home)
+    db = str(tmp_path / "ledger.sqlite")
+    _cli("sync", "--db", db, "--home", f"a={home}")
+    bad = f"runs/{BAD_LINE_RUN}/events.jsonl"
+    with sqlite3.connect(db) as conn:
+        run_pk, offset, reason = conn.execute(
+            "SELECT run_pk, byte_offset, reason FROM problems WHERE path = ?", (f"{home}/{bad}",)).fetchone()
+        conn.execute("UPDATE problems SET first_seen_at = '2026-11-02T00:00:00Z', last_seen_at = "
+                     "'2026-11-02T00:00:00Z', resolved_at = '2026-11-03T00:00:00Z'")
+        conn.execute("INSERT INTO problems (run_pk, path, byte_offset, reason, first_seen_at, last_seen_at) "
+                     "VALUES (?, ?, ?, ?, '2026-11-05T00:00:00Z', '2026-11-06T00:00:00Z')",
+                     (run_pk, f"{link}/{bad}", offset, reason))
+    _cli("sync", "--db", db, "--home", f"a={home}")  # was never named by the link: nothing moves
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM problems").fetchone() == (2,)
+    _cli("sync", "--db", db, "--home", f"a={link}")
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT path, first_seen_at, resolved_at FROM problems").fetchall()
+    assert rows == [(f"{link}/{bad}", "2026-11-02T00:00:00Z", None)]
