@@ -17,4 +17,7 @@ VERSION = "0.1.0"
 #    run's, and so is the assess.json beside it: neither is charged to this directory; an
 #    assess.json without assess_cost_usd is an assessment of unknown cost, not no charge;
 #    an execution (rounds) whose every charge has no known price costs NULL, not $0.
-DERIVATION_VERSION = 5
+# 6: a copy of a run without a line of its stream is billed only while no copy with its
+#    stream is (store.settle_copies): every run is settled again on re-derivation, so a
+#    ledger that billed such a copy beside its streamed one bills it once.
+DERIVATION_VERSION = 6

@@ -105,3 +105,29 @@ def test_a_stream_less_copy_that_gains_its_stream_leaves_the_gone_one_unbilled(t
     _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
     assert _total(db_url) == spend
     assert _listed(db_url) == [(RUN, "b", spend)]
+
+
+def test_a_ledger_that_billed_both_copies_bills_one_after_its_next_sync(tmp_path, db_url):
+    """A ledger an earlier version wrote billed the stream-less copy beside the streamed
+    one (its runs at DERIVATION_VERSION 5, both billed: what b400422 wrote for these two
+    homes, cost $0.0260). Nothing on disk changes; the next sync re-derives every run
+    under the new rule and bills the run once, as a cold sync does."""
+    from sqlalchemy import create_engine, text
+
+    from omg_ledger.db import database_url
+
+    from .ledger_dump import diff, dump
+
+    a, b = _homes(tmp_path)
+    spend = _by_hand(a / "runs" / RUN / "events.jsonl")
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    engine = create_engine(database_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET billed = true, derivation_version = 5"))
+    engine.dispose()
+    assert _total(db_url) == 2 * spend  # the double bill the earlier version left
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    assert _total(db_url) == spend
+    cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
+    _cli("sync", "--db", cold, "--home", f"a={a}", "--home", f"b={b}")
+    assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
