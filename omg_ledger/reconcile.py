@@ -949,8 +949,26 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
     The record may have folded earlier rounds' spend in; only the part the stream does
     not already carry is charged. Dated at the node's last node_started (the execution
     the dropped terminal ended), else at the run's last event. Returns the charge (None
-    when the recovery is refused); the caller numbers and keeps it.
+    when the recovery is refused, or the record has no accounting: nothing was paid);
+    the caller numbers and keeps it.
     """
+    started = r.last_started.get(node_id)
+    anchor = started or last_event
+    leg_ordinal = None
+    execution = r.last_execution.get(node_id)
+    if execution is not None:
+        leg_ordinal = execution.leg_ordinal or None
+    r.findings.append(Finding(
+        "dropped_event", node_id, leg_ordinal,
+        f"state.json records {record['verdict']} for {node_id} but the stream has no matching terminal "
+        f"event; recovered from the snapshot",
+    ))
+    if not has_accounting(record):
+        # Nothing was paid (a gate spawns no subprocess: its record has no cost, usage or
+        # session), as a terminal event without accounting is no charge on the stream.
+        if execution is not None and execution.outcome is None:
+            execution.outcome = record["verdict"]
+        return None
     prior_cost, prior_unknown, prior_round, prior_verdict = r.recorded.get(node_id, _NOT_RECORDED)
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
@@ -959,20 +977,9 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
     tokens = _tokens(record.get("usage"))
     if cost is None or cost >= 0:
         cost, unknown, tokens = r._bounded(cost, unknown, tokens, "state.json", None)
-    started = r.last_started.get(node_id)
-    anchor = started or last_event
-    leg_ordinal = None
-    execution = r.last_execution.get(node_id)
-    if execution is not None:
-        leg_ordinal = execution.leg_ordinal or None
-        if execution.outcome is None:
-            execution.outcome = record["verdict"]
-            execution.cost_nano_usd, execution.cost_unknown = cost, unknown
-    r.findings.append(Finding(
-        "dropped_event", node_id, leg_ordinal,
-        f"state.json records {record['verdict']} for {node_id} but the stream has no matching terminal "
-        f"event; recovered from the snapshot",
-    ))
+    if execution is not None and execution.outcome is None:
+        execution.outcome = record["verdict"]
+        execution.cost_nano_usd, execution.cost_unknown = cost, unknown
     if cost is not None and cost < 0:
         r.findings.append(Finding("recovery_negative", node_id, leg_ordinal,
                                   f"snapshot cost for {node_id} is below what the stream already charged"))

@@ -19,5 +19,7 @@ VERSION = "0.1.0"
 #    an execution (rounds) whose every charge has no known price costs NULL, not $0.
 # 6: a copy of a run without a line of its stream is billed only while no copy with its
 #    stream is (store.settle_copies): every run is settled again on re-derivation, so a
-#    ledger that billed such a copy beside its streamed one bills it once.
+#    ledger that billed such a copy beside its streamed one bills it once; a verdict
+#    recovered from state.json whose record has no accounting (a gate: no subprocess)
+#    is no invocation, as a terminal event without accounting is none on the stream.
 DERIVATION_VERSION = 6

@@ -184,6 +184,26 @@ def test_dropped_terminal_event_is_recovered_from_the_snapshot_and_flagged():
     assert rows.run["cost_nano_usd"] == 3 * N // 10
 
 
+def test_a_gate_verdict_recovered_from_the_snapshot_is_no_invocation():
+    # A gate spawns no subprocess: its node_passed carries no cost, usage or session, and
+    # so does its state.json record. Its dropped terminal is recovered as a verdict only.
+    snapshot = {"schema": 3, "graph": graph("a", "g", g="gate"), "nodes": {
+        "a": {"verdict": "PASS", "cost_usd": 0.1, "session_id": "s-a"},
+        "g": {"verdict": "PASS", "provenance": "approved"}}}
+    rows = run(ev("run_started"), ev("node_started", node_id="a", session_id="s-a"),
+               ev("node_passed", node_id="a", cost_usd=0.1, session_id="s-a"),
+               ev("node_started", node_id="g"), ev("run_finished", outcome="passed"),
+               snapshot=snapshot)
+    g = next(n for n in rows.nodes if n["node_id"] == "g")
+    assert (g["verdict"], g["verdict_source"], g["provenance"], g["state"]) == ("PASS", "snapshot", "approved",
+                                                                                "settled")
+    assert [f.kind for f in rows.findings] == ["dropped_event"]
+    assert [(c.kind, c.node_id) for c in rows.charges] == [("node", "a")]
+    assert (rows.run["invocations"], rows.run["cost_nano_usd"]) == (1, N // 10)
+    gate_round = next(x for x in rows.rounds if x.node_id == "g")
+    assert (gate_round.outcome, gate_round.cost_nano_usd) == ("PASS", None)  # no charge: no cost, as on the stream
+
+
 def test_terminal_event_without_snapshot_record_is_a_dropped_snapshot_write():
     rows = run(ev("run_started"), ev("node_passed", node_id="a", cost_usd=0.1), ev("run_finished", outcome="passed"),
                snapshot={"schema": 3, "graph": graph("a"), "nodes": {}})
