@@ -88,3 +88,26 @@ def test_scale_corpus_runs_hold_their_pass_counts_by_provenance(scale_ledger):
     assert stored == counted_from_nodes(engine)
     assert stored == counted_from_state_json(home)
     assert sum(run["passes"] for run in stored.values()) > 1000
+
+
+def test_the_status_reading_of_state_json_now_is_the_one_sync_stored(scale_ledger):
+    """status reads a run's state.json again when its stream may have moved on since the
+    last sync (status._snapshot_facts_now), by a rule of its own kept apart from reconcile
+    so that reading commands need not import it. On every scale run (PASS, FAIL, PAUSED at
+    a gate, ABANDONED) the two readings agree, so neither can drift from the other."""
+    from omg_ledger.status import _snapshot_facts_now
+
+    engine, _ = scale_ledger
+    r = schema.runs.c
+    with engine.connect() as conn:
+        rows = conn.execute(select(r.run_id, r.dir_path, r.snapshot_schema, r.all_nodes_passed,
+                                   r.gate_paused_at)).all()
+    assert len(rows) == 305
+    kinds = set()
+    for run_id, dir_path, snapshot_schema, all_passed, gate_paused_at in rows:
+        now = _snapshot_facts_now(dir_path, run_id)
+        assert (now["has_snapshot"], now["snapshot_unreadable"]) == (snapshot_schema is not None, False), run_id
+        if now["has_snapshot"]:
+            assert (now["all_nodes_passed"], now["gate_paused_at"]) == (bool(all_passed), gate_paused_at), run_id
+            kinds.add((bool(all_passed), gate_paused_at is not None))
+    assert kinds == {(True, False), (False, False), (False, True)}  # each reading is exercised
