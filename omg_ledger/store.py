@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import TEXT, func, literal, or_, select, update
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
 from . import schema

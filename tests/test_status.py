@@ -421,16 +421,23 @@ def test_a_run_of_another_machines_home_is_never_probed_here(tmp_path, db_url):
     assert {n["node_id"]: n["state"] for n in shown["nodes"]} == {"a": "running"}
 
 
+def _dead_leg_in_two_homes(tmp_path, ledger, run_id: str):
+    """Homes a and b, each holding a copy of ``run_id`` whose open leg's lock is free,
+    synced; a's copy billed (seen first). Returns the two homes."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    stream = [ev("run_started"), ev("node_started", 1, node_id="slow")]
+    for home in (a, b):
+        write_run(home, run_id, stream, lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
+    assert {r["run_id"]: r for r in list_runs(ledger)}[run_id]["home"] == "a"
+    return a, b
+
+
 def test_a_copy_on_another_machine_keeps_the_run_in_flight(tmp_path, ledger):
     # Both copies' locks are free here, but one copy's home is on another machine, where
     # the run may be live: that copy cannot answer, and a copy that cannot answer keeps
     # the run in flight.
-    a, b = tmp_path / "a", tmp_path / "b"
-    stream = [ev("run_started"), ev("node_started", 1, node_id="slow")]
-    write_run(a, "run-c", stream, lock="oh-my-graph-lock 1\n1\n")
-    write_run(b, "run-c", stream, lock="oh-my-graph-lock 1\n1\n")
-    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
-    assert {r["run_id"]: r for r in list_runs(ledger)}["run-c"]["home"] == "a"
+    a, b = _dead_leg_in_two_homes(tmp_path, ledger, "run-c")
     assert status_of_run(ledger, "run-c") == "ABANDONED"
     _move_home_to_another_machine(ledger, "b")
     assert status_of_run(ledger, "run-c") == "RUNNING"
@@ -491,12 +498,7 @@ def test_a_live_run_copied_elsewhere_that_finished_after_the_last_sync_is_not_ab
 def test_a_run_whose_billed_copy_is_gone_is_judged_by_the_copies_still_here(tmp_path, ledger):
     # The billed copy's directory was deleted after the sync; another copy is still here,
     # and its lock is free: the gone copy says nothing, the copy here says the leg is dead.
-    a, b = tmp_path / "a", tmp_path / "b"
-    stream = [ev("run_started"), ev("node_started", 1, node_id="slow")]
-    write_run(a, "run-z", stream, lock="oh-my-graph-lock 1\n1\n")
-    write_run(b, "run-z", stream, lock="oh-my-graph-lock 1\n1\n")
-    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
-    assert {r["run_id"]: r for r in list_runs(ledger)}["run-z"]["home"] == "a"
+    a, b = _dead_leg_in_two_homes(tmp_path, ledger, "run-z")
     shutil.rmtree(a / "runs" / "run-z")
     assert status_of_run(ledger, "run-z") == "ABANDONED"
     assert show_run(ledger, "run-z")["status"] == "ABANDONED"

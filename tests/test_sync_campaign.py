@@ -21,16 +21,21 @@ def _sample(seed: int, size: int):
     return sorted(random.Random(f"sample-{seed}").sample(runs, size))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def test_a_seeded_history_of_syncs_ends_where_a_cold_sync_of_the_final_homes_does(tmp_path, request, backend):
-    seed = 38  # JSON files rewritten in place (mtime restored), directories deleted and recreated, cuts back
+def _ledgers(tmp_path, request, backend: str):
+    """A work directory, the history's ledger and the cold sync's, on ``backend``."""
     work = tmp_path / "work"
     work.mkdir()
     if backend == "sqlite":
-        db, cold = str(work / "history.sqlite"), str(work / "cold.sqlite")
-    else:
-        server = request.getfixturevalue("pg_server")
-        db, cold = (server.create_database(f"campaign_{kind}_{uuid.uuid4().hex[:8]}") for kind in ("history", "cold"))
+        return work, str(work / "history.sqlite"), str(work / "cold.sqlite")
+    server = request.getfixturevalue("pg_server")
+    history, cold = (server.create_database(f"campaign_{kind}_{uuid.uuid4().hex[:8]}") for kind in ("history", "cold"))
+    return work, history, cold
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_seeded_history_of_syncs_ends_where_a_cold_sync_of_the_final_homes_does(tmp_path, request, backend):
+    seed = 38  # JSON files rewritten in place (mtime restored), directories deleted and recreated, cuts back
+    work, db, cold = _ledgers(tmp_path, request, backend)
     history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=8, second_home=0.3, every_step=True)
     steps = history.run()
     assert all(any(kind in step for step in steps) for kind in ("mtime restored", "deleted", "recreated", "cut back"))
@@ -45,13 +50,7 @@ def test_an_operators_history_ends_where_a_cold_sync_of_the_final_homes_does(tmp
     once: fails before 6b15f9b), rebuild between syncs, --workers alternating. The kill
     step is drawn but not done here (no timing in a test); the script does it."""
     seed = 201
-    work = tmp_path / "work"
-    work.mkdir()
-    if backend == "sqlite":
-        db, cold = str(work / "history.sqlite"), str(work / "cold.sqlite")
-    else:
-        server = request.getfixturevalue("pg_server")
-        db, cold = (server.create_database(f"campaign_{kind}_{uuid.uuid4().hex[:8]}") for kind in ("history", "cold"))
+    work, db, cold = _ledgers(tmp_path, request, backend)
     history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=10, second_home=0.3, operator=True,
                                 kills=False)
     steps = history.run()
