@@ -86,19 +86,18 @@ def derive(facts: StatusFacts, lock: Liveness) -> str:
 def could_be(status: str):
     """A SQL pre-filter on `runs` keeping every run that could have ``status``; the exact
     status still comes from :func:`derive` with a live lock probe."""
-    from sqlalchemy import and_, or_
+    from sqlalchemy import and_, false, func, not_, or_, true
 
     from . import schema
 
     r = schema.runs.c
-    if status in (ABANDONED, RUNNING, PLANNING):
-        return r.last_leg_open
-    # A leg stored open may have closed since the last sync (confirm_abandoned reads it).
-    if status == PAUSED:
-        return or_(r.last_leg_open, r.last_outcome == "paused")
     if status == NOT_KNOWN_YET:
         return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False))
-    return or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "paused")  # PASS, FAIL
+    if status in (PASS, FAIL):
+        return true()  # a leg stored open may have closed since the last sync, a paused run been resumed
+    # A stored PAUSED or FAIL may have been resumed since the last sync (recheck_settled).
+    return or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "passed",
+               not_(func.coalesce(r.all_nodes_passed, false())))
 
 
 GATE, SESSION_LIMIT, OTHER = "gate", "session_limit", "other"
@@ -157,6 +156,24 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     a leg writes its last event before it gives the lock back. A leg they open again is
     probed again; a leg they close is settled, judged with state.json as it is now.
     Returns the status and the facts it was derived from."""
+    return _with_new_lines(ABANDONED, facts, run_dir, checkpoint, prober)
+
+
+def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
+                    ) -> tuple[str, StatusFacts]:
+    """The status of a run whose last leg the stored facts close as PAUSED or FAIL, with
+    what the stream says now: a resume (at a gate, or --retry-failed) since the last sync
+    opened a leg, which is then probed like any open leg, and may have closed it again.
+    A stream with no byte since the last sync keeps ``status`` for one lstat."""
+    if status not in (PAUSED, FAIL):
+        return status, facts
+    return _with_new_lines(status, facts, run_dir, checkpoint, prober)
+
+
+def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober
+                    ) -> tuple[str, StatusFacts]:
+    """``stored`` (the status of the stored facts) composed with the lines of the run's
+    stream appended since ``checkpoint``: unchanged when no leg opened or closed."""
     from .tail import needs_reading
 
     stream = os.path.join(run_dir, "events.jsonl")
@@ -166,7 +183,7 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
         except OSError:
             info = None  # read below, which words what is wrong with it
         if info is not None and not needs_reading(info, checkpoint):
-            return ABANDONED, facts  # not a byte since the last sync: the stored facts are the stream's
+            return stored, facts  # not a byte since the last sync: the stored facts are the stream's
     from .feed import parse_stream_line
     from .tail import TailReader
 
@@ -175,11 +192,12 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     def parse(line: bytes, line_no: int, offset: int) -> object:
         return parse_stream_line(line, line_no, offset, run_id)
 
+    unknown = derive(facts, Liveness.UNKNOWN) if stored == ABANDONED else stored
     try:
         reader = TailReader(stream, checkpoint, parse)
     except OSError:
         # The stream the facts came from is gone or unreadable: no evidence either way.
-        return derive(facts, Liveness.UNKNOWN), facts
+        return unknown, facts
     if reader.replace or checkpoint is None:
         # Not the file read before: its legs are walked from its first line.
         open_, phase, outcome, detail, any_leg = False, None, None, None, False
@@ -197,9 +215,9 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
                 open_, changed = False, True
                 outcome, detail = event.data.get("outcome"), event.data.get("detail")
     except OSError:
-        return derive(facts, Liveness.UNKNOWN), facts  # a read that failed is not an answer
+        return unknown, facts  # a read that failed is not an answer
     if not changed:
-        return ABANDONED, facts
+        return stored, facts
     now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
                          last_detail=detail)
     if open_:

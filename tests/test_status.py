@@ -512,3 +512,77 @@ def test_a_run_whose_billed_copy_is_gone_is_judged_by_the_copies_still_here(tmp_
     # With no copy left here, nothing answers: in flight on the stream alone.
     shutil.rmtree(b / "runs" / "run-z")
     assert status_of_run(ledger, "run-z") == "RUNNING"
+
+
+# -- a settled run resumed since the last sync: its stream says so before any sync --
+
+def _append(run_dir, *lines: dict) -> None:
+    import json
+
+    with open(run_dir / "events.jsonl", "a") as f:
+        for data in lines:
+            f.write(json.dumps({**data, "run_id": run_dir.name}, separators=(",", ":")) + "\n")
+
+
+def test_a_paused_run_resumed_after_the_last_sync_is_running_then_passes(tmp_path, db_url):
+    # The ledger saw the run paused at its gate. `oh-my-graph resume --approve` takes the
+    # lock, opens a leg (run_started) and, at its end, passes the gate and writes state.json.
+    # The engine's `runs list` reads RUNNING while it runs and PASS after, with no sync.
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-p", [ev("run_started"), ev("node_started", 1, node_id="g"),
+                                        ev("gate_paused", 2, node_id="g"),
+                                        ev("run_finished", 3, outcome="paused")],
+                        state={"graph": graph("g", g="gate"), "nodes": {}, "gate": {"paused_at": "g"}},
+                        lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-p") == "PAUSED"
+    child = run_leg(run_dir, [ev("gate_approved", 11, node_id="g"), ev("node_passed", 12, node_id="g"),
+                              ev("run_finished", 13, outcome="passed")],
+                    {"graph": graph("g", g="gate"), "nodes": {"g": {"verdict": "PASS", "provenance": "approved"}}})
+    try:
+        _append(run_dir, ev("run_started", 10), ev("node_started", 10, node_id="g"))
+        row = {r["run_id"]: r for r in list_runs(ledger)}["run-p"]
+        assert (row["status"], row["paused_for"], row["hint"]) == ("RUNNING", None, None)
+        assert show_run(ledger, "run-p")["status"] == "RUNNING"
+        assert [r["run_id"] for r in list_runs(ledger, statuses=("RUNNING",))] == ["run-p"]
+        assert list_runs(ledger, statuses=("PAUSED",)) == []
+    finally:
+        finish(child)
+    assert (status_of_run(ledger, "run-p"), show_run(ledger, "run-p")["status"]) == ("PASS", "PASS")
+    assert [r["run_id"] for r in list_runs(ledger, statuses=("PASS",))] == ["run-p"]
+    assert list_runs(ledger, statuses=("PAUSED",)) == list_runs(ledger, statuses=("RUNNING",)) == []
+
+
+def test_a_failed_run_retried_after_the_last_sync_and_killed_is_abandoned(tmp_path, ledger):
+    # `resume --retry-failed` of a FAIL the ledger saw, then kill -9 of that leg: the leg
+    # it opened holds no lock any more, so the run is ABANDONED (and a resume is the hint).
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-q", [ev("run_started"), ev("node_started", 1, node_id="a"),
+                                        ev("node_failed", 2, node_id="a", verdict="FAIL", cost_usd=0.5),
+                                        ev("run_finished", 3, outcome="failed")],
+                        state={"graph": graph("a"), "nodes": {"a": {"verdict": "FAIL", "cost_usd": 0.5}}},
+                        lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-q") == "FAIL"
+    child = hold_lock(run_dir)
+    try:
+        _append(run_dir, ev("run_started", 10), ev("node_started", 11, node_id="a"))
+        assert status_of_run(ledger, "run-q") == "RUNNING"
+        assert list_runs(ledger, statuses=("FAIL",)) == []
+    finally:
+        kill9(child)
+    row = {r["run_id"]: r for r in list_runs(ledger, statuses=("ABANDONED",))}["run-q"]
+    assert "oh-my-graph resume run-q" in row["hint"]
+    assert show_run(ledger, "run-q")["status"] == "ABANDONED"
+
+
+def test_a_settled_run_of_another_machines_home_is_not_read_here(tmp_path, ledger):
+    # Its path here names another directory, or none: what is there says nothing of it.
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-o", [ev("run_started"), ev("run_finished", 3, outcome="failed")],
+                        state={"graph": graph("a"), "nodes": {"a": {"verdict": "FAIL"}}})
+    sync(ledger, [Home.from_path(str(home), "h")])
+    _move_home_to_another_machine(ledger, "h")
+    _append(run_dir, ev("run_started", 10))
+    assert (status_of_run(ledger, "run-o"), show_run(ledger, "run-o")["status"]) == ("FAIL", "FAIL")

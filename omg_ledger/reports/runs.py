@@ -17,7 +17,9 @@ from ..errors import AmbiguousRun, RunNotFound
 from ..status import (
     ABANDONED,
     FACT_COLUMNS,
+    FAIL,
     NOT_KNOWN_YET,
+    PASS,
     PAUSED,
     PLANNING,
     RUNNING,
@@ -28,6 +30,7 @@ from ..status import (
     node_state,
     not_probed,
     pause_reason,
+    recheck_settled,
     status_across_copies,
     status_of,
     status_without_own_copy,
@@ -63,14 +66,20 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
                       "ORDER BY h.label, r.run_id, n.node_id")
 
 
-# The stream checkpoints of every run whose last leg is open: read once for a listing,
-# when its first abandoned-looking run is met (status.confirm_abandoned).
+# Runs whose status the stream may have moved on from since the last sync: an open last
+# leg (it may have closed) and a stored PAUSED or FAIL (it may have been resumed); a PASS
+# is final. Wider than that where it costs nothing (status decides).
+_MAY_MOVE_ON_SQL = ("(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'passed' "
+                    "OR NOT COALESCE(r.all_nodes_passed, FALSE))")
+
+# Their stream checkpoints: read once for a listing, when the first run that needs one is
+# met (status.confirm_abandoned, status.recheck_settled).
 _CHECKPOINTS_SQL = ("SELECT s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
-                    + " FROM streams s WHERE s.run_pk IN (SELECT id FROM runs WHERE last_leg_open)")
+                    + f" FROM streams s WHERE s.run_pk IN (SELECT r.id FROM runs r WHERE {_MAY_MOVE_ON_SQL})")
 
 
 def checkpoints(reader) -> dict[int, Checkpoint]:
-    """Row id → its stream's checkpoint, for every run whose last leg is open."""
+    """Row id → its stream's checkpoint, for every run whose stream may have moved on."""
     return {row[0]: Checkpoint(*row[1:]) for row in reader.rows(_CHECKPOINTS_SQL)}
 
 
@@ -141,13 +150,11 @@ def _money(nanos: int | None) -> float | None:
 def could_be_sql(status: str) -> str:
     """status.could_be in SQL text (tests/test_reports_dbapi.py holds them equal): a
     pre-filter keeping every run that could have ``status``; status_of decides."""
-    if status in (ABANDONED, RUNNING, PLANNING):
-        return "r.last_leg_open"
-    if status == PAUSED:
-        return "(r.last_leg_open OR r.last_outcome = 'paused')"
     if status == NOT_KNOWN_YET:
         return "(NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state)"
-    return "(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'paused')"  # PASS, FAIL
+    if status in (PASS, FAIL):
+        return "TRUE"
+    return _MAY_MOVE_ON_SQL
 
 
 def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, unprobed: str | None = None) -> dict:
@@ -227,10 +234,14 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
             machine = machines.get(row[-1])
             elsewhere = None if machine == here else machine or "unknown"
             status = status_of(facts, row[_DIR_PATH], here=elsewhere is None)
-            if status == ABANDONED:
+            if status == ABANDONED or (status in (PAUSED, FAIL) and elsewhere is None):
                 if stream_checkpoints is None:
                     stream_checkpoints = checkpoints(reader)
-                status, facts = confirm_abandoned(facts, row[_DIR_PATH], stream_checkpoints.get(row[0]))
+                checkpoint = stream_checkpoints.get(row[0])
+                if status == ABANDONED:
+                    status, facts = confirm_abandoned(facts, row[_DIR_PATH], checkpoint)
+                else:
+                    status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint)
             if status == ABANDONED:
                 if copies is None:
                     copies = copies_of_open_runs(reader)
@@ -343,8 +354,11 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     facts = StatusFacts.from_row(row)
     elsewhere = None if row["home_machine"] == machine_source() else row["home_machine"] or "unknown"
     status = status_of(facts, row["dir_path"], here=elsewhere is None)
+    checkpoint = Checkpoint(*stream[0]) if stream else None
     if status == ABANDONED:
-        status, facts = confirm_abandoned(facts, row["dir_path"], Checkpoint(*stream[0]) if stream else None)
+        status, facts = confirm_abandoned(facts, row["dir_path"], checkpoint)
+    elif elsewhere is None:
+        status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint)
     status, facts = status_across_copies(status, facts, other_copies_now)
     if elsewhere is None:
         status, facts = status_without_own_copy(status, facts, row["dir_path"], other_copies_now)
