@@ -156,7 +156,7 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     a leg writes its last event before it gives the lock back. A leg they open again is
     probed again; a leg they close is settled, judged with state.json as it is now.
     Returns the status and the facts it was derived from."""
-    return _with_new_lines(ABANDONED, facts, run_dir, checkpoint, prober)
+    return _with_new_lines(ABANDONED, facts, run_dir, checkpoint, prober)[:2]
 
 
 def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
@@ -167,13 +167,14 @@ def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, p
     A stream with no byte since the last sync keeps ``status`` for one lstat."""
     if status not in (PAUSED, FAIL):
         return status, facts
-    return _with_new_lines(status, facts, run_dir, checkpoint, prober)
+    return _with_new_lines(status, facts, run_dir, checkpoint, prober)[:2]
 
 
 def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober
-                    ) -> tuple[str, StatusFacts]:
+                    ) -> tuple[str, StatusFacts, int | None]:
     """``stored`` (the status of the stored facts) composed with the lines of the run's
-    stream appended since ``checkpoint``: unchanged when no leg opened or closed."""
+    stream appended since ``checkpoint``: unchanged when no leg opened or closed. The
+    third value is the stream's line count now when a leg did (else None)."""
     from .tail import needs_reading
 
     stream = os.path.join(run_dir, "events.jsonl")
@@ -183,7 +184,7 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
         except OSError:
             info = None  # read below, which words what is wrong with it
         if info is not None and not needs_reading(info, checkpoint):
-            return stored, facts  # not a byte since the last sync: the stored facts are the stream's
+            return stored, facts, None  # not a byte since the last sync: the stored facts are the stream's
     from .feed import parse_stream_line
     from .tail import TailReader
 
@@ -197,7 +198,7 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
         reader = TailReader(stream, checkpoint, parse)
     except OSError:
         # The stream the facts came from is gone or unreadable: no evidence either way.
-        return unknown, facts
+        return unknown, facts, None
     if reader.replace or checkpoint is None:
         # Not the file read before: its legs are walked from its first line.
         open_, phase, outcome, detail, any_leg = False, None, None, None, False
@@ -215,15 +216,16 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
                 open_, changed = False, True
                 outcome, detail = event.data.get("outcome"), event.data.get("detail")
     except OSError:
-        return unknown, facts  # a read that failed is not an answer
+        return unknown, facts, None  # a read that failed is not an answer
     if not changed:
-        return stored, facts
+        return stored, facts, None
+    lines = reader.checkpoint.next_line - 1 if reader.checkpoint is not None else None
     now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
                          last_detail=detail)
     if open_:
-        return derive(now, prober(run_dir)), now
+        return derive(now, prober(run_dir)), now, lines
     now = now._replace(**_snapshot_facts_now(run_dir, run_id))
-    return derive(now, Liveness.UNKNOWN), now
+    return derive(now, Liveness.UNKNOWN), now, lines
 
 
 def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
@@ -288,6 +290,25 @@ def status_across_copies(status: str, facts: StatusFacts, copies: Iterable[Copy]
                 copy_status, copy_facts = confirm_abandoned(copy.facts, copy.dir_path, copy.checkpoint, prober)
                 if copy_status != ABANDONED:
                     return copy_status, copy_facts
+    return status, facts
+
+
+def settled_across_copies(status: str, facts: StatusFacts, lines: int | None, copies: Iterable[Copy],
+                          prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
+    """The status of a PAUSED or FAIL run held in several homes whose own stream has not
+    moved on (``lines``: its line count, the stored checkpoint's): a copy here resumed
+    since the last sync (the live home beside its backup, both synced) says where the run
+    is now, once its stream holds more lines than this one — a backup catching up on what
+    this copy already holds says nothing new."""
+    if status not in (PAUSED, FAIL) or lines is None:
+        return status, facts
+    for copy in copies:
+        if copy.dir_path is None or copy.checkpoint is None or copy.facts.last_leg_open:
+            continue  # another machine's, stream-less, or a copy taken mid-leg (behind this one)
+        copy_status, copy_facts, copy_lines = _with_new_lines(
+            derive(copy.facts, Liveness.UNKNOWN), copy.facts, copy.dir_path, copy.checkpoint, prober)
+        if copy_lines is not None and copy_lines > lines:
+            return copy_status, copy_facts
     return status, facts
 
 

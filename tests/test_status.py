@@ -586,3 +586,50 @@ def test_a_settled_run_of_another_machines_home_is_not_read_here(tmp_path, ledge
     _move_home_to_another_machine(ledger, "h")
     _append(run_dir, ev("run_started", 10))
     assert (status_of_run(ledger, "run-o"), show_run(ledger, "run-o")["status"]) == ("FAIL", "FAIL")
+
+
+def test_a_run_resumed_in_the_home_of_its_unbilled_copy_is_running_there(tmp_path, ledger):
+    # A live home and its backup, both synced while the run was paused: equal copies, the
+    # backup billed (seen first). The resume happens in the live home, whose stream then
+    # holds more than the billed copy's: the run is where that copy says.
+    live, backup = tmp_path / "live", tmp_path / "backup"
+    paused = [ev("run_started"), ev("node_started", 1, node_id="g"), ev("gate_paused", 2, node_id="g"),
+              ev("run_finished", 3, outcome="paused")]
+    state = {"graph": graph("g", g="gate"), "nodes": {}, "gate": {"paused_at": "g"}}
+    run_dir = write_run(live, "run-b", paused, state=state, lock="oh-my-graph-lock 1\n1\n")
+    shutil.copytree(live, backup)
+    sync(ledger, [Home.from_path(str(backup), "backup"), Home.from_path(str(live), "live")])
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-b"]
+    assert (row["home"], row["status"]) == ("backup", "PAUSED")
+    child = run_leg(run_dir, [ev("node_passed", 12, node_id="g"), ev("run_finished", 13, outcome="passed")],
+                    {"graph": graph("g", g="gate"), "nodes": {"g": {"verdict": "PASS", "provenance": "approved"}}})
+    try:
+        _append(run_dir, ev("run_started", 10), ev("gate_approved", 11, node_id="g"))
+        assert status_of_run(ledger, "run-b") == "RUNNING"
+        assert [show_run(ledger, "run-b", home)["status"] for home in (None, "backup", "live")] == ["RUNNING"] * 3
+        assert [r["run_id"] for r in list_runs(ledger, statuses=("RUNNING",))] == ["run-b"]
+    finally:
+        finish(child)
+    assert status_of_run(ledger, "run-b") == "PASS"
+
+
+def test_a_copy_catching_up_on_what_the_billed_copy_holds_says_nothing_new(tmp_path, ledger):
+    # The billed copy saw two legs (paused at the gate, then a retry that failed); the
+    # backup was synced after the first. A copy into the backup that has written only the
+    # second leg's first line so far holds fewer lines than the billed copy: its open leg
+    # (its lock free) is not the run's, which is still FAIL.
+    a, b = tmp_path / "a", tmp_path / "b"
+    leg1 = [ev("run_started"), ev("node_started", 1, node_id="g"), ev("gate_paused", 2, node_id="g"),
+            ev("run_finished", 3, outcome="paused")]
+    leg2 = [ev("run_started", 10), ev("node_started", 11, node_id="g"),
+            ev("node_failed", 12, node_id="g", verdict="FAIL"), ev("run_finished", 13, outcome="failed")]
+    write_run(a, "run-c", leg1 + leg2, state={"graph": graph("g"), "nodes": {"g": {"verdict": "FAIL"}}},
+              lock="oh-my-graph-lock 1\n1\n")
+    backup_dir = write_run(b, "run-c", leg1, state={"graph": graph("g"), "nodes": {}, "gate": {"paused_at": "g"}},
+                           lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(a), "a"), Home.from_path(str(b), "b")])
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-c"]
+    assert (row["home"], row["status"]) == ("a", "FAIL")
+    _append(backup_dir, leg2[0])
+    assert status_of_run(ledger, "run-c") == "FAIL"
+    assert show_run(ledger, "run-c")["status"] == "FAIL"

@@ -31,6 +31,7 @@ from ..status import (
     not_probed,
     pause_reason,
     recheck_settled,
+    settled_across_copies,
     status_across_copies,
     status_of,
     status_without_own_copy,
@@ -108,9 +109,10 @@ def _copy(row: tuple) -> Copy | None:
 
 
 def copies_of_open_runs(reader) -> dict[int, list[Copy]]:
-    """Row id → the run's other copies, for every run whose last leg is open."""
+    """Row id → the run's other copies, for every run whose stream may have moved on
+    (an open last leg, a stored PAUSED or FAIL)."""
     copies: dict[int, list[Copy]] = {}
-    for row in reader.rows(_COPIES_SQL + " WHERE r.last_leg_open ORDER BY r.id, c.id"):
+    for row in reader.rows(_COPIES_SQL + f" WHERE {_MAY_MOVE_ON_SQL} ORDER BY r.id, c.id"):
         copy = _copy(row)
         if copy is not None:
             copies.setdefault(row[0], []).append(copy)
@@ -241,7 +243,13 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                 if status == ABANDONED:
                     status, facts = confirm_abandoned(facts, row[_DIR_PATH], checkpoint)
                 else:
+                    stored = facts
                     status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint)
+                    if facts is stored and checkpoint is not None:
+                        if copies is None:
+                            copies = copies_of_open_runs(reader)
+                        status, facts = settled_across_copies(status, facts, checkpoint.next_line - 1,
+                                                              copies.get(row[0], ()))
             if status == ABANDONED:
                 if copies is None:
                     copies = copies_of_open_runs(reader)
@@ -350,7 +358,7 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         problems = reader.table_rows("problems", "run_pk = :pk", of_run, "path, byte_offset")
         stream = list(reader.rows("SELECT " + ", ".join(Checkpoint.COLUMNS) + " FROM streams WHERE run_pk = :pk",
                                   of_run))
-        other_copies_now = copies_of(reader, row["id"]) if row["last_leg_open"] else []
+        other_copies_now = copies_of(reader, row["id"])
     facts = StatusFacts.from_row(row)
     elsewhere = None if row["home_machine"] == machine_source() else row["home_machine"] or "unknown"
     status = status_of(facts, row["dir_path"], here=elsewhere is None)
@@ -358,7 +366,10 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     if status == ABANDONED:
         status, facts = confirm_abandoned(facts, row["dir_path"], checkpoint)
     elif elsewhere is None:
+        stored = facts
         status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint)
+        if facts is stored and checkpoint is not None:
+            status, facts = settled_across_copies(status, facts, checkpoint.next_line - 1, other_copies_now)
     status, facts = status_across_copies(status, facts, other_copies_now)
     if elsewhere is None:
         status, facts = status_without_own_copy(status, facts, row["dir_path"], other_copies_now)
