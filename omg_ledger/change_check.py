@@ -54,6 +54,8 @@ class SyncReport:
     runs_listed: int = 0  # run directories that went past the stat-only change check
     # A home's runs/ or plans/ that is a symlink: {"home", "dir", "resolved"} (read there).
     symlinked_dirs: list[dict] = field(default_factory=list)
+    # A home synced at another path than before (renamed, a symlink): {"home", "from", "to"}.
+    moved_homes: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -67,6 +69,7 @@ class SyncReport:
             "problems": [p.as_dict() for p in self.problems],
             "seconds": round(self.seconds, 3),
             "symlinked_dirs": self.symlinked_dirs,
+            "moved_homes": self.moved_homes,
         }
 
 

@@ -566,6 +566,9 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
         import shutil
 
         width = shutil.get_terminal_size((80, 24)).columns
+        for moved in report.moved_homes:
+            _say(render.wrap(render.inert(f"home {moved['home']} is at {moved['to']} now (synced at {moved['from']} "
+                                          f"before): its runs, streams and problems follow it"), width))
         for linked in report.symlinked_dirs:
             # Made inert before wrapping, so the escapes are what is measured.
             _say(render.wrap(render.inert(f"{linked['dir']} is a symlink: read in {linked['resolved']} "

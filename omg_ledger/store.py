@@ -57,7 +57,7 @@ def upsert(conn: Connection, table, values: dict, keys: Sequence[str], update_co
 
 
 def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identity: dict,
-                 relabel: bool = False) -> int:
+                 relabel: bool = False, moves: list[dict] | None = None) -> int:
     """The home a directory is, by its real identity (``identity``: discover.home_identity —
     machine, device, inode, resolved path), not by the label or path it is named with
     (caller's write transaction).
@@ -65,7 +65,9 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
     The same directory named through a symlink, without its label or after a hostname
     change is the same home. Naming it with another label, or giving a label that
     holds another directory, is refused (HomeConflict) — unless ``relabel`` says to
-    point that label at this directory.
+    point that label at this directory. A home found under another path than it was
+    synced at has what the ledger holds renamed to this one (relocate_home), and the move
+    is appended to ``moves`` ({home, from, to}).
     """
     homes = schema.homes
     machine, dev, inode, real = identity["machine"], identity["dev"], identity["inode"], identity["real_path"]
@@ -96,6 +98,8 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
             conn.execute(homes.update().where(homes.c.id == found.id).values(path=path, **identity))
         if found.path != path:
             relocate_home(conn, found.id, found.path, path)
+            if moves is not None:
+                moves.append({"home": label if explicit else found.label, "from": found.path, "to": path})
         return found.id
     if by_label is not None:
         unknown = by_label.real_path is None  # recorded before homes had identities

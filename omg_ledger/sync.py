@@ -382,7 +382,7 @@ class _HomeSync:
     def run(self) -> None:
         with write_transaction(self.engine) as conn:
             self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit,
-                                        home_identity(self.home.path), self.relabel)
+                                        home_identity(self.home.path), self.relabel, self.report.moved_homes)
         self.source = f"home:{self.home_id}"
         runs_dir = os.path.join(self.home.path, "runs")
         if not os.path.isdir(self.home.path):

@@ -88,8 +88,36 @@ def test_a_renamed_home_is_read_where_it_is_now(request, tmp_path, db_url):
     assert _statuses(db_url) == {run_id: _engine_statuses()[run_id] for run_id in _statuses(db_url)}
 
     moved = home.rename(tmp_path / "home-renamed")
-    _cli("sync", "--db", db_url, "--home", f"a={moved}")
+    report = json.loads(_cli("sync", "--db", db_url, "--home", f"a={moved}", "--json"))
+    assert report["moved_homes"] == [{"home": "a", "from": str(home), "to": str(moved)}]
     _check_where_it_is_now(request, tmp_path, db_url, moved)
+    assert json.loads(_cli("sync", "--db", db_url, "--home", f"a={moved}", "--json"))["moved_homes"] == []
+
+
+def test_a_moved_home_is_said_on_a_terminal(tmp_path):
+    """A sync on a terminal names the move (a pseudo-terminal: the TTY branch is real)."""
+    import os
+    import pty
+
+    home = _home(tmp_path)
+    db = str(tmp_path / "ledger.sqlite")
+    _cli("sync", "--db", db, "--home", f"a={home}")
+    moved = home.rename(tmp_path / "elsewhere")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(sys.executable, [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db, "--home", f"a={moved}"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    said = " ".join(out.decode().split())  # as the terminal's width wrapped it
+    assert "home a is at" in said and "streams and problems follow it" in said and "elsewhere" in said, said
 
 
 def test_a_home_synced_through_a_symlink_then_at_its_real_path_is_read_there(request, tmp_path, db_url):
@@ -114,10 +142,11 @@ def test_a_home_named_by_turns_through_a_symlink_and_its_path_is_read_once(reque
     link = tmp_path / "link"
     link.symlink_to(home)
     first = _sync_json(db_url, home)
-    assert first["runs_changed"] == 25 and first["bytes_read"] > 0
-    for name in (link, home, link):
+    assert first["runs_changed"] == 25 and first["bytes_read"] > 0 and first["moved_homes"] == []
+    for before, name in ((home, link), (link, home), (home, link)):
         again = _sync_json(db_url, name)
         assert (again["runs_changed"], again["bytes_read"], again["events_ingested"]) == (0, 0, 0), again
+        assert again["moved_homes"] == [{"home": "a", "from": str(before), "to": str(name)}]
     # One problem row for the bad line, open, at the path given last: not one per name.
     problems = json.loads(_cli("problems", "--db", db_url, "--json", "--all"))
     assert [(p["path"], p["open"]) for p in problems] == [(f"{link}/runs/{BAD_LINE_RUN}/events.jsonl", True)]
