@@ -181,3 +181,27 @@ def test_a_problem_held_under_both_names_of_a_home_is_one_problem_after_a_rename
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT path, first_seen_at, resolved_at FROM problems").fetchall()
     assert rows == [(f"{link}/{bad}", "2026-11-02T00:00:00Z", None)]
+
+
+def test_a_home_whose_paths_hold_wildcards_and_non_ascii_is_renamed_exactly(request, tmp_path, db_url):
+    """The old path is matched as a prefix counted in characters, not as a pattern: '%' and
+    '_' are themselves, and a multi-byte name is cut where its characters end (SQLite and
+    PostgreSQL count characters alike). A sibling whose name starts with the old one's is
+    another directory and keeps its paths."""
+    home = tmp_path / "hömé 100%_x"
+    shutil.copytree(_home(tmp_path), home, symlinks=True)
+    sibling = tmp_path / "hömé 100%_xyz_x"  # as a LIKE pattern, 'hömé 100%_x/%' takes its paths too
+    shutil.copytree(CORPUS / "home", sibling, symlinks=True)
+    (sibling / "runs" / "a-link").symlink_to(tmp_path)  # a problem of no run, under the sibling
+    age_tree(home)
+    age_tree(sibling)
+    _cli("sync", "--db", db_url, "--home", f"a={home}", "--home", f"b={sibling}")
+    moved = home.rename(tmp_path / "ünï_%")
+    report = json.loads(_cli("sync", "--db", db_url, "--home", f"a={moved}", "--home", f"b={sibling}", "--json"))
+    assert (report["runs_changed"], report["bytes_read"]) == (0, 0)  # renamed in place, not read again
+    shown = json.loads(_cli("show", "--db", db_url, BAD_LINE_RUN, "--home", "b", "--json"))
+    assert shown["dir_path"] == f"{sibling}/runs/{BAD_LINE_RUN}"
+    shown = json.loads(_cli("show", "--db", db_url, BAD_LINE_RUN, "--home", "a", "--json"))
+    assert shown["dir_path"] == f"{moved}/runs/{BAD_LINE_RUN}"
+    assert _open_problem_paths(db_url) == sorted([f"{moved}/runs/{BAD_LINE_RUN}/events.jsonl",
+                                                  f"{sibling}/runs/a-link"])
