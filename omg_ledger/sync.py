@@ -273,17 +273,21 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
     total = len(run_pks)
     for start in range(0, total, DERIVE_BATCH):
         with write_transaction(engine) as conn:
+            to_settle: set[str | None] = set()
             for run_pk in run_pks[start:start + DERIVE_BATCH]:
                 try:
                     with conn.begin_nested():
-                        done = _rederive_run(conn, run_pk, force=everything)
+                        identities = _rederive_run(conn, run_pk, force=everything)
                 except OperationalError:
                     raise  # the database itself: the batch rolls back, the next sync carries on
                 except Exception as exc:  # noqa: BLE001 - one run's stored facts must not stop every sync
-                    done = False
+                    identities = None
                     _record_underivable(conn, run_pk, exc)
-                if done:
+                if identities is not None:
+                    to_settle.update(identities)
                     report.runs_rederived += 1
+            # Once a batch, on its final rows: what settling after each run would end with.
+            settle_copies(conn, to_settle)
         if progress is not None:
             progress("derive", min(start + DERIVE_BATCH, total), total)
     for stream_pk in stream_pks:
@@ -293,12 +297,14 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
     return report
 
 
-def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
+def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | None, str | None] | None:
+    """Re-derive one run in the caller's savepoint. Returns the stream identities (before,
+    after) whose copies are to be settled, or None when there was nothing to do."""
     backend_of(conn).lock_run(conn, run_pk)
     r = schema.runs.c
     stored = conn.execute(select(r.derivation_version, r.stream_identity, r.dir_path).where(r.id == run_pk)).first()
     if stored is None or (stored.derivation_version >= derive.DERIVATION_VERSION and not force):
-        return False  # gone from the ledger, or another writer got there first
+        return None  # gone from the ledger, or another writer got there first
     clear_derived(conn, run_pk)
     # The run's rows are held back and written out as they pass their bound, inside
     # this run's savepoint (flushed before it ends, so a run that fails leaves nothing).
@@ -310,11 +316,10 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> bool:
                     pending=pending)
     _save_state(conn, run_pk, rows, pending=pending)
     pending.flush(conn)
-    settle_copies(conn, [stored.stream_identity, rows.run["stream_identity"]])
     for problem in _derived_problems(stored.dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
-    return True
+    return stored.stream_identity, rows.run["stream_identity"]
 
 
 def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pending: PendingRows | None = None) -> None:
