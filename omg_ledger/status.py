@@ -159,13 +159,19 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     return _with_new_lines(ABANDONED, facts, run_dir, checkpoint, prober)[:2]
 
 
+# Stored statuses a stream may have moved on from with no open leg in the ledger: a
+# resume of a PAUSED or FAIL run, the first leg of a run synced before its first line.
+RECHECKED = (PAUSED, FAIL, NOT_KNOWN_YET)
+
+
 def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
                     ) -> tuple[str, StatusFacts]:
-    """The status of a run whose last leg the stored facts close as PAUSED or FAIL, with
-    what the stream says now: a resume (at a gate, or --retry-failed) since the last sync
-    opened a leg, which is then probed like any open leg, and may have closed it again.
-    A stream with no byte since the last sync keeps ``status`` for one lstat."""
-    if status not in (PAUSED, FAIL):
+    """The status of a run the stored facts call PAUSED, FAIL or NOT-KNOWN-YET, with what
+    the stream says now: a resume (at a gate, or --retry-failed) since the last sync, or
+    the run's first leg, opened a leg, which is then probed like any open leg, and may
+    have closed it again. A stream with no byte since the last sync keeps ``status`` for
+    one lstat."""
+    if status not in RECHECKED:
         return status, facts
     return _with_new_lines(status, facts, run_dir, checkpoint, prober)[:2]
 

@@ -633,3 +633,20 @@ def test_a_copy_catching_up_on_what_the_billed_copy_holds_says_nothing_new(tmp_p
     _append(backup_dir, leg2[0])
     assert status_of_run(ledger, "run-c") == "FAIL"
     assert show_run(ledger, "run-c")["status"] == "FAIL"
+
+
+def test_a_run_synced_before_its_first_line_is_running_once_its_leg_starts(tmp_path, ledger):
+    # Synced with an empty stream (NOT-KNOWN-YET); the engine then took the lock and wrote
+    # its first leg's run_started: RUNNING, and ABANDONED once that leg is killed.
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-n", [])
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-n") == "NOT-KNOWN-YET"
+    child = hold_lock(run_dir)
+    try:
+        _append(run_dir, ev("run_started", 1), ev("node_started", 2, node_id="a"))
+        assert (status_of_run(ledger, "run-n"), show_run(ledger, "run-n")["status"]) == ("RUNNING", "RUNNING")
+        assert [r["run_id"] for r in list_runs(ledger, statuses=("RUNNING",))] == ["run-n"]
+    finally:
+        kill9(child)
+    assert status_of_run(ledger, "run-n") == "ABANDONED"

@@ -22,6 +22,7 @@ from ..status import (
     PASS,
     PAUSED,
     PLANNING,
+    RECHECKED,
     RUNNING,
     Copy,
     StatusFacts,
@@ -236,7 +237,7 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
             machine = machines.get(row[-1])
             elsewhere = None if machine == here else machine or "unknown"
             status = status_of(facts, row[_DIR_PATH], here=elsewhere is None)
-            if status == ABANDONED or (status in (PAUSED, FAIL) and elsewhere is None):
+            if status == ABANDONED or (status in RECHECKED and elsewhere is None):
                 if stream_checkpoints is None:
                     stream_checkpoints = checkpoints(reader)
                 checkpoint = stream_checkpoints.get(row[0])
