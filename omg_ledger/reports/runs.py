@@ -69,8 +69,9 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
 
 
 # Runs whose status the stream may have moved on from since the last sync: an open last
-# leg (it may have closed) and a stored PAUSED or FAIL (it may have been resumed); a PASS
-# is final. Wider than that where it costs nothing (status decides).
+# leg (it may have closed), a stored PAUSED or FAIL (it may have been resumed) and a run
+# with no leg yet (status.RECHECKED); a PASS is final. Wider than that where it costs
+# nothing (status decides).
 _MAY_MOVE_ON_SQL = ("(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'passed' "
                     "OR NOT COALESCE(r.all_nodes_passed, FALSE))")
 
@@ -109,9 +110,9 @@ def _copy(row: tuple) -> Copy | None:
     return Copy(dir_path, StatusFacts.from_columns(*row[_FACTS_OF_COPY]), checkpoint)
 
 
-def copies_of_open_runs(reader) -> dict[int, list[Copy]]:
-    """Row id → the run's other copies, for every run whose stream may have moved on
-    (an open last leg, a stored PAUSED or FAIL)."""
+def copies_of_unsettled_runs(reader) -> dict[int, list[Copy]]:
+    """Row id → the run's other copies, for every run not settled for good: whose stream
+    may have moved on since the last sync (_MAY_MOVE_ON_SQL)."""
     copies: dict[int, list[Copy]] = {}
     for row in reader.rows(_COPIES_SQL + f" WHERE {_MAY_MOVE_ON_SQL} ORDER BY r.id, c.id"):
         copy = _copy(row)
@@ -248,17 +249,17 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                     status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint)
                     if facts is stored and checkpoint is not None:
                         if copies is None:
-                            copies = copies_of_open_runs(reader)
+                            copies = copies_of_unsettled_runs(reader)
                         status, facts = settled_across_copies(status, facts, checkpoint.next_line - 1,
                                                               copies.get(row[0], ()))
             if status == ABANDONED:
                 if copies is None:
-                    copies = copies_of_open_runs(reader)
+                    copies = copies_of_unsettled_runs(reader)
                 status, facts = status_across_copies(status, facts, copies.get(row[0], ()))
             elif status in (RUNNING, PLANNING) and elsewhere is None and not os.path.isdir(row[_DIR_PATH]):
                 # Its own directory is gone: other copies of it here may still answer.
                 if copies is None:
-                    copies = copies_of_open_runs(reader)
+                    copies = copies_of_unsettled_runs(reader)
                 status, facts = status_without_own_copy(status, facts, row[_DIR_PATH], copies.get(row[0], []))
             if statuses and status not in statuses:
                 continue
