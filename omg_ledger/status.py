@@ -164,16 +164,19 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
 RECHECKED = (PAUSED, FAIL, NOT_KNOWN_YET)
 
 
-def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
-                    ) -> tuple[str, StatusFacts]:
+def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, copies: Iterable[Copy] = (),
+                    prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
     """The status of a run the stored facts call PAUSED, FAIL or NOT-KNOWN-YET, with what
     the stream says now: a resume (at a gate, or --retry-failed) since the last sync, or
     the run's first leg, opened a leg, which is then probed like any open leg, and may
     have closed it again. A stream with no byte since the last sync keeps ``status`` for
-    one lstat."""
+    one lstat — unless one of its ``copies`` here moved on past it (_settled_across_copies)."""
     if status not in RECHECKED:
         return status, facts
-    return _with_new_lines(status, facts, run_dir, checkpoint, prober)[:2]
+    now_status, now_facts, lines = _with_new_lines(status, facts, run_dir, checkpoint, prober)
+    if lines is not None or checkpoint is None:
+        return now_status, now_facts
+    return _settled_across_copies(status, facts, checkpoint.next_line - 1, copies, prober)
 
 
 def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober
@@ -299,14 +302,14 @@ def status_across_copies(status: str, facts: StatusFacts, copies: Iterable[Copy]
     return status, facts
 
 
-def settled_across_copies(status: str, facts: StatusFacts, lines: int | None, copies: Iterable[Copy],
-                          prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
+def _settled_across_copies(status: str, facts: StatusFacts, lines: int, copies: Iterable[Copy],
+                           prober: Prober) -> tuple[str, StatusFacts]:
     """The status of a PAUSED or FAIL run held in several homes whose own stream has not
     moved on (``lines``: its line count, the stored checkpoint's): a copy here resumed
     since the last sync (the live home beside its backup, both synced) says where the run
     is now, once its stream holds more lines than this one — a backup catching up on what
     this copy already holds says nothing new."""
-    if status not in (PAUSED, FAIL) or lines is None:
+    if status not in (PAUSED, FAIL):
         return status, facts
     for copy in copies:
         if copy.dir_path is None or copy.checkpoint is None or copy.facts.last_leg_open:

@@ -32,7 +32,6 @@ from ..status import (
     not_probed,
     pause_reason,
     recheck_settled,
-    settled_across_copies,
     status_across_copies,
     status_of,
     status_without_own_copy,
@@ -245,13 +244,10 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                 if status == ABANDONED:
                     status, facts = confirm_abandoned(facts, row[_DIR_PATH], checkpoint)
                 else:
-                    stored = facts
-                    status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint)
-                    if facts is stored and checkpoint is not None:
-                        if copies is None:
-                            copies = copies_of_unsettled_runs(reader)
-                        status, facts = settled_across_copies(status, facts, checkpoint.next_line - 1,
-                                                              copies.get(row[0], ()))
+                    if copies is None:
+                        copies = copies_of_unsettled_runs(reader)
+                    status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint,
+                                                    copies.get(row[0], ()))
             if status == ABANDONED:
                 if copies is None:
                     copies = copies_of_unsettled_runs(reader)
@@ -368,10 +364,7 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     if status == ABANDONED:
         status, facts = confirm_abandoned(facts, row["dir_path"], checkpoint)
     elif elsewhere is None:
-        stored = facts
-        status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint)
-        if facts is stored and checkpoint is not None:
-            status, facts = settled_across_copies(status, facts, checkpoint.next_line - 1, other_copies_now)
+        status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint, other_copies_now)
     status, facts = status_across_copies(status, facts, other_copies_now)
     if elsewhere is None:
         status, facts = status_without_own_copy(status, facts, row["dir_path"], other_copies_now)
