@@ -182,13 +182,16 @@ class _Watched:
         yield from events
 
 
+STREAM_LESS = ":no-stream"  # the identity's tail for a run with no line of its stream yet
+
+
 def stream_identity(run_id: str, first_line: str | None) -> str:
     """A run's identity: its id with a hash of its stream's first event (its raw line),
     which carries a nanosecond timestamp. Two directories with equal identities are
     copies of one run (a copy taken mid-run holds a prefix of the same stream)."""
     if first_line is None:
         # Nothing was said yet (and nothing paid for): its id is all there is to go by.
-        return f"{run_id}:no-stream"
+        return run_id + STREAM_LESS
     return f"{run_id}:{hashlib.sha256(first_line.encode('utf-8')).hexdigest()[:32]}"
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from . import schema
 from .backend import backend_of
 from .bounds import bounded_path, bounded_reason
-from .derive import RunFacts
+from .derive import STREAM_LESS, RunFacts
 from .errors import HomeConflict
 from .feed import Event
 from .reconcile import FinishedRows, RunRows, live_rows
@@ -201,9 +201,6 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
             conn.exec_driver_sql(f"UPDATE runs SET billed = {backend.mark} WHERE id = {backend.mark}", billed_now)
         for members, billed in copies:
             _diverged_copies(conn, members, billed)
-
-
-STREAM_LESS = ":no-stream"  # derive.stream_identity of a run with no line yet
 
 
 def _run_id_of(identity: str) -> str:

@@ -131,3 +131,11 @@ def test_a_ledger_that_billed_both_copies_bills_one_after_its_next_sync(tmp_path
     cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
     _cli("sync", "--db", cold, "--home", f"a={a}", "--home", f"b={b}")
     assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
+
+
+def test_the_readers_stream_less_suffix_is_the_one_derive_mints():
+    from omg_ledger import derive
+    from omg_ledger.reports import runs
+
+    assert runs.STREAM_LESS == derive.STREAM_LESS
+    assert derive.stream_identity("r1", None) == "r1" + runs.STREAM_LESS

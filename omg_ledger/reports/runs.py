@@ -278,11 +278,12 @@ AMBIGUOUS_LISTED = 20
 # (store.settle_copies): the same run as its billed streamed copy.
 # (Its pattern is bound: the PostgreSQL reader would take a ':name' in a literal for a parameter.)
 _STREAM_LESS_SQL = "{0}.stream_identity LIKE :stream_less"
-STREAM_LESS_PATTERN = "%:no-stream"
+STREAM_LESS = ":no-stream"  # derive.STREAM_LESS, not imported: reading commands do not import the rules
+STREAM_LESS_PATTERN = "%" + STREAM_LESS
 
 
 def _unbilled_stream_less(row: dict) -> bool:
-    return not row["billed"] and (row["stream_identity"] or "").endswith(":no-stream")
+    return not row["billed"] and (row["stream_identity"] or "").endswith(STREAM_LESS)
 
 
 _RUN_SQL = "SELECT r.*, h.label, h.machine AS home_machine FROM runs r JOIN homes h ON h.id = r.home_id"
