@@ -35,6 +35,7 @@ from .bounds import bounded_path
 from .change_check import (
     ABSENT,
     DERIVE_SCOPE,
+    FILE_COLUMNS,
     Known,
     SyncReport,
     known_in_chunks,
@@ -926,11 +927,12 @@ def _read_whole_again(known: Known) -> Known:
     """``known`` with its files' identities forgotten (what was read stays: stored lines
     and file contents are compared, not duplicated), so the stream is read from zero and
     every JSON file again."""
-    identity_columns = 5  # each checkpoint row and file row's (dev, inode, size, mtime_ns, ctime_ns)
+    checkpoint = known.checkpoint
     again = Known(known.run_pk, known.gone, known.dir_path, known.cache,
-                  (None,) * identity_columns + tuple(known.checkpoint_row[identity_columns:])
-                  if known.checkpoint_row is not None else None)
-    again.file_rows = tuple((*row[:2], *(None,) * identity_columns, *row[2 + identity_columns:])
+                  tuple(checkpoint.without_file().as_row().values()) if checkpoint is not None else None)
+    forgotten = {"dev", "inode", "size", "mtime_ns", "ctime_ns"}  # what ingest.file_identity compares
+    again.file_rows = tuple(tuple(None if column in forgotten else value
+                                  for column, value in zip(FILE_COLUMNS, row, strict=True))
                             for row in known.file_rows)
     return again
 
