@@ -670,18 +670,24 @@ TRUTH_ROW = re.compile(r"^(\d{8}-\d{6}\.\d{9}-\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S
 TRUTH = (SHARED / "corpus" / "truth" / "runs-list.txt", SHARED / "corpus-scale" / "truth-runs-list.txt")
 
 
+def _engine_truth(group: int) -> dict[str, str]:
+    """Run id -> one column (a TRUTH_ROW group) of the engine's own `runs list`."""
+    truth = {}
+    for path in TRUTH:
+        for line in path.read_text().splitlines():
+            match = TRUTH_ROW.match(line)
+            if match:
+                truth[match.group(1)] = match.group(group)
+    return truth
+
+
 def engine_readback_problems(target: str, label: str = "a") -> list[str]:
     """Each run of home ``label`` (the final bytes of real runs) against the engine's own
     `runs list`: its state.json cost (printed to 4 places; a sum ending in 5 at the fifth
     may print either neighbour, corpus-scale/README.md) and unknown where it says so."""
     from tests.ledger_dump import dump
 
-    truth = {}
-    for path in TRUTH:
-        for line in path.read_text().splitlines():
-            match = TRUTH_ROW.match(line)
-            if match:
-                truth[match.group(1)] = match.group(4)
+    truth = _engine_truth(4)
     problems, checked = [], 0
     for row in dump(target)["runs"]:
         run = dict(row)
@@ -706,12 +712,7 @@ def engine_status_problems(target: str, work: Path) -> list[str]:
     """`runs --json` (no --since) against the engine's own `runs list` status, for every
     run it lists that the engine listed: each run's billed copy holds its final bytes (a
     backup's prefix copy never holds most of the stream), and no process holds a lock."""
-    truth = {}
-    for path in TRUTH:
-        for line in path.read_text().splitlines():
-            match = TRUTH_ROW.match(line)
-            if match:
-                truth[match.group(1)] = match.group(6)
+    truth = _engine_truth(6)
     done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--db", target, "--json"],
                           capture_output=True, text=True, env=cli_env(work), check=True)
     problems, checked = [], 0
