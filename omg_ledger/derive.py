@@ -24,6 +24,12 @@ from .reconcile import FinishedRows, RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
 from .version import DERIVATION_VERSION as DERIVATION_VERSION  # (kept there: see version.py)
 
+# A derive state (where a walk stopped, to resume it on an append) is kept for a run
+# whose last leg is still open, or whose stream reached this line. A short run that has
+# ended is walked again from its stored lines if it ever grows (a resume: a few
+# milliseconds), rather than a ~5 KB state written for each of them on every sync.
+RESUMABLE_FROM_LINE = 256
+
 
 @dataclass(frozen=True)
 class RunFacts:
@@ -38,7 +44,8 @@ class RunFacts:
     # ``sink(finished, scrub)`` receives rows the walk will not change again while it
     # goes on (``scrub``: a line seen so far held a NUL escape); ``resume`` is a state a
     # previous derivation left (RunRows.state), ``events`` then being only the lines
-    # after its ``line``; ``keep_state`` asks for the state after the last line.
+    # after its ``line``; ``keep_state`` asks for the state after the last line, where
+    # one pays (RESUMABLE_FROM_LINE).
     sink: Callable[[FinishedRows, bool], None] | None = None
     resume: dict | None = None
     keep_state: bool = False
@@ -94,6 +101,7 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         if sink is not None else None,
         resume=resume["fold"] if resume else None,
         keep_state=facts.keep_state,
+        state_from_line=RESUMABLE_FROM_LINE,
         terminal_lookup=facts.terminal_lookup,
     ))
     for _ in seen:  # a walk that stopped early still leaves every line looked at

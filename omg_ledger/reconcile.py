@@ -43,7 +43,11 @@ class RunInput:
     # A fold state a previous walk left (RunRows.state): ``events`` are then only the
     # lines after it, and the result holds only rows that are new or may have changed.
     resume: dict | None = None
+    # Whether to return the fold state after the last event (RunRows.state): only for a
+    # run whose last leg is still open (its engine appends more) or whose walk reached
+    # line ``state_from_line`` (walking it again would cost more than keeping it).
     keep_state: bool = False
+    state_from_line: int = 0
     # node_id -> the (verdict, round, session_id) of each of its terminal events in the
     # stream; with it, the walk keeps only a node's latest few (memory that does not
     # grow with the stream) and asks for the rest in the rare case it needs them.
@@ -140,7 +144,8 @@ class RunRows:
     findings: list[Finding] = field(default_factory=list)
     goal_cycle: dict | None = None
     problems: list[tuple[str, int | None, str]] = field(default_factory=list)  # (file, byte offset, reason)
-    # The walk's fold after the last event (RunInput.keep_state), for resuming it on an append.
+    # The walk's fold after the last event (RunInput.keep_state), for resuming it on an
+    # append; None where none is kept (the next derivation walks every stored line).
     state: dict | None = None
     events_walked: int = 0  # events this derivation walked (an append walks only the new ones)
 
@@ -757,7 +762,7 @@ def reconcile(run: RunInput) -> RunRows:
     if run.resume is not None:
         r.load(run.resume)
     r.walk()
-    state = r.state() if run.keep_state else None
+    state = r.state() if run.keep_state and (r.open_leg is not None or r.last_line >= run.state_from_line) else None
     snapshot = run.snapshot or {}
     graph = snapshot.get("graph")
     if not isinstance(graph, dict):

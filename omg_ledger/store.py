@@ -847,13 +847,16 @@ def load_derive_state(conn: Connection, run_pk: int, version: int) -> dict | Non
     return orjson.loads(row[1])
 
 
-def save_derive_state(conn: Connection, run_pk: int, state: dict, version: int, fresh: bool = False,
+def save_derive_state(conn: Connection, run_pk: int, state: dict | None, version: int, fresh: bool = False,
                       pending: PendingRows | None = None) -> None:
-    """Replace the run's derive state (``fresh``: the run has none, it was just created;
-    ``pending``: the new row is held back there, written with the run's other rows)."""
+    """Replace the run's derive state (None: it keeps none, and must not keep an older
+    one to resume from; ``fresh``: the run has none, it was just created; ``pending``:
+    the new row is held back there, written with the run's other rows)."""
     sql = _statements(conn)
     if not fresh:
         conn.exec_driver_sql(sql.delete_run_rows("derive_states"), (run_pk,))
+    if state is None:
+        return
     text = orjson.dumps(state).decode()
     row = (run_pk, version, state["line"], text)
     if pending is None:

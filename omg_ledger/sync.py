@@ -324,8 +324,9 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
 
 
 def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pending: PendingRows | None = None) -> None:
-    if rows.state is not None:  # None: a derivation that keeps none (the rows are then walked whole next time)
-        save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION, fresh, pending)
+    # rows.state None: the run keeps none (derive.RESUMABLE_FROM_LINE); its rows are then
+    # walked whole from the stored lines next time.
+    save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION, fresh, pending)
 
 
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:

@@ -105,6 +105,53 @@ def test_sync_history_equals_rebuild_from_facts_alone(tmp_path, db_url, corpus):
         engine.dispose()
 
 
+def _append_lines(run_dir: Path, *lines: dict) -> None:
+    with open(run_dir / "events.jsonl", "ab") as f:
+        for data in lines:
+            f.write(orjson.dumps({**data, "run_id": run_dir.name}) + b"\n")
+
+
+def test_a_derive_state_is_kept_only_while_the_last_leg_is_open(tmp_path, db_url):
+    """derive.RESUMABLE_FROM_LINE: a short run keeps its derive state while its last leg
+    is open (the next append walks only the new lines); once the leg has ended the state
+    is gone (one left behind would be resumed from a line the stream has passed); a
+    resume of the ended run walks its stored lines again, and every row equals a
+    rebuild's and a cold sync's of the final stream."""
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-s", [ev("run_started"), ev("node_started", 1, node_id="a")])
+    engine = open_ledger(db_url)
+
+    def synced() -> tuple[int, int]:
+        report = sync(engine, [Home.from_path(str(home), "h")])
+        with engine.connect() as conn:
+            states = conn.execute(select(func.count()).select_from(schema.derive_states)).scalar()
+        return report.events_derived, states
+
+    try:
+        assert synced() == (2, 1)  # the leg is open: the state is kept
+        _append_lines(run_dir, ev("node_failed", 2, node_id="a", verdict="FAIL", cost_usd=0.5),
+                      ev("run_finished", 3, outcome="failed"))
+        assert synced() == (2, 0)  # resumed (only the 2 new lines walked); the leg ended: no state
+        _append_lines(run_dir, ev("run_started", 10), ev("node_started", 11, node_id="a"),
+                      ev("node_passed", 12, node_id="a", verdict="PASS", cost_usd=0.25),
+                      ev("run_finished", 13, outcome="passed"))
+        assert synced() == (8, 0)  # no state to resume from: all 8 stored lines walked
+        with engine.connect() as conn:
+            legs, cost = conn.execute(select(schema.runs.c.leg_count, schema.runs.c.cost_nano_usd)).one()
+        assert (legs, cost) == (2, 750_000_000)  # $0.50 + $0.25
+        rows = _derived(engine)
+        rebuild(engine)
+        assert _derived(engine) == rows, diff(rows, _derived(engine))
+    finally:
+        engine.dispose()
+    cold = open_ledger(str(tmp_path / "cold.sqlite"))
+    try:
+        sync(cold, [Home.from_path(str(home), "h")])
+        assert _derived(cold) == rows, diff(rows, _derived(cold))
+    finally:
+        cold.dispose()
+
+
 def test_appends_in_pieces_walk_each_line_once_and_equal_rebuild(tmp_path, db_url):
     """Every stream grows in six pieces cut at arbitrary bytes (mostly mid-line), a sync
     after each: each sync's derivation resumes where the last one stopped, so every
