@@ -9,6 +9,7 @@ exactly what derivation needs, so a run is re-derived without its home.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import operator
@@ -306,7 +307,7 @@ def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[
                  f"ORDER BY line_no LIMIT {EVENT_PAGE}")
     last = after_line
     while True:
-        rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
+        rows = fetch_rows(conn, statement, (run_pk, last))
         for line_no, byte_offset, raw in rows:
             data = orjson.loads(raw)
             ts, at_us = parse_timestamp(data["ts"], strict=False)  # accepted when it was stored
@@ -332,7 +333,7 @@ def terminal_keys(conn: Connection, run_pk: int, node_id: str,
     # there share its value, and the line itself says whose terminal it is.
     last = 0
     while True:
-        rows = conn.exec_driver_sql(statement, (run_pk, _no_nul(node_id), last)).fetchall()
+        rows = fetch_rows(conn, statement, (run_pk, _no_nul(node_id), last))
         for _, raw in rows:
             data = orjson.loads(raw)
             if data.get("node_id") != node_id:
@@ -559,16 +560,32 @@ def executemany(conn: Connection, statement: str, rows: list[tuple]) -> None:
     open transaction). Going past SQLAlchemy's execution context saves ~15% of a cold
     sync's inserts; a driver error is still raised as SQLAlchemy's (OperationalError…),
     which is what callers catch."""
+    with _dbapi_cursor(conn, statement, rows[:1], many=True) as cursor:
+        cursor.executemany(statement, rows)
+
+
+def fetch_rows(conn: Connection, statement: str, params: tuple) -> list[tuple]:
+    """The rows of one query, as tuples, on the DB-API cursor of ``conn``'s connection
+    (in its open transaction, which the caller has begun). For the per-run reads of a
+    derivation: SQLAlchemy's execution context cost more than SQLite's own work there
+    (a re-derivation of 10,000 runs ~20% faster)."""
+    with _dbapi_cursor(conn, statement, params) as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def _dbapi_cursor(conn: Connection, statement: str, params, many: bool = False) -> Iterator:
     dbapi = conn.dialect.loaded_dbapi
     try:
         cursor = conn.connection.dbapi_connection.cursor()
         try:
-            cursor.executemany(statement, rows)
+            yield cursor
         finally:
             cursor.close()
     except dbapi.Error as exc:
-        raise sa_exc.DBAPIError.instance(statement, rows[:1], exc, dbapi.Error, dialect=conn.dialect,
-                                         ismulti=True) from exc
+        raise sa_exc.DBAPIError.instance(statement, params, exc, dbapi.Error, dialect=conn.dialect,
+                                         ismulti=many) from exc
 
 
 # sqlite3 binds exact ints, floats and strs directly, and looks anything else up among
@@ -870,10 +887,10 @@ def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
     """Exactly what derivation reads about one run, from the ledger alone. Its events
     are streamed from the table while derivation walks them (the connection must stay
     open until then)."""
-    run_id = conn.execute(select(schema.runs.c.run_id).where(schema.runs.c.id == run_pk)).scalar_one()
+    mark = backend_of(conn).mark
+    [(run_id,)] = fetch_rows(conn, f"SELECT run_id FROM runs WHERE id = {mark}", (run_pk,))
     contents = load_file_contents(conn, run_pk)
-    listed = conn.execute(select(schema.run_files.c.place, schema.run_files.c.name).where(
-        schema.run_files.c.run_pk == run_pk)).all()
+    listed = fetch_rows(conn, f"SELECT place, name FROM run_files WHERE run_pk = {mark}", (run_pk,))
     return RunFacts(
         run_id=run_id,
         events=iter_events(conn, run_pk),
@@ -886,10 +903,10 @@ def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
 
 def load_file_contents(conn: Connection, run_pk: int) -> dict[str, str]:
     """The stored text of a run's readable JSON files."""
-    files = schema.snapshot_files
-    return {name: content for name, content in conn.execute(
-        select(files.c.name, files.c.content).where(
-            files.c.run_pk == run_pk, files.c.error.is_(None), files.c.content.is_not(None)))}
+    mark = backend_of(conn).mark
+    return dict(fetch_rows(
+        conn, f"SELECT name, content FROM snapshot_files WHERE run_pk = {mark} AND error IS NULL AND content IS NOT NULL",
+        (run_pk,)))
 
 
 def _same(row: tuple) -> tuple:

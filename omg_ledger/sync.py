@@ -69,6 +69,7 @@ from .store import (
     clear_derived,
     create_run,
     delete_new_run,
+    fetch_rows,
     insert_rows,
     iter_events,
     load_derive_state,
@@ -302,10 +303,11 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     """Re-derive one run in the caller's savepoint. Returns the stream identities (before,
     after) whose copies are to be settled, or None when there was nothing to do."""
     backend_of(conn).lock_run(conn, run_pk)
-    r = schema.runs.c
-    stored = conn.execute(select(r.derivation_version, r.stream_identity, r.dir_path).where(r.id == run_pk)).first()
-    if stored is None or (stored.derivation_version >= derive.DERIVATION_VERSION and not force):
+    stored = fetch_rows(conn, "SELECT derivation_version, stream_identity, dir_path FROM runs "
+                        f"WHERE id = {backend_of(conn).mark}", (run_pk,))
+    if not stored or (stored[0][0] >= derive.DERIVATION_VERSION and not force):
         return None  # gone from the ledger, or another writer got there first
+    [(_, stream_identity_before, dir_path)] = stored
     clear_derived(conn, run_pk)
     # The run's rows are held back and written out as they pass their bound, inside
     # this run's savepoint (flushed before it ends, so a run that fails leaves nothing).
@@ -317,10 +319,10 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
                     pending=pending)
     _save_state(conn, run_pk, rows, pending=pending)
     pending.flush(conn)
-    for problem in _derived_problems(stored.dir_path, rows):
+    for problem in _derived_problems(dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)))
-    return stored.stream_identity, rows.run["stream_identity"]
+    return stream_identity_before, rows.run["stream_identity"]
 
 
 def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pending: PendingRows | None = None) -> None:
