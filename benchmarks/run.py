@@ -56,10 +56,11 @@ TITLES = {
     "walk": "bare walk (stat only)",
     "noop": "sync, no-op (nothing changed)",
     "incremental": "sync, incremental (+1 leg on 1% of runs)",
+    "rebuild": "rebuild (re-derive every run from the ledger)",
     **{key: title for key, title, _ in REPORTS},
 }
 ORDER = ["floor", "floor_stdlib", "dump", "cold", "cold_sqlite", "version", "startup", "walk", "noop", "incremental",
-         *[k for k, _, _ in REPORTS]]
+         *[k for k, _, _ in REPORTS], "rebuild"]
 
 
 @dataclass
@@ -359,6 +360,22 @@ class Suite:
                         break
                     res.note = _report_note(key, sample)
                 self._done(res)
+
+            # rebuild: every run re-derived from the ledger's stored facts (what the first
+            # sync after a DERIVATION_VERSION bump does); last, as it rewrites the derived rows
+            res = results["rebuild"] = Result("rebuild", n)
+            for _ in range(self.repeat):
+                sample = self.cli_run(["rebuild", "--db", db, "--json"])
+                if not self._record(res, sample):
+                    break
+                report = orjson.loads(sample.stdout)
+                res.inner.append(report["seconds"])
+                res.note = f"{report['runs_rederived']} runs re-derived; {1000 * sample.wall / n:.2f} ms/run"
+                if report["runs_rederived"] != n:
+                    res.note += f" — MISMATCH: expected {n}"
+                if sample.wall > LONG_SCENARIO_SECONDS:
+                    break
+            self._done(res)
         finally:
             # Put the cached home back; the ledger notices the shrunk streams and rebuilds
             # those runs on its next sync (profile_misses settles it before profiling).

@@ -24,7 +24,7 @@ def test_benchmark_suite_runs_and_writes_a_table(tmp_path):
     assert "| scenario | runs |" in text and "## Targets" in text
     for title in ("floor: raw load", "stdlib floor: raw load", "competitor: `sqlite-utils insert", "sync, cold",
                   "`omg-ledger --version`", "sync, no-op", "sync, incremental", "bare walk",
-                  "runs --json", "cost --since 7d --by day", "cost --by node", "audit"):
+                  "runs --json", "cost --since 7d --by day", "cost --by node", "audit", "rebuild"):
         row = next((line for line in text.splitlines() if line.startswith(f"| {title}")), None)
         assert row is not None, f"no row for {title}:\n{text}"
         assert "error" not in row, row
