@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import derive, schema
 from .backend import backend_of
@@ -280,8 +280,11 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
                 try:
                     with conn.begin_nested():
                         identities = _rederive_run(conn, run_pk, force=everything)
-                except OperationalError:
-                    raise  # the database itself: the batch rolls back, the next sync carries on
+                except (OperationalError, ProgrammingError):
+                    # The database itself (lost, full, locked; a table or column not there, which
+                    # PostgreSQL reports as a ProgrammingError), not the run: the batch rolls back,
+                    # the next sync carries on, and no run is blamed for it.
+                    raise
                 except Exception as exc:  # noqa: BLE001 - one run's stored facts must not stop every sync
                     identities = None
                     _record_underivable(conn, run_pk, exc)

@@ -194,6 +194,31 @@ def test_rebuild_matches_a_clean_sync_of_the_same_files(tmp_path, db_url):
         engine.dispose()
 
 
+def test_a_database_error_while_reading_stored_facts_stops_the_rebuild_and_blames_no_run(tmp_path, db_url):
+    """Re-derivation reads each run's facts back from the ledger. A failure of the
+    database itself there (here a table an operator renamed by hand) is database trouble:
+    exit 3, the batch rolled back, and no run is marked as one its rules cannot derive
+    (that is for a run's own facts, and a recorded problem would outlive the repair)."""
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(CORPUS / "home"), "c")])
+        before = dump(engine)
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE run_files RENAME TO run_files_hidden"))
+    finally:
+        engine.dispose()
+    result = CliRunner().invoke(main, ["rebuild", "--db", db_url])
+    assert result.exit_code == 3, result.output
+    assert "run_files" in result.output and "Traceback" not in result.output
+    engine = open_ledger(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE run_files_hidden RENAME TO run_files"))
+        assert dump(engine) == before
+    finally:
+        engine.dispose()
+
+
 # -- a version bump reaches every run, gone ones included ---------------------------
 
 
