@@ -308,10 +308,12 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     backend_of(conn).lock_run(conn, run_pk)
     stored = fetch_rows(conn, "SELECT derivation_version, stream_identity, dir_path FROM runs "
                         f"WHERE id = {backend_of(conn).mark}", (run_pk,))
-    if not stored or (stored[0][0] >= derive.DERIVATION_VERSION and not force):
-        return None  # gone from the ledger, or another writer got there first
-    [(_, stream_identity_before, dir_path)] = stored
-    clear_derived(conn, run_pk)
+    if not stored:
+        return None  # gone from the ledger
+    [(version, stream_identity_before, dir_path)] = stored
+    if version >= derive.DERIVATION_VERSION and not force:
+        return None  # another writer got there first
+    clear_derived(conn, run_pk)  # (its derive state too)
     # The run's rows are held back and written out as they pass their bound, inside
     # this run's savepoint (flushed before it ends, so a run that fails leaves nothing).
     pending = PendingRows()
@@ -320,7 +322,7 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     rows, scrub = derive_run(facts)
     replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub, derived_cleared=True,
                     pending=pending)
-    _save_state(conn, run_pk, rows, pending=pending)
+    _save_state(conn, run_pk, rows, fresh=True, pending=pending)
     pending.flush(conn)
     for problem in _derived_problems(dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
@@ -735,7 +737,8 @@ class _HomeSync:
             run_pk = write_run(conn, run_pk, self.home_id, run_id, facts, rows, derive.DERIVATION_VERSION,
                                scrub=scrub, created=created,
                                pending=pending, insert_row=insert_row)
-            _save_state(conn, run_pk, rows, fresh=created, pending=pending)
+            # (None to resume from: the run's state went with its cleared rows)
+            _save_state(conn, run_pk, rows, fresh=created or resume is None, pending=pending)
         self._to_settle.add(rows.run["stream_identity"])
         self.report.events_derived += rows.events_walked
         problems = read.problems + _derived_problems(path, rows)
