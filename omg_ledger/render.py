@@ -194,6 +194,9 @@ def run_detail(d: dict, zone=None) -> str:
     if d.get("copies_in"):
         out.append(f"also copied in {', '.join(safe(label) for label in d['copies_in'])} (billed once"
                    f"{'' if d.get('billed', True) else ', from another copy'})")
+    if d.get("stream_changed_since_sync"):
+        out.append("its events.jsonl has changed since the last sync: the status is read from it now, "
+                   "everything else here is as of that sync (`omg-ledger sync` brings it up to date)")
     if "price_book" in d:
         out.append(f"estimate for its unpriced work: {estimate_part(d)}")
         out.append(price_book_line(d["price_book"]))

@@ -179,6 +179,22 @@ def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, c
     return _settled_across_copies(status, facts, checkpoint.next_line - 1, copies, prober)
 
 
+def stream_changed_since_sync(run_dir: str, checkpoint) -> bool | None:
+    """Whether the run's events.jsonl is no longer the file the last sync read (another
+    size, inode or time: lines appended, the file replaced or removed), so rows stored
+    from it may be behind the stream. None when this machine cannot look: the run's
+    directory is not here. One lstat; the home is never written."""
+    if not run_dir or not os.path.isdir(run_dir):
+        return None
+    from .tail import needs_reading
+
+    try:
+        info = os.lstat(os.path.join(run_dir, "events.jsonl"))
+    except OSError:
+        return checkpoint is not None  # read at the last sync, gone or unreadable now
+    return needs_reading(info, checkpoint)
+
+
 def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober
                     ) -> tuple[str, StatusFacts, int | None]:
     """``stored`` (the status of the stored facts) composed with the lines of the run's

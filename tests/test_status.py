@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -650,3 +651,47 @@ def test_a_run_synced_before_its_first_line_is_running_once_its_leg_starts(tmp_p
     finally:
         kill9(child)
     assert status_of_run(ledger, "run-n") == "ABANDONED"
+
+
+# -- show says when its tables are behind the stream whose status it reads now --
+
+def test_show_says_when_the_stream_changed_since_the_last_sync(tmp_path, db_url):
+    from omg_ledger.render import run_detail
+
+    note = "its events.jsonl has changed since the last sync"
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    # A marked lock nobody holds: the open leg reads as dead.
+    run_dir = write_run(home, "run-c", [ev("run_started"), ev("node_started", 1, node_id="a")],
+                        lock="oh-my-graph-lock 1\n1\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    shown = show_run(ledger, "run-c")
+    assert (shown["status"], shown["stream_changed_since_sync"]) == ("ABANDONED", False)
+    assert note not in run_detail(shown)
+
+    # The leg went on and closed after that sync: the status is the stream's now (the
+    # contract's closed-leg rule: every graph node PASS in state.json), the legs and
+    # nodes are still the sync's (the leg open), and show says so.
+    with open(run_dir / "events.jsonl", "a") as f:
+        for data in (ev("node_passed", 2, node_id="a", verdict="PASS"), ev("run_finished", 3, outcome="passed")):
+            f.write(json.dumps({**data, "run_id": "run-c"}, separators=(",", ":")) + "\n")
+    write_run(home, "run-c", state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS"}}})
+    shown = show_run(ledger, "run-c")
+    assert (shown["status"], shown["stream_changed_since_sync"]) == ("PASS", True)
+    assert [leg["is_open"] for leg in shown["legs"]] == [True]
+    assert note in run_detail(shown)
+
+    sync(ledger, [Home.from_path(str(home), "h")])
+    shown = show_run(ledger, "run-c")
+    assert (shown["status"], shown["stream_changed_since_sync"]) == ("PASS", False)
+    assert [(leg["is_open"], leg["outcome"]) for leg in shown["legs"]] == [(False, "passed")]
+    assert note not in run_detail(shown)
+
+    # Read at the last sync and gone now: changed. The whole directory gone: this
+    # machine cannot tell, and show claims nothing.
+    (run_dir / "events.jsonl").unlink()
+    assert show_run(ledger, "run-c")["stream_changed_since_sync"] is True
+    shutil.rmtree(run_dir)
+    shown = show_run(ledger, "run-c")
+    assert shown["stream_changed_since_sync"] is None
+    assert note not in run_detail(shown)

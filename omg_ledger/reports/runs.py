@@ -35,6 +35,7 @@ from ..status import (
     status_across_copies,
     status_of,
     status_without_own_copy,
+    stream_changed_since_sync,
     unrecorded_attempts,
 )
 from ..tail import Checkpoint, machine_source
@@ -385,6 +386,8 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     m = row
     summary.update({
         "dir_path": m["dir_path"],
+        # The tables below are the last sync's; the status above was checked against the stream now.
+        "stream_changed_since_sync": stream_changed_since_sync(m["dir_path"], checkpoint) if elsewhere is None else None,
         "billed": bool(m["billed"]),
         "copies_in": copies,
         "graph_source_path": m["graph_source_path"],
