@@ -692,7 +692,9 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     """Show one run: legs, nodes, rounds, charges, findings, problems, status.
 
     RUN_ID may be a unique prefix. A run copied into several homes is one run: its
-    billed copy is shown (with the homes holding the others).
+    billed copy is shown (with the homes holding the others). The status is read
+    now, from the run's lock and stream; everything else is as of the last sync, and
+    show says when the run's events.jsonl has changed since.
 
     \b
     Example:
