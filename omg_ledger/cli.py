@@ -1049,8 +1049,11 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
 @estimate_options
 @click.option("--verbose", is_flag=True, help=f"List every FAIL (without it: the {AUDIT_NEWEST_FAILS} newest of each "
               "kind, and how many) and every run whose passes are all self-reported or exit-only.")
+@click.option("--stale-after", metavar="T", help="A home whose last completed sync is older than T (2h, 1d, or a "
+              "time as --since takes) needs attention: a sync that stopped (a cron job that broke) leaves every "
+              "total behind.")
 @ledger_errors
-def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -> None:
+def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose, stale_after) -> None:
     """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
@@ -1060,12 +1063,14 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
     (--limit, or the [limits] of config.toml in the config directory). The verdict line is
     the first line, spend-limit breaches next. --since narrows every section except the
     ABANDONED and PAUSED runs: every one of those is listed, however old. Unverified passes and unpriced work are reported
-    but do not set it. --estimate also prices unpriced work (and counts it toward limits).
+    but do not set it. --stale-after 2h also makes a home not synced in the last two hours
+    need attention. --estimate also prices unpriced work (and counts it toward limits).
 
     \b
     Example:
       omg-ledger audit --since 1d || notify-someone
       omg-ledger audit --since 1d --limit day=50 --limit month=800 --tz Europe/Berlin
+      omg-ledger audit --since 1d --stale-after 2h || notify-someone
     """
     import contextlib
 
@@ -1078,10 +1083,11 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose) -
     prices = _price_book(estimate, prices_file)
     with contextlib.ExitStack() as stack:
         if as_json:
-            report = audit_report(engine, since=since, now=now, zone=zone_named(tz))
+            report = audit_report(engine, since=since, now=now, zone=zone_named(tz), stale_after=stale_after)
         else:  # the text of 10,000 runs is written while it is read (audit_streamed)
             report = stack.enter_context(audit_streamed(engine, since=since, now=now, zone=zone_named(tz),
-                                                        newest_fails=None if verbose else AUDIT_NEWEST_FAILS))
+                                                        newest_fails=None if verbose else AUDIT_NEWEST_FAILS,
+                                                        stale_after=stale_after))
         if prices is not None:
             from .reports.cost import cost_report
 

@@ -526,6 +526,12 @@ def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
     yield from limits["breaches"] if limits else []
     yield ("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
            + " (ABANDONED and PAUSED runs: every one now, however old)")
+    if report.get("synced_since"):
+        yield from _section(f"HOMES NOT SYNCED SINCE {when(report['synced_since'])} (what the ledger says of "
+                            f"them may be behind)", [
+            f"  {safe(h['label'])}  {safe(h['path'])}: "
+            + (f"last synced {when(h['last_synced_at'])}" if h["last_synced_at"] else "no sync completed")
+            for h in report["stale_homes"]], "none")
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())
     weak = prov["runs_all_unverified"]

@@ -218,3 +218,73 @@ def test_text_lists_the_newest_fails_of_each_kind_and_says_how_many(db_url, tmp_
     assert [line.split()[0] for line in judged] == sorted([S03, S07, S38, *copies])
     as_json = json.loads(runner.invoke(main, ["audit", "--db", db, "--json"]).output)
     assert len(as_json["failures"]["judged"]) == 25
+
+
+def _set_synced(engine, label: str, instant: str | None) -> None:
+    value = "NULL" if instant is None else f"'{instant}'"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE homes SET last_synced_at = {value} WHERE label = '{label}'")
+
+
+def _two_clean_homes(url: str, tmp_path):
+    """Two homes, "here" and "there", each with a clean run: only staleness can need attention."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    _clean_run(here)
+    _clean_run(there, "20261129-090000.000000002-1")
+    engine = ledger(url, here, "here")
+    ledger(url, there, "there")
+    return engine, there
+
+
+def test_stale_after_names_the_homes_whose_last_sync_is_older(db_url, tmp_path):
+    # NOW is 2026-12-01T00:00Z: --stale-after 2h means "synced since 2026-11-30T22:00Z".
+    engine, there = _two_clean_homes(db_url, tmp_path)
+    _set_synced(engine, "here", "2026-11-30T23:00:00.000000Z")
+    _set_synced(engine, "there", "2026-11-30T20:00:00.000000Z")
+
+    report = audit_report(engine, now=NOW, stale_after="2h")
+    assert report["synced_since"] == "2026-11-30T22:00:00.000000Z"
+    assert [(h["label"], h["path"], h["last_synced_at"]) for h in report["stale_homes"]] == [
+        ("there", str(there), "2026-11-30T20:00:00.000000Z")]
+    assert report["attention"] == ["1 home(s) not synced since 2026-11-30T22:00:00.000000Z"]
+    assert report["needs_attention"] is True
+
+    # A wider window, or a date before both syncs: nothing stale.
+    for wider in ("6h", "2026-11-30T19:59:59Z"):
+        report = audit_report(engine, now=NOW, stale_after=wider)
+        assert report["stale_homes"] == [] and report["needs_attention"] is False
+    # A date between the two syncs: the older one only.
+    assert [h["label"] for h in audit_report(engine, now=NOW, stale_after="2026-11-30T21:00:00Z")["stale_homes"]] \
+        == ["there"]
+    # Without the option the check is off, however old a sync is.
+    report = audit_report(engine, now=NOW)
+    assert (report["synced_since"], report["stale_homes"], report["needs_attention"]) == (None, [], False)
+
+    # A home whose sync never completed is stale under any window; so is one whose
+    # stored instant cannot be read (a row edited by hand).
+    _set_synced(engine, "here", None)
+    _set_synced(engine, "there", "yesterday-ish")
+    report = audit_report(engine, now=NOW, stale_after="1y")
+    assert [(h["label"], h["last_synced_at"]) for h in report["stale_homes"]] == [
+        ("here", None), ("there", "yesterday-ish")]
+    assert report["attention"] == ["2 home(s) not synced since 2025-12-01T00:00:00.000000Z"]
+
+
+def test_cli_stale_after_exits_1_and_lists_the_home(sqlite_url, tmp_path):
+    engine, there = _two_clean_homes(sqlite_url, tmp_path)
+    # Instants far from any clock this test runs under: one long past, one ahead.
+    _set_synced(engine, "here", "2999-01-01T00:00:00.000000Z")
+    _set_synced(engine, "there", "2001-02-03T04:05:06.000000Z")
+    runner = CliRunner()
+    assert runner.invoke(main, ["audit", "--db", sqlite_url]).exit_code == 0
+    stale = runner.invoke(main, ["audit", "--db", sqlite_url, "--stale-after", "2h"])
+    assert stale.exit_code == 1, stale.output
+    lines = stale.output.splitlines()
+    assert lines[0].startswith("NEEDS ATTENTION: 1 home(s) not synced since ")
+    section = lines.index(next(line for line in lines if line.startswith("HOMES NOT SYNCED SINCE ")))
+    assert lines[section + 1] == f"  there  {there}: last synced 2001-02-03 04:05:06.000Z"
+    assert lines[section + 2] == ""
+    as_json = json.loads(runner.invoke(main, ["audit", "--db", sqlite_url, "--stale-after", "2h", "--json"]).output)
+    assert [h["label"] for h in as_json["stale_homes"]] == ["there"]
+    empty = runner.invoke(main, ["audit", "--db", sqlite_url, "--stale-after", ""])
+    assert empty.exit_code == 2 and "--stale-after was given an empty value" in empty.output

@@ -51,7 +51,7 @@ from ..backend import reading
 from ..provenance import PASS_COUNT_COLUMNS_ALL, PROVENANCES
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
-from ..units import format_instant, us_to_instant
+from ..units import BadTimestamp, format_instant, parse_timestamp, us_to_instant
 from .problems import list_problems
 from .runs import list_runs, running_nodes
 
@@ -326,9 +326,30 @@ def _unknown_cost(reader, since_us: int | None) -> dict:
             "unrecorded_attempts": int(unrecorded or 0)}
 
 
-def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fails: int | None = None) -> dict:
+def _stale_homes(reader, synced_since_us: int) -> list[dict]:
+    """The homes whose last completed sync is older than ``synced_since_us``, or that
+    never completed one: everything the ledger says about them may be behind."""
+    stale = []
+    for label, path, machine, synced in reader.rows(
+            "SELECT label, path, machine, last_synced_at FROM homes ORDER BY label"):
+        if synced is None or _synced_us(synced) < synced_since_us:
+            stale.append({"label": label, "path": path, "machine": machine, "last_synced_at": synced})
+    return stale
+
+
+def _synced_us(text: str) -> int:
+    try:
+        return parse_timestamp(text, strict=False)[1]
+    except BadTimestamp:  # a row edited by hand: no telling when that home was synced
+        return -1
+
+
+def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fails: int | None = None,
+            synced_since_us: int | None = None) -> dict:
     report = {
         "since": None if since_us is None else format_instant(us_to_instant(since_us)),
+        "synced_since": None if synced_since_us is None else format_instant(us_to_instant(synced_since_us)),
+        "stale_homes": [] if synced_since_us is None else _stale_homes(reader, synced_since_us),
         "provenance": _provenance(reader, since_us, lazy),
         "failures": _failures(reader, since_us, lazy, newest_fails),
         "budget": _budget(reader, since_us),
@@ -342,6 +363,7 @@ def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fai
     report["orphan_warning"] = ORPHAN_WARNING
     reasons = []
     for label, count in (
+        (f"home(s) not synced since {report['synced_since']}", len(report["stale_homes"])),
         ("ABANDONED run(s)", len(report["abandoned"])),
         ("PAUSED run(s)", sum(len(v) for v in report["paused"].values())),
         ("budget overrun(s)", len(report["budget"]["overruns"])),
@@ -356,21 +378,26 @@ def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fai
 
 
 def audit_report(engine: Engine, since: str | None = None, now: datetime | None = None,
-                 zone: tzinfo | None = None) -> dict:
+                 zone: tzinfo | None = None, stale_after: str | None = None) -> dict:
     """Every section of the audit, plus `needs_attention` and the reasons for it.
-    ``zone``: where a --since date without an offset is read."""
+    ``zone``: where a --since date without an offset is read. ``stale_after`` (a time,
+    2h or a date): a home whose last sync is older needs attention."""
     since_us = parse_since(since, now, zone)
+    synced_since_us = parse_since(stale_after, now, zone)
     with reading(engine) as reader:
-        return _report(engine, reader, since_us, lazy=False)
+        return _report(engine, reader, since_us, lazy=False, synced_since_us=synced_since_us)
 
 
 @contextlib.contextmanager
 def audit_streamed(engine: Engine, since: str | None = None, now: datetime | None = None,
-                   zone: tzinfo | None = None, newest_fails: int | None = None) -> Iterator[dict]:
+                   zone: tzinfo | None = None, newest_fails: int | None = None,
+                   stale_after: str | None = None) -> Iterator[dict]:
     """audit_report whose long lists (the FAILs, the runs whose passes are all weak) are
     Rows, read in the same read transaction while they are rendered: the text of 10,000
     runs is written as it is read, never held whole (peak memory stays flat).
     ``newest_fails``: each FAIL list holds only its newest that many (counted whole)."""
     since_us = parse_since(since, now, zone)
+    synced_since_us = parse_since(stale_after, now, zone)
     with reading(engine) as reader:
-        yield _report(engine, reader, since_us, lazy=True, newest_fails=newest_fails)
+        yield _report(engine, reader, since_us, lazy=True, newest_fails=newest_fails,
+                      synced_since_us=synced_since_us)
