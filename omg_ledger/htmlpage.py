@@ -31,6 +31,16 @@ code{font-size:.9em}
 """
 
 
+def _synced_text(synced: dict) -> str:
+    """Which syncs the figures come from (UTC, as stored): a page mailed on is read later."""
+    if synced["oldest"] is None:
+        return '<span id="synced">no sync completed yet</span>'
+    when = (f'ledger synced {esc(synced["newest"])}' if synced["oldest"] == synced["newest"] else
+            f'homes synced {esc(synced["oldest"])} to {esc(synced["newest"])}')
+    never = f' ({synced["never_synced"]} home(s) never)' if synced["never_synced"] else ""
+    return (f'<span id="synced" data-oldest="{esc(synced["oldest"])}" data-newest="{esc(synced["newest"])}">'
+            f'{when}{never}</span>')
+
 def esc(value: object) -> str:
     return escape("" if value is None else str(value), quote=True)
 
@@ -191,7 +201,8 @@ def render(data: dict) -> str:
     for line in (data["limits"] or {}).get("breaches", []):
         out.append(f'<p class="breach">{esc(line)}</p>')
     out.append(f'<h1>omg-ledger report</h1><p class="muted">window: <span id="window">{esc(window)}</span> '
-               f'(periods and times in {esc(data["tz"])}) · generated {esc(data["generated_at"])}</p>')
+               f'(periods and times in {esc(data["tz"])}) · generated {esc(data["generated_at"])} · '
+               f'{_synced_text(data["synced"])}</p>')
     out.append('<dl class="totals">'
                f'<div><dt>known spend</dt><dd id="known" data-nano-usd="{total["cost_nano_usd"]}">'
                f'{esc(_usd(total["cost_nano_usd"], total["unknown_cost_invocations"]))}</dd></div>'

@@ -43,6 +43,12 @@ def test_corpus_page_equals_cost_json_and_loads_clean(db_url, corpus_home, tmp_p
     dom = DomIndex(loaded.dom)
     assert not dom.where("script") and not dom.where("link") and not dom.where("img")
 
+    # The syncs the figures come from, as `homes` reports them (one home: one instant).
+    [home] = json.loads(cli("homes", "--db", db_url, "--json"))
+    synced = dom.by_id("synced")
+    assert (synced.attrs["data-oldest"], synced.attrs["data-newest"]) == (home["last_synced_at"],) * 2
+    assert synced.text == f"ledger synced {home['last_synced_at']}"
+
     base = ("--db", db_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices))
     total = json.loads(cli("cost", *base))["total"]
     known = dom.by_id("known")
@@ -161,3 +167,34 @@ def test_bad_html_target_is_a_clear_error(sqlite_url, tmp_path):
     assert CliRunner().invoke(main, ["db", "upgrade", "--db", sqlite_url]).exit_code == 0
     result = CliRunner().invoke(main, ["report", "--db", sqlite_url, "--html", str(tmp_path / "no" / "r.html")])
     assert result.exit_code == 2 and "cannot write" in result.output and "Traceback" not in result.output
+
+
+def test_the_page_says_which_syncs_its_figures_come_from(db_url, tmp_path):
+    import re
+
+    for n, label in enumerate(("here", "there", "idle")):
+        run_id = f"20261129-090000.00000000{n}-1"
+        write_run(tmp_path / label, run_id, [ev(run_id, t("09:00:00"), "run_started")])
+        engine = ledger(db_url, tmp_path / label, label)
+
+    def synced_span() -> str:
+        page = tmp_path / "r.html"
+        cli("report", "--db", db_url, "--html", str(page))
+        return re.search(r'<span id="synced"[^>]*>[^<]*</span>', page.read_text()).group(0)
+
+    def set_synced(label: str, instant: str | None) -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"UPDATE homes SET last_synced_at = {'NULL' if instant is None else repr(instant)} "
+                                 f"WHERE label = '{label}'")
+
+    for label in ("here", "there", "idle"):
+        set_synced(label, "2026-11-29T12:00:00.000000Z")
+    assert synced_span().endswith(">ledger synced 2026-11-29T12:00:00.000000Z</span>")
+    set_synced("there", "2026-11-28T07:30:00.000000Z")
+    set_synced("idle", None)
+    assert synced_span() == ('<span id="synced" data-oldest="2026-11-28T07:30:00.000000Z" '
+                             'data-newest="2026-11-29T12:00:00.000000Z">homes synced 2026-11-28T07:30:00.000000Z '
+                             'to 2026-11-29T12:00:00.000000Z (1 home(s) never)</span>')
+    for label in ("here", "there"):
+        set_synced(label, None)
+    assert synced_span() == '<span id="synced">no sync completed yet</span>'

@@ -248,7 +248,7 @@ def test_the_html_report_imports_no_sqlalchemy_and_is_the_same_page_from_either_
         synced_corpus, synced_postgres_corpus, tmp_path):
     """report --html reads through the DB-API (SQLAlchemy only with a price book, for the
     estimate); the corpus gives the same page from SQLite and PostgreSQL but for the
-    instant it was generated."""
+    instants it was generated at and its ledger synced at."""
     import re
 
     pages = []
@@ -256,8 +256,9 @@ def test_the_html_report_imports_no_sqlalchemy_and_is_the_same_page_from_either_
         page = tmp_path / f"report{n}.html"
         names = imported_modules("-m", "omg_ledger.cli", "report", "--html", str(page), "--db", db)
         assert heavy_among(names) == []
-        pages.append(re.sub(r"generated [0-9T:.+-]+", "generated …", page.read_text()))
-    assert "generated …" in pages[0]
+        pages.append(re.sub(r'<span id="synced".*?</span>', "synced …",
+                            re.sub(r"generated [0-9T:.+-]+", "generated …", page.read_text())))
+    assert "generated …" in pages[0] and "synced …" in pages[0]
     assert pages[0] == pages[1]
 
 

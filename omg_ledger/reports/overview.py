@@ -144,6 +144,15 @@ def _graphs(node_rows: list[dict]) -> list[dict]:
     return sorted(graphs.values(), key=lambda g: (-g["cost_nano_usd"], -g["unknown_cost_invocations"], g["key"]))
 
 
+def _synced(engine) -> dict:
+    """How fresh the page's figures are: the oldest and newest last completed sync of the
+    ledger's homes, and how many homes have none."""
+    with reading(engine) as reader:
+        [(homes, never, oldest, newest)] = list(reader.rows(
+            "SELECT COUNT(*), COUNT(*) - COUNT(last_synced_at), MIN(last_synced_at), MAX(last_synced_at) FROM homes"))
+    return {"homes": int(homes), "never_synced": int(never), "oldest": oldest, "newest": newest}
+
+
 def overview(engine: Engine, *, since: str | None = None, until: str | None = None, tz: str | None = None,
              now: datetime | None = None, prices: PriceBook | None = None, limits: dict | None = None) -> dict:
     """Everything the HTML report shows, for [since, until) (all time without them)."""
@@ -160,6 +169,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]
     return {
         "generated_at": now.astimezone(zone).isoformat(),
+        "synced": _synced(engine),
         "tz": by_runtime["tz"],
         "since": by_runtime["since"],
         "until": by_runtime["until"],
