@@ -31,6 +31,10 @@ code{font-size:.9em}
 """
 
 
+def esc(value: object) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
 def _synced_text(synced: dict) -> str:
     """Which syncs the figures come from (UTC, as stored): a page mailed on is read later."""
     if synced["oldest"] is None:
@@ -40,9 +44,6 @@ def _synced_text(synced: dict) -> str:
     never = f' ({synced["never_synced"]} home(s) never)' if synced["never_synced"] else ""
     return (f'<span id="synced" data-oldest="{esc(synced["oldest"])}" data-newest="{esc(synced["newest"])}">'
             f'{when}{never}</span>')
-
-def esc(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
 
 
 def _usd(nanos: int | None, unpriced: int = 0) -> str:

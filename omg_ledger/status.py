@@ -184,13 +184,13 @@ def stream_changed_since_sync(run_dir: str, checkpoint) -> bool | None:
     size, inode or time: lines appended, the file replaced or removed), so rows stored
     from it may be behind the stream. None when this machine cannot look: the run's
     directory is not here. One lstat; the home is never written."""
-    if not run_dir or not os.path.isdir(run_dir):
-        return None
     from .tail import needs_reading
 
     try:
         info = os.lstat(os.path.join(run_dir, "events.jsonl"))
     except OSError:
+        if not os.path.isdir(run_dir):
+            return None
         return checkpoint is not None  # read at the last sync, gone or unreadable now
     return needs_reading(info, checkpoint)
 
@@ -200,16 +200,11 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     """``stored`` (the status of the stored facts) composed with the lines of the run's
     stream appended since ``checkpoint``: unchanged when no leg opened or closed. The
     third value is the stream's line count now when a leg did (else None)."""
-    from .tail import needs_reading
-
+    # (A stream that cannot be looked at is read below, which words what is wrong with it.)
+    if checkpoint is not None and checkpoint.paused_schema is None \
+            and stream_changed_since_sync(run_dir, checkpoint) is False:
+        return stored, facts, None  # not a byte since the last sync: the stored facts are the stream's
     stream = os.path.join(run_dir, "events.jsonl")
-    if checkpoint is not None and checkpoint.paused_schema is None:
-        try:
-            info = os.lstat(stream)
-        except OSError:
-            info = None  # read below, which words what is wrong with it
-        if info is not None and not needs_reading(info, checkpoint):
-            return stored, facts, None  # not a byte since the last sync: the stored facts are the stream's
     from .feed import parse_stream_line
     from .tail import TailReader
 

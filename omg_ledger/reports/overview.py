@@ -148,9 +148,9 @@ def _synced(engine) -> dict:
     """How fresh the page's figures are: the oldest and newest last completed sync of the
     ledger's homes, and how many homes have none."""
     with reading(engine) as reader:
-        [(homes, never, oldest, newest)] = list(reader.rows(
-            "SELECT COUNT(*), COUNT(*) - COUNT(last_synced_at), MIN(last_synced_at), MAX(last_synced_at) FROM homes"))
-    return {"homes": int(homes), "never_synced": int(never), "oldest": oldest, "newest": newest}
+        [(never, oldest, newest)] = list(reader.rows(
+            "SELECT COUNT(*) - COUNT(last_synced_at), MIN(last_synced_at), MAX(last_synced_at) FROM homes"))
+    return {"never_synced": int(never), "oldest": oldest, "newest": newest}
 
 
 def overview(engine: Engine, *, since: str | None = None, until: str | None = None, tz: str | None = None,
