@@ -927,8 +927,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @csv_option
 @click.option("--since", metavar="T", help=SINCE_HELP)
 @click.option("--until", metavar="T", help="End of the window (exclusive). Default: now when --since is given.")
-@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"],
-                                        case_sensitive=False),
+@click.option("--by", type=click.Choice(["day", "week", "month", "run", "node", "graph", "runtime", "home", "goal",
+                                         "leg-kind"], case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL",
@@ -944,8 +944,10 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
     (from Monday) and months are cut in --tz, DST included. A group with unpriced work
     (Codex, killed calls) shows a lower bound: "≥ $12.40 +3 unpriced". Node keys are
-    <graph>/<node id>; goal keys the goal's first run id, or "(no goal)". JSON gives
-    cost_nano_usd exactly and cost_usd as a number (at most 9 decimals).
+    <graph>/<node id>; graph keys the graph's name, or "(no graph)"; home keys the label
+    of the home holding the run's billed copy; goal keys the goal's first run id, or
+    "(no goal)". JSON gives cost_nano_usd exactly and cost_usd as a number (at most 9
+    decimals).
 
     --estimate prices unpriced invocations that carry tokens with the price book and
     shows three figures: known spend, the estimate, and how many could not be
@@ -957,6 +959,7 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
       omg-ledger cost --since 2026-11-01 --until 2026-12-01 --by runtime --json
       omg-ledger cost --since 7d --by runtime --estimate
       omg-ledger cost --since 30d --by day --chart
+      omg-ledger cost --since 7d --by graph
     """
     from .db import RUN_TABLES_SINCE
     from .reports.cost import cost_report

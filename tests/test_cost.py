@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
-from omg_ledger.reports.cost import cost_report
+from omg_ledger.reports.cost import GROUPINGS, cost_report
 from omg_ledger.reports.overview import overview
 from omg_ledger.sync import Home, sync
 
@@ -248,6 +248,62 @@ def test_by_goal_adds_up_cycles_and_assessments(db_url, scenario_home):
     got = {r["key"]: r["cost_nano_usd"] for r in report["rows"]}
     assert got[F1] == nanos("0.0378") + nanos("0.0478")  # both cycles, both assessments
     assert got["(no goal)"] == nanos(TOTAL) - got[F1]
+
+
+def test_by_graph_adds_up_each_graphs_runs(db_url, scenario_home):
+    report = cost_report(ledger(db_url, scenario_home), by="graph", tz="UTC", now=NOW)
+    got = {r["key"]: (r["cost_nano_usd"], r["invocations"], r["unknown_cost_invocations"]) for r in report["rows"]}
+    # One run a graph in this home: each graph's row is its run's (PER_RUN); E refused its
+    # plan before a graph existed.
+    graph_of = {A: "codex-graph", B: "feedback-graph", C: "retry-graph", D: "auto-graph", E: "(no graph)",
+                F1: "goal-one", F2: "goal-two", G: "dropped-graph"}
+    assert got == {graph_of[run]: (nanos(v[0]), v[1], v[2]) for run, v in PER_RUN.items()}
+    assert {r["key"]: r["graph"] for r in report["rows"]}["(no graph)"] is None
+    assert next(r for r in report["rows"] if r["key"] == "codex-graph")["cost_is_lower_bound"] is True
+    # Largest known spend first; the all-unpriced graph last.
+    assert [r["key"] for r in report["rows"]][:2] == ["feedback-graph", "(no graph)"]
+    assert report["rows"][-1]["key"] == "codex-graph"
+    assert report["total"]["cost_nano_usd"] == nanos(TOTAL)
+
+
+def test_by_graph_sums_the_runs_of_one_graph(db_url, tmp_path):
+    home = tmp_path / "home"
+    one_charge_run(home, "20261129-090000.000000001-1", "2026-11-29T09:00:00.000000Z", 1.25, graph="nightly")
+    one_charge_run(home, "20261129-100000.000000001-1", "2026-11-29T10:00:00.000000Z", 0.5, graph="nightly")
+    one_charge_run(home, "20261129-110000.000000001-1", "2026-11-29T11:00:00.000000Z", 2.0, graph="weekly")
+    report = cost_report(ledger(db_url, home), by="graph", since="2026-11-29T09:30:00Z", tz="UTC", now=NOW)
+    # The window leaves the 09:00 run out.
+    assert [(r["key"], r["cost_nano_usd"], r["invocations"]) for r in report["rows"]] == [
+        ("weekly", 2 * 10**9, 1), ("nightly", 5 * 10**8, 1)]
+
+
+def test_by_home_bills_a_copied_run_to_its_billed_copy_once(db_url, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    run_id = "20261129-090000.000000001-1"
+    at = "2026-11-29T09:00:00.000000Z"
+    full = [ev(run_id, at, "run_started"), ev(run_id, at, "node_started", node_id="n"),
+            passed(run_id, at, "n", 1.0, provenance="exit-only"), ev(run_id, at, "node_started", node_id="m"),
+            passed(run_id, at, "m", 0.5, provenance="exit-only"), ev(run_id, at, "run_finished", outcome="passed")]
+    write_run(one, run_id, full)
+    # Home two holds a copy taken mid-run (the first three lines: n's charge only) and a run of its own.
+    write_run(two, run_id, full[:3])
+    one_charge_run(two, "20261129-100000.000000001-1", "2026-11-29T10:00:00.000000Z", 2.0)
+    engine = open_ledger(db_url)
+    sync(engine, [Home.from_path(str(one), "one"), Home.from_path(str(two), "two")])
+    report = cost_report(engine, by="home", tz="UTC", now=NOW)
+    # The copy holding most of the stream is billed (README "One run, one bill"): 1.0 + 0.5
+    # to home one, once; home two only its own run's 2.0.
+    assert [(r["key"], r["cost_nano_usd"], r["invocations"]) for r in report["rows"]] == [
+        ("two", 2 * 10**9, 1), ("one", 15 * 10**8, 2)]
+    assert report["total"]["cost_nano_usd"] == 35 * 10**8
+    assert cost_report(engine, by="home", home_labels=("one",), tz="UTC", now=NOW)["rows"] == [
+        next(r for r in report["rows"] if r["key"] == "one")]
+
+
+def test_cli_groupings_are_the_reports(sqlite_url):
+    """The --by choices are written out in cli.py (it imports no report at start-up)."""
+    by = next(p for p in main.commands["cost"].params if p.name == "by")
+    assert tuple(by.type.choices) == GROUPINGS
 
 
 def test_by_leg_kind(db_url, scenario_home):
@@ -537,7 +593,7 @@ def test_scale_10k_runs_300k_charges_totals_are_exact(tmp_path):
     conn.commit()
     conn.close()
     engine = open_ledger(str(path))
-    for by in ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind", None):
+    for by in (None, *GROUPINGS):
         report = cost_report(engine, since="2026-07-01", by=by, tz="Europe/Berlin", now=NOW)
         assert report["total"]["invocations"] == 300_000
         assert report["total"]["unknown_cost_invocations"] == 30_000

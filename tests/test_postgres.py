@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from omg_ledger.db import open_ledger
-from omg_ledger.reports.cost import cost_report
+from omg_ledger.reports.cost import GROUPINGS, cost_report
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
@@ -32,7 +32,7 @@ def test_corpus_in_sqlite_and_postgresql_gives_equal_data_and_reports(tmp_path, 
     sync(pg, homes)
     assert dump(lite, cache_hints=True) == dump(pg, cache_hints=True)
     assert list_runs(lite) == list_runs(pg)
-    for by in (None, "day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"):
+    for by in (None, *GROUPINGS):
         for tz in ("UTC", "Asia/Kolkata", "America/New_York"):
             assert cost_report(lite, by=by, tz=tz, now=NOW) == cost_report(pg, by=by, tz=tz, now=NOW), (by, tz)
 

@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from omg_ledger import schema
 from omg_ledger.db import open_ledger
-from omg_ledger.reports.cost import cost_report
+from omg_ledger.reports.cost import GROUPINGS, cost_report
 from omg_ledger.sync import Home, sync
 
 CLI = [sys.executable, "-m", "omg_ledger.cli"]
@@ -407,7 +407,7 @@ def test_report_sums_past_2_63_nanos_are_exact(tmp_path, db_url):
         assert report.problems == []
         expected = 12 * RUN_BOUND_NANOS
         assert expected > 2**63
-        for by in (None, "day", "week", "month", "run", "node", "runtime", "goal", "leg-kind"):
+        for by in (None, *GROUPINGS):
             result = cost_report(engine, by=by, tz="UTC")
             assert result["total"]["cost_nano_usd"] == expected, by
             assert result["total"]["input_tokens"] == 12 * 10_000 * 1000, by

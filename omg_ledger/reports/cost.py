@@ -23,7 +23,9 @@ Rules (each one is a test in tests/test_cost.py):
   ids may contain ``/``); charges that belong to no node (planning, refused plan,
   assessment) are keyed ``<graph>/(planning)`` etc.; a run with no graph (planner
   killed or plan refused) is ``(no graph)``; ``runtime`` ``claude``/``codex``, or
-  ``(no snapshot)`` when the run never wrote state.json; ``goal`` the goal's first run id
+  ``(no snapshot)`` when the run never wrote state.json; ``graph`` the graph's name, or
+  ``(no graph)`` (the row's ``graph`` is then null); ``home`` the label of the home holding
+  the run's billed copy; ``goal`` the goal's first run id
   (every cycle of one iterated auto run adds up there), ``(no goal)`` for all other
   runs; ``leg-kind`` initial/resume/retry/rerun/after-abandoned/planning/assessment, or
   ``(no leg)`` for a charge outside any leg.
@@ -48,7 +50,9 @@ from ..units import instant_in_range, instant_to_us, summed, us_to_instant
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-GROUPINGS = ("day", "week", "month", "run", "node", "runtime", "goal", "leg-kind")
+GROUPINGS = ("day", "week", "month", "run", "node", "graph", "runtime", "home", "goal", "leg-kind")
+RUN_LEVEL = ("run", "graph", "runtime", "home", "goal")  # keys read off each charge's run
+NO_GRAPH = "(no graph)"
 PERIODS = ("day", "week", "month")
 BUCKET_US = 900_000_000  # 15 minutes
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
@@ -150,7 +154,7 @@ def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, s
     summed per run on the charges table alone and only those partial sums are joined to
     runs/homes; periods are summed per 15-minute bucket."""
     params: dict = {}
-    per_run = by in ("run", "runtime", "goal")
+    per_run = by in RUN_LEVEL
     # A window usually covers most charges: a scan in run order beats the at_us index
     # plus a sort (the backend says where); "+ 0" keeps the planner off the index.
     at_us = "c.at_us + 0" if per_run and backend.scan_wide_windows else "c.at_us"
@@ -177,22 +181,33 @@ def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, s
         return ("SELECT r.id AS run_pk, r.run_id AS run_id, h.label AS home, "
                 + ", ".join(f"agg.{m} AS {m}" for m in names)
                 + f" FROM {agg} JOIN runs r ON r.id = agg.run_pk JOIN homes h ON h.id = r.home_id"), params
+    joins = f"{agg} JOIN runs r ON r.id = agg.run_pk"
     if by == "runtime":
         keys, group = ("r.runtime AS runtime, (r.snapshot_schema IS NULL) AS no_snapshot",
                        "r.runtime, (r.snapshot_schema IS NULL)")
+    elif by == "graph":
+        keys, group = "r.graph_name AS graph", "r.graph_name"
+    elif by == "home":
+        # Charges are of billed copies only, so a run's spend goes to the home of that copy.
+        joins += " JOIN homes h ON h.id = r.home_id"
+        keys, group = "h.label AS home", "h.label"
     else:
         keys, group = "r.goal_first_run_id AS goal", "r.goal_first_run_id"
     return (f"SELECT {keys}, " + ", ".join(f"SUM(agg.{m}) AS {m}" for m in names)
-            + f" FROM {agg} JOIN runs r ON r.id = agg.run_pk GROUP BY {group}"), params
+            + f" FROM {joins} GROUP BY {group}"), params
 
 
 def _key(by: str, m) -> str:
     if by == "run":
         return m["run_id"]
     if by == "node":
-        graph = m["graph"] if m["graph"] is not None else "(no graph)"
+        graph = m["graph"] if m["graph"] is not None else NO_GRAPH
         node = m["node_id"] if m["node_id"] is not None else f"({m['charge_kind']})"
         return f"{graph}/{node}"
+    if by == "graph":
+        return m["graph"] if m["graph"] is not None else NO_GRAPH
+    if by == "home":
+        return m["home"]
     if by == "runtime":
         return m["runtime"] or ("(no snapshot)" if m["no_snapshot"] else "(unknown)")
     if by == "goal":
@@ -320,6 +335,8 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
                 key = f"{m['home']}\0{key}"
             elif by == "node":
                 extra[key] = {"graph": m["graph"], "node_id": m["node_id"]}
+            elif by == "graph":
+                extra[key] = {"graph": m["graph"]}
         _add(rows.setdefault(key, _zero()), m)
 
     if prices is not None:

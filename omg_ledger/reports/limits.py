@@ -21,7 +21,7 @@ from .cost import cost_report, current_period, zone_named
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-_GROUPING = {None: None, "graph": "node", "node": "node", "runtime": "runtime"}
+_GROUPING = {None: None, "graph": "graph", "node": "node", "runtime": "runtime"}
 
 
 def _in_scope(limit: Limit, report: dict) -> dict:

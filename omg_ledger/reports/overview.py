@@ -133,17 +133,6 @@ def _redone(engine, win) -> dict:
     return out
 
 
-def _graphs(node_rows: list[dict]) -> list[dict]:
-    graphs: dict[str, dict] = {}
-    for row in node_rows:
-        name = row["graph"] if row.get("graph") is not None else "(no graph)"
-        into = graphs.setdefault(name, {"key": name, "cost_nano_usd": 0, "invocations": 0,
-                                        "unknown_cost_invocations": 0, "estimated_nano_usd": 0})
-        for field in ("cost_nano_usd", "invocations", "unknown_cost_invocations", "estimated_nano_usd"):
-            into[field] += int(row.get(field) or 0)
-    return sorted(graphs.values(), key=lambda g: (-g["cost_nano_usd"], -g["unknown_cost_invocations"], g["key"]))
-
-
 def _synced(engine) -> dict:
     """How fresh the page's figures are: the oldest and newest last completed sync of the
     ledger's homes, and how many homes have none."""
@@ -160,6 +149,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     zone = zone_named(tz)
     win = window(since, until, zone, now)
     by_runtime = cost_report(engine, since=since, until=until, by="runtime", tz=tz, now=now, prices=prices)
+    by_graph = cost_report(engine, since=since, until=until, by="graph", tz=tz, now=now, prices=prices)
     by_node = cost_report(engine, since=since, until=until, by="node", tz=tz, now=now, prices=prices)
     since_us = None if win.since is None else instant_to_us(win.since)
     audit = audit_report(engine, since=None if win.since is None else win.since.isoformat(), now=now)
@@ -175,7 +165,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
         "until": by_runtime["until"],
         "total": by_runtime["total"],
         "runtimes": by_runtime["rows"],
-        "graphs": _graphs(by_node["rows"])[:TOP],
+        "graphs": by_graph["rows"][:TOP],
         "nodes": by_node["rows"][:TOP],
         "days": _days(engine, win, zone, prices),
         "redone": redone,
