@@ -382,6 +382,21 @@ def _home_labels(ledger, given) -> tuple[str, ...]:
     return home_labels_of(ledger, given)
 
 
+def graph_option(what: str) -> Callable:
+    return click.option("--graph", "graphs", multiple=True, metavar="NAME",
+                        help=f"{what} (repeatable): its name as `cost --by graph` lists it; "
+                             "\"(no graph)\" for plans refused before a graph existed.")
+
+
+def _graph_names(ledger, given) -> tuple[str, ...]:
+    """--graph of a reading command: names some run of the ledger has."""
+    if not given:
+        return ()
+    from .reports.graphs import graph_names_of
+
+    return graph_names_of(ledger, given)
+
+
 def open_db_readonly(db: str | None, oldest: str | None = None):
     """For commands that only read: never creates, migrates or writes the ledger."""
     from .db import HEAD_REVISION, open_ledger_readonly
@@ -626,18 +641,20 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL",
               help="Only runs held in this home: its label or its directory (repeatable). A run copied into "
                    "several homes is listed once, under the home whose copy is billed.")
+@graph_option("Only runs of this graph")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
 @tz_option
 @estimate_options
 @ledger_errors
-def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate, prices_file) -> None:
+def runs(db, as_json, since, statuses, home_labels, graphs, as_csv, limit, tz, estimate, prices_file) -> None:
     """List runs, newest first, with their status probed live.
 
     \b
     Example:
       omg-ledger runs --since 2d --status ABANDONED --status PAUSED
       omg-ledger runs --since yesterday --csv --limit 50 > runs.csv
+      omg-ledger runs --graph nightly-refactor --status FAIL
     A cost with unpriced work beside it is a lower bound ("≥ $1.20 +3 unpriced").
     """
     import itertools
@@ -655,7 +672,7 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         since_us = parse_since(since, _now(), zone)
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     rows = iter_runs(engine, since_us=since_us, statuses=tuple(s.upper() for s in statuses),
-                     home_labels=_home_labels(engine, home_labels))
+                     home_labels=_home_labels(engine, home_labels), graphs=_graph_names(engine, graphs))
     if limit is not None:
         rows = itertools.islice(rows, limit)
     prices = _price_book(estimate, prices_file)
@@ -670,7 +687,7 @@ def runs(db, as_json, since, statuses, home_labels, as_csv, limit, tz, estimate,
         _say(render.runs_csv(rows, prices is not None), nl=False)
     else:
         # The table makes every cell inert itself, then adds its own colour codes.
-        table = render.runs_table(list(rows), zone=zone if tz else None, filtered=bool(since or statuses or home_labels),
+        table = render.runs_table(list(rows), zone=zone if tz else None, filtered=bool(since or statuses or home_labels or graphs),
                                   **render.terminal_options(_stdout()))
         with _writing_stdout():
             click.echo(table)
@@ -934,11 +951,13 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL",
               help="Only spend billed to this home: its label or its directory (repeatable). A run copied "
                    "into several homes is billed to the home of its billed copy.")
+@graph_option("Only spend of runs of this graph")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
 @click.option("--total", "with_total", is_flag=True, help="With --csv: end with a row keyed TOTAL.")
 @ledger_errors
-def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, prices_file, chart, with_total) -> None:
+def cost(db, as_json, as_csv, since, until, by, tz, home_labels, graphs, estimate, prices_file, chart,
+         with_total) -> None:
     """Spend, tokens, invocations and unpriced invocations, per group and in total.
 
     Each charge counts at its own time; --since 7d is the last 7×24 h. Days and weeks
@@ -960,6 +979,7 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
       omg-ledger cost --since 7d --by runtime --estimate
       omg-ledger cost --since 30d --by day --chart
       omg-ledger cost --since 7d --by graph
+      omg-ledger cost --since 30d --by day --graph nightly-refactor
     """
     from .db import RUN_TABLES_SINCE
     from .reports.cost import cost_report
@@ -968,7 +988,7 @@ def cost(db, as_json, as_csv, since, until, by, tz, home_labels, estimate, price
         raise BadArgument("--chart draws the rows of --by on a terminal: give --by, and not --json or --csv")
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     report = cost_report(engine, since=since, until=until, by=by, tz=tz, home_labels=_home_labels(engine, home_labels),
-                         now=_now(), prices=_price_book(estimate, prices_file))
+                         now=_now(), prices=_price_book(estimate, prices_file), graphs=_graph_names(engine, graphs))
     if chart:
         _emit_chart(report)
         return

@@ -46,13 +46,13 @@ from ..errors import BadArgument
 from ..prices import PriceBook
 from ..timespec import local_zone, parse_time, zone_named  # noqa: F401 (re-exported)
 from ..units import instant_in_range, instant_to_us, summed, us_to_instant
+from .graphs import NO_GRAPH, graph_condition
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 GROUPINGS = ("day", "week", "month", "run", "node", "graph", "runtime", "home", "goal", "leg-kind")
 RUN_LEVEL = ("run", "graph", "runtime", "home", "goal")  # keys read off each charge's run
-NO_GRAPH = "(no graph)"
 PERIODS = ("day", "week", "month")
 BUCKET_US = 900_000_000  # 15 minutes
 TOKEN_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")
@@ -111,10 +111,10 @@ def _measures(split: bool) -> str:
                       *(f"SUM(c.{name} % {part}) AS {name}_lo" for name, part in SPLIT.items())])
 
 
-def _conditions(win: Window, home_labels: tuple[str, ...], at_us=None) -> list:
-    """The window and home filter on charges as SQLAlchemy conditions (for the estimate
-    and the HTML overview; the aggregate below uses the same filter in SQL text)."""
-    from sqlalchemy import select
+def _conditions(win: Window, home_labels: tuple[str, ...], at_us=None, graphs: tuple[str, ...] = ()) -> list:
+    """The window, home and graph filter on charges as SQLAlchemy conditions (for the
+    estimate and the HTML overview; the aggregate below uses the same filter in SQL text)."""
+    from sqlalchemy import or_, select
 
     from .. import schema
 
@@ -129,10 +129,15 @@ def _conditions(win: Window, home_labels: tuple[str, ...], at_us=None) -> list:
     if home_labels:
         conditions.append(c.run_pk.in_(select(r.id).join(schema.homes, h.id == r.home_id)
                                        .where(h.label.in_(home_labels))))
+    if graphs:
+        named = [name for name in graphs if name != NO_GRAPH]
+        conditions.append(c.run_pk.in_(select(r.id).where(or_(
+            r.graph_name.in_(named), *([r.graph_name.is_(None)] if NO_GRAPH in graphs else [])))))
     return conditions
 
 
-def _conditions_sql(win: Window, home_labels: tuple[str, ...], params: dict, at_us: str = "c.at_us") -> str:
+def _conditions_sql(win: Window, home_labels: tuple[str, ...], params: dict, at_us: str = "c.at_us",
+                    graphs: tuple[str, ...] = ()) -> str:
     """_conditions in SQL text, on charges ``c``."""
     # A run seen in several homes (a copied directory) is billed once: its billed copy.
     conditions = ["c.run_pk NOT IN (SELECT id FROM runs WHERE NOT billed)"]
@@ -145,11 +150,13 @@ def _conditions_sql(win: Window, home_labels: tuple[str, ...], params: dict, at_
     if home_labels:
         conditions.append("c.run_pk IN (SELECT r.id FROM runs r JOIN homes h ON h.id = r.home_id "
                           f"WHERE h.label IN {bind_list(params, 'home', home_labels)})")
+    if graphs:
+        conditions.append(f"c.run_pk IN (SELECT id FROM runs WHERE {graph_condition('graph_name', graphs, params)})")
     return " AND ".join(conditions)
 
 
-def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, split: bool = False
-           ) -> tuple[str, dict]:
+def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, split: bool = False,
+           graphs: tuple[str, ...] = ()) -> tuple[str, dict]:
     """One aggregate query and its parameters. For run-level groupings, charges are first
     summed per run on the charges table alone and only those partial sums are joined to
     runs/homes; periods are summed per 15-minute bucket."""
@@ -158,7 +165,7 @@ def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, s
     # A window usually covers most charges: a scan in run order beats the at_us index
     # plus a sort (the backend says where); "+ 0" keeps the planner off the index.
     at_us = "c.at_us + 0" if per_run and backend.scan_wide_windows else "c.at_us"
-    where = _conditions_sql(win, home_labels, params, at_us)
+    where = _conditions_sql(win, home_labels, params, at_us, graphs)
     measures = _measures(split)
     if by == "node":
         # Nodes are many: one join of each charge to its run, grouped once, is cheaper
@@ -283,7 +290,7 @@ def _iso(moment: datetime | None, zone: tzinfo) -> str | None:
 
 def cost_report(engine: Engine, *, since: str | None = None, until: str | None = None, by: str | None = None,
                 tz: str | None = None, home_labels: tuple[str, ...] = (), now: datetime | None = None,
-                prices: PriceBook | None = None) -> dict:
+                prices: PriceBook | None = None, graphs: tuple[str, ...] = ()) -> dict:
     """Spend per group and in total over a window. `now` is injectable for tests.
     With `prices`, every row and the total also carry the estimate for their unpriced
     charges (reports/estimate.py), beside the known spend, never in it."""
@@ -295,10 +302,10 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     labels = tuple(home_labels)
     with reading(engine) as reader:
         def fetch(split: bool) -> tuple[list, list | None]:
-            result = list(reader.dicts(*_query(by, win, labels, backend, split)))
+            result = list(reader.dicts(*_query(by, win, labels, backend, split, graphs)))
             if by in PERIODS:
-                result = _split_straddling_buckets(reader, result, by, zone, win, labels, split)
-            return result, None if win.all_time else list(reader.dicts(*_undated_query(labels, split)))
+                result = _split_straddling_buckets(reader, result, by, zone, win, labels, split, graphs)
+            return result, None if win.all_time else list(reader.dicts(*_undated_query(labels, split, graphs)))
 
         try:
             result, undated = fetch(False)
@@ -340,7 +347,7 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         _add(rows.setdefault(key, _zero()), m)
 
     if prices is not None:
-        _add_estimates(engine, prices, by, win, tuple(home_labels), zone, total, rows)
+        _add_estimates(engine, prices, by, win, tuple(home_labels), zone, total, rows, graphs)
 
     out_rows = []
     for key, values in rows.items():
@@ -356,6 +363,7 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
         "since": _iso(win.since, zone),
         "until": _iso(win.until, zone),
         "homes": list(home_labels),
+        "graphs": list(graphs),
         "rows": out_rows,
         "total": _finish(total),
     }
@@ -388,13 +396,13 @@ def straddling_buckets(buckets: Iterable[int | None], by: str, zone: tzinfo) -> 
 
 
 def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: Window,
-                              home_labels: tuple[str, ...], split: bool) -> list:
+                              home_labels: tuple[str, ...], split: bool, graphs: tuple[str, ...] = ()) -> list:
     """The rows of straddling buckets summed again per charge time instead."""
     straddling = straddling_buckets((m["bucket"] for m in result), by, zone)
     if not straddling:
         return result
     params: dict = {}
-    where = _conditions_sql(win, home_labels, params)
+    where = _conditions_sql(win, home_labels, params, graphs=graphs)
     sql = (f"SELECT c.at_us AS at_us, {_measures(split)} FROM charges c WHERE {where} "
            f"AND c.at_us / {BUCKET_US} IN {bind_list(params, 'bucket', straddling)} GROUP BY c.at_us")
     redone = set(straddling)
@@ -402,10 +410,11 @@ def _split_straddling_buckets(reader, result: list, by: str, zone: tzinfo, win: 
     return kept + list(reader.dicts(sql, params))
 
 
-def _undated_query(home_labels: tuple[str, ...], split: bool = False) -> tuple[str, dict]:
-    """The charges no window holds (no time), billed copies of the chosen homes only."""
+def _undated_query(home_labels: tuple[str, ...], split: bool = False, graphs: tuple[str, ...] = ()
+                   ) -> tuple[str, dict]:
+    """The charges no window holds (no time), billed copies of the chosen homes and graphs only."""
     params: dict = {}
-    where = _conditions_sql(Window(None, None), home_labels, params)
+    where = _conditions_sql(Window(None, None), home_labels, params, graphs=graphs)
     return f"SELECT {_measures(split)} FROM charges c WHERE c.at_us IS NULL AND {where}", params
 
 
@@ -426,14 +435,14 @@ def _estimate_key(by: str, m, zone: tzinfo) -> str:
 
 
 def _add_estimates(engine: Engine, prices: PriceBook, by: str | None, win: Window, home_labels: tuple[str, ...],
-                   zone: tzinfo, total: dict, rows: dict[str, dict]) -> None:
+                   zone: tzinfo, total: dict, rows: dict[str, dict], graphs: tuple[str, ...] = ()) -> None:
     from . import estimate
 
     total.update(estimate.zero())
     for values in rows.values():
         values.update(estimate.zero())
     with engine.connect() as conn:
-        for row in conn.execute(estimate.unpriced_charges(_conditions(win, home_labels))):
+        for row in conn.execute(estimate.unpriced_charges(_conditions(win, home_labels, graphs=graphs))):
             m = row._mapping
             estimate.add(total, prices, m)
             if by is not None:

@@ -29,13 +29,13 @@ from ..backend import reading
 from ..invocations import parse_rfc3339
 from ..status import ABANDONED, STATUSES
 from ..units import NANOS_PER_USD, instant_to_us, summed
+from .graphs import NO_GRAPH
 from .runs import iter_runs
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 NO_SNAPSHOT = "(no snapshot)"
-NO_GRAPH = "(no graph)"
 
 
 def _label_value(text: str) -> str:

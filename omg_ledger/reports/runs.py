@@ -40,6 +40,7 @@ from ..status import (
 )
 from ..tail import Checkpoint, machine_source
 from ..units import NANOS_PER_USD, nanos_to_usd
+from .graphs import graph_condition
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -209,7 +210,7 @@ def run_summary(row, status: str, home_label: str, left_running: int = 0, facts:
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
-              home_labels: tuple[str, ...] = ()) -> Iterator[dict]:
+              home_labels: tuple[str, ...] = (), graphs: tuple[str, ...] = ()) -> Iterator[dict]:
     """Newest first, one summary at a time (10,000 runs are never all in memory).
     Only runs whose last leg is open get a live lock probe."""
     conditions, params = ["r.billed"], {}  # a run seen in several homes is listed once, as its billed copy
@@ -225,6 +226,8 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
                           f"JOIN homes ch ON ch.id = c.home_id WHERE NOT c.billed AND ch.label IN {labels}) "
                           f"OR r.run_id IN (SELECT c.run_id FROM runs c JOIN homes ch ON ch.id = c.home_id "
                           f"WHERE NOT c.billed AND ch.label IN {labels} AND {_STREAM_LESS_SQL.format('c')}))")
+    if graphs:
+        conditions.append(graph_condition("r.graph_name", graphs, params))
     if statuses:
         conditions.append("(" + " OR ".join(dict.fromkeys(could_be_sql(status) for status in statuses)) + ")")
     query = f"{_LIST_SQL} WHERE {' AND '.join(conditions)} ORDER BY r.run_id DESC, h.label"
@@ -270,8 +273,8 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
 
 
 def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
-              home_labels: tuple[str, ...] = ()) -> list[dict]:
-    return list(iter_runs(engine, since_us, statuses, home_labels))
+              home_labels: tuple[str, ...] = (), graphs: tuple[str, ...] = ()) -> list[dict]:
+    return list(iter_runs(engine, since_us, statuses, home_labels, graphs))
 
 
 AMBIGUOUS_LISTED = 20
