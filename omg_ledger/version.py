@@ -22,4 +22,6 @@ VERSION = "0.1.0"
 #    ledger that billed such a copy beside its streamed one bills it once; a verdict
 #    recovered from state.json whose record has no accounting (a gate: no subprocess)
 #    is no invocation, as a terminal event without accounting is none on the stream.
-DERIVATION_VERSION = 6
+# 7: of copies holding the same stream, the one with the most charges is billed (an
+#    assess.json or a recovered verdict only one copy holds is not left out by the choice).
+DERIVATION_VERSION = 7

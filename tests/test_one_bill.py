@@ -198,6 +198,72 @@ def test_a_run_copied_into_another_home_is_billed_once(tmp_path, home, db_url, c
         engine.dispose()
 
 
+ASSESSED_RUN = "20261129-181522.237468643-1"  # goal cycle 1: its assess.json costs $0.0078
+
+
+@pytest.mark.parametrize("case", ["backup synced first", "original synced first", "original deleted"])
+def test_of_copies_with_one_stream_the_one_holding_the_assessment_is_billed(tmp_path, home, db_url, clean_totals,
+                                                                            case):
+    """A backup taken after run_finished but before the engine wrote assess.json holds the
+    whole stream: only the original records the assessment's spend, which the choice of
+    the billed copy must not leave out (nor a deleted original's history)."""
+    backup = tmp_path / "backup"
+    shutil.copytree(home / "runs" / ASSESSED_RUN, backup / "runs" / ASSESSED_RUN)
+    (backup / "runs" / ASSESSED_RUN / "assess.json").unlink()
+    original, copy = Home.from_path(str(home), "original"), Home.from_path(str(backup), "backup")
+    engine = open_ledger(db_url)
+    try:
+        if case == "backup synced first":
+            sync(engine, [copy])
+            sync(engine, [original])
+        else:
+            sync(engine, [original])
+            sync(engine, [copy])
+        if case == "original deleted":
+            shutil.rmtree(home / "runs" / ASSESSED_RUN)
+            sync(engine, [original, copy])
+        # Every charge once, the $0.0078 assessment included (KNOWN_NANOS, summed from the files).
+        assert _totals(engine) == clean_totals
+        billed = {r["run_id"]: r["home"] for r in list_runs(engine)}
+        assert billed[ASSESSED_RUN] == "original"
+        goal = {r["key"]: r["cost_nano_usd"] for r in cost_report(engine, by="goal")["rows"]}
+        # Cycle 1: stream $0.0966 + assessment $0.0078; cycle 2: $0.0824 (its own assessment included).
+        assert goal[ASSESSED_RUN] == 104_400_000 + 82_400_000
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_that_billed_the_copy_without_the_assessment_is_corrected_on_its_next_sync(tmp_path, home, db_url):
+    """What DERIVATION_VERSION 6 left: the backup (same stream, no assess.json) billed, the
+    assessment's $0.0078 out of every total. Nothing on disk changes; the next sync
+    re-derives every run under the new rule and bills the original, as a cold sync does."""
+    from .ledger_dump import diff, dump
+
+    backup = tmp_path / "backup"
+    shutil.copytree(home / "runs" / ASSESSED_RUN, backup / "runs" / ASSESSED_RUN)
+    (backup / "runs" / ASSESSED_RUN / "assess.json").unlink()
+    homes = [Home.from_path(str(home), "original"), Home.from_path(str(backup), "backup")]
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, homes)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE runs SET derivation_version = 6"))
+            conn.execute(text("UPDATE runs SET billed = (home_id = (SELECT id FROM homes WHERE label = 'backup')) "
+                              "WHERE run_id = :r"), {"r": ASSESSED_RUN})
+        assert cost_report(engine)["total"]["cost_nano_usd"] == KNOWN_NANOS - 7_800_000  # what version 6 billed
+        sync(engine, homes)
+        assert cost_report(engine)["total"]["cost_nano_usd"] == KNOWN_NANOS
+    finally:
+        engine.dispose()
+    cold = open_ledger(str(tmp_path / "cold.sqlite"))
+    try:
+        sync(cold, homes)
+        assert dump(db_url) == dump(str(tmp_path / "cold.sqlite")), diff(dump(str(tmp_path / "cold.sqlite")),
+                                                                          dump(db_url))
+    finally:
+        cold.dispose()
+
+
 def test_diverging_copies_are_a_finding_and_still_billed_once(tmp_path, home, db_url):
     second = tmp_path / "second"
     shutil.copytree(home / "runs" / RUN, second / "runs" / RUN)
