@@ -187,7 +187,8 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
                 _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
         seen: set[str] = set()
         for given in invocation_files:
-            path = os.path.abspath(os.path.expanduser(given))
+            # Its real path: a stream named through a symlink is the file it leads to.
+            path = os.path.realpath(os.path.expanduser(given))
             if path not in seen:
                 seen.add(path)
                 with sync_lock(engine, INVOCATIONS_SCOPE + path, _left(deadline)):
@@ -1155,6 +1156,8 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
     with engine.connect() as conn:
         row = conn.execute(select(streams).where(
             streams.c.kind == "invocations", streams.c.source == source, streams.c.path == key)).mappings().first()
+    if row is None:
+        row = _moved_invocation_stream(engine, source, path, key)
     checkpoint = Checkpoint.from_row(row) if row is not None else None
     if checkpoint is not None and not needs_reading(stat_or_none(path), checkpoint):
         return  # unchanged since the last sync
@@ -1184,6 +1187,29 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(read.problems)
+
+
+def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
+    """The ``streams`` row of the file at ``path`` read before under another path of this
+    machine (moved there, or named through a symlink by an older omg-ledger), its path now
+    ``key``; None when there is none. The same file: its device and inode, with its old path
+    gone or naming it still. Its lines are then not stored, nor its invocations counted, twice."""
+    streams = schema.streams
+    info = stat_or_none(path)
+    if info is None:
+        return None
+    with write_transaction(engine) as conn:
+        for candidate in conn.execute(select(streams.c.id, streams.c.path).where(
+                streams.c.kind == "invocations", streams.c.source == source, streams.c.dev == info.st_dev,
+                streams.c.inode == info.st_ino)).all():
+            try:
+                same = os.path.samefile(candidate.path, path)
+            except OSError:
+                same = not os.path.lexists(candidate.path)  # moved away: nothing is there now
+            if same:
+                conn.execute(streams.update().where(streams.c.id == candidate.id).values(path=key))
+                return conn.execute(select(streams).where(streams.c.id == candidate.id)).mappings().first()
+    return None
 
 
 def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str) -> None:

@@ -436,6 +436,52 @@ def test_vanished_file_keeps_its_rows(engine, stream):
     assert invocation_rows(engine) == [("paired", "zen", "M1", "GO", 1000, "reported", 1, 2)]
 
 
+def _stream_paths(engine) -> list[str]:
+    with engine.connect() as conn:
+        return [p for (p,) in conn.execute(text("SELECT path FROM streams WHERE kind = 'invocations' ORDER BY id"))]
+
+
+PAIR = ("paired", "bulldozer", "m1", "DONE", 5000, "reported", 1, 2)
+
+
+def test_a_stream_named_through_a_symlink_is_the_file_it_leads_to(engine, stream, tmp_path):
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    alias = tmp_path / "alias"
+    alias.symlink_to(stream.parent, target_is_directory=True)
+    sync(engine, stream, alias / "events.jsonl")
+    sync(engine, alias / "events.jsonl")
+    # One start and one end in the file: one invocation, its two lines stored once.
+    assert invocation_rows(engine) == [PAIR]
+    assert _line_count(engine) == 2
+    assert _stream_paths(engine) == [str(stream.resolve())]
+
+
+def test_a_stream_an_older_omg_ledger_keyed_by_its_symlink_is_not_read_again(engine, stream, tmp_path):
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    alias = tmp_path / "alias"
+    alias.symlink_to(stream.parent, target_is_directory=True)
+    sync(engine, stream)
+    with engine.begin() as conn:  # the key an older omg-ledger gave it: the path as given
+        conn.execute(text("UPDATE streams SET path = :p"), {"p": str(alias / "events.jsonl")})
+    report = sync(engine, stream)
+    assert report.events_ingested == 0 and report.bytes_read == 0
+    assert invocation_rows(engine) == [PAIR] and _line_count(engine) == 2
+    assert _stream_paths(engine) == [str(stream.resolve())]
+
+
+def test_a_moved_stream_is_the_same_stream_at_its_new_path(engine, stream, tmp_path):
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    sync(engine, stream)
+    moved = tmp_path / "moved"
+    stream.parent.rename(moved)  # the same file (device and inode) under another path
+    append(moved / "events.jsonl", start("zen", "M2", ts(1)))
+    report = sync(engine, moved / "events.jsonl")
+    assert report.events_ingested == 1  # only the appended line is read
+    assert invocation_rows(engine) == [PAIR, ("dangling", "zen", "M2", None, None, None, 3, None)]
+    assert _line_count(engine) == 3
+    assert _stream_paths(engine) == [str((moved / "events.jsonl").resolve())]
+
+
 # --------------------------------------------------------------------------- report, view, query, CLI
 
 
