@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0014, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0015, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -497,6 +497,7 @@ CREATE VIEW v_runs AS
     r.graph_version,
     r.runtime,
         CASE
+            WHEN r.stream_paused THEN 'NOT-KNOWN-YET'::text
             WHEN ((NOT r.any_leg) AND (r.snapshot_schema IS NULL) AND (NOT r.has_state)) THEN 'NOT-KNOWN-YET'::text
             WHEN r.last_leg_open THEN 'OPEN'::text
             WHEN (r.last_outcome = 'paused'::text) THEN 'PAUSED'::text

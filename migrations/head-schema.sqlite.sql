@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0014, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0015, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -399,6 +399,7 @@ WHERE r.billed
 ;
 CREATE VIEW v_runs AS SELECT h.label AS home, r.run_id, r.graph_name AS graph, r.graph_version, r.runtime,
        CASE
+         WHEN r.stream_paused THEN 'NOT-KNOWN-YET'
          WHEN NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state THEN 'NOT-KNOWN-YET'
          WHEN r.last_leg_open THEN 'OPEN'
          WHEN r.last_outcome = 'paused' THEN 'PAUSED'

@@ -875,8 +875,9 @@ def _add_view_docs() -> None:
     })
     DOCS["v_runs"] = _view_docs(about("v_runs"), {
         **_HOME, **_RUN, "graph_version": ("runs", "graph_version"),
-        "ledger_state": "What the stored facts say: NOT-KNOWN-YET, OPEN (running, planning or abandoned: "
-                        "`omg-ledger runs` probes which), PAUSED, PASS or FAIL.",
+        "ledger_state": "What the stored facts say: NOT-KNOWN-YET (nothing said yet, or a stream that waits at "
+                        "a newer event schema), OPEN (running, planning or abandoned: `omg-ledger runs` probes "
+                        "which), PAUSED, PASS or FAIL.",
         "started_at": ("runs", "first_event_at"), "started_at_us": ("runs", "first_event_at_us"),
         **_same("runs", "last_event_at", "last_event_at_us"), "legs": ("runs", "leg_count"),
         "nodes_total": ("runs", "node_count"), "nodes_passed": ("runs", "nodes_passed"),

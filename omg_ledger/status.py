@@ -23,7 +23,7 @@ ORPHAN_WARNING = ("a model-CLI subprocess started by the dead leg may still be r
 
 # The columns of `runs` that status, the pause reason and the hint are composed from.
 FACT_COLUMNS = ("any_leg", "last_leg_open", "last_leg_phase", "last_outcome", "last_detail", "snapshot_schema",
-                "has_state", "all_nodes_passed", "gate_paused_at")
+                "has_state", "all_nodes_passed", "gate_paused_at", "stream_paused")
 
 
 class StatusFacts(NamedTuple):
@@ -38,6 +38,9 @@ class StatusFacts(NamedTuple):
     snapshot_unreadable: bool = False  # state.json is there but could not be read (a problem)
     last_detail: str | None = None
     gate_paused_at: str | None = None
+    # Reading stopped before a line of a newer event schema: the lines past it are not
+    # known, so neither is whether they closed the last leg (or opened another).
+    stream_paused: bool = False
 
     @classmethod
     def from_row(cls, row) -> StatusFacts:
@@ -46,11 +49,12 @@ class StatusFacts(NamedTuple):
 
     @classmethod
     def from_columns(cls, any_leg, last_leg_open, last_leg_phase, last_outcome, last_detail, snapshot_schema,
-                     has_state, all_nodes_passed, gate_paused_at) -> StatusFacts:
+                     has_state, all_nodes_passed, gate_paused_at, stream_paused) -> StatusFacts:
         """From the FACT_COLUMNS of a `runs` row, in that order."""
         has_snapshot = snapshot_schema is not None
         return cls(bool(any_leg), bool(last_leg_open), last_leg_phase, last_outcome, has_snapshot,
-                   bool(all_nodes_passed), bool(has_state) and not has_snapshot, last_detail, gate_paused_at)
+                   bool(all_nodes_passed), bool(has_state) and not has_snapshot, last_detail, gate_paused_at,
+                   bool(stream_paused))
 
     @property
     def spoken(self) -> bool:
@@ -64,9 +68,11 @@ class StatusFacts(NamedTuple):
 
 
 def derive(facts: StatusFacts, lock: Liveness) -> str:
-    """The one place the status rules live (views.VIEWS_0006's ledger_state CASE and
+    """The one place the status rules live (views.VIEWS_0015's ledger_state CASE and
     `could_be` are checked against it by tests/test_status.py)."""
-    if not facts.spoken:
+    if not facts.spoken or facts.stream_paused:
+        # Nothing said yet, or said in a newer schema than this omg-ledger reads: no
+        # status is concluded from the lines before it (ABANDONED least of all).
         return NOT_KNOWN_YET
     if facts.last_leg_open and lock is Liveness.FREE:
         return ABANDONED
@@ -92,7 +98,8 @@ def could_be(status: str):
 
     r = schema.runs.c
     if status == NOT_KNOWN_YET:
-        return and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False))
+        return or_(and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False)),
+                   r.stream_paused.is_(True))
     if status in (PASS, FAIL):
         return true()  # a leg stored open may have closed since the last sync, a paused run been resumed
     # A stored PAUSED or FAIL may have been resumed since the last sync (recheck_settled).
@@ -200,15 +207,17 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     """``stored`` (the status of the stored facts) composed with the lines of the run's
     stream appended since ``checkpoint``: unchanged when no leg opened or closed. The
     third value is the stream's line count now when a leg did (else None)."""
+    run_id = os.path.basename(run_dir)
     # (A stream that cannot be looked at is read below, which words what is wrong with it.)
     if checkpoint is not None and checkpoint.paused_schema is None \
             and stream_changed_since_sync(run_dir, checkpoint) is False:
-        return stored, facts, None  # not a byte since the last sync: the stored facts are the stream's
+        # Not a byte since the last sync: the stored facts are the stream's.
+        if stored == ABANDONED:
+            return _with_final_line(facts, run_dir, run_id, checkpoint.end_offset, checkpoint.next_line, prober)
+        return stored, facts, None
     stream = os.path.join(run_dir, "events.jsonl")
     from .feed import parse_stream_line
     from .tail import TailReader
-
-    run_id = os.path.basename(run_dir)
 
     def parse(line: bytes, line_no: int, offset: int) -> object:
         return parse_stream_line(line, line_no, offset, run_id)
@@ -237,15 +246,53 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
                 outcome, detail = event.data.get("outcome"), event.data.get("detail")
     except OSError:
         return unknown, facts, None  # a read that failed is not an answer
+    read_to = reader.checkpoint
+    paused = read_to is not None and read_to.paused_schema is not None
+    if paused != facts.stream_paused:
+        changed = True  # a newer schema met now, or understood now
     if not changed:
+        if stored == ABANDONED and read_to is not None:
+            return _with_final_line(facts, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
         return stored, facts, None
-    lines = reader.checkpoint.next_line - 1 if reader.checkpoint is not None else None
+    lines = read_to.next_line - 1 if read_to is not None else None
     now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
-                         last_detail=detail)
+                         last_detail=detail, stream_paused=paused)
     if open_:
-        return derive(now, prober(run_dir)), now, lines
+        status = derive(now, prober(run_dir))
+        if status == ABANDONED and read_to is not None:
+            status, now, _ = _with_final_line(now, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
+        return status, now, lines
     now = now._replace(**_snapshot_facts_now(run_dir, run_id))
     return derive(now, Liveness.UNKNOWN), now, lines
+
+
+def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: int, line_no: int,
+                     prober: Prober) -> tuple[str, StatusFacts, int | None]:
+    """The status of a run whose open leg's lock is free, with the bytes after its last
+    complete line: a whole event written without its newline (a write cut between the
+    two) is final once the lock is free — no writer is left to end it — and the engine's
+    own reader counts it. A run_finished there closed the leg: the run is not ABANDONED.
+    Anything else (nothing, a cut line, an event that closes nothing) leaves it ABANDONED."""
+    from .feed import Event, parse_stream_line
+    from .tail import MAX_LINE_BYTES
+
+    try:
+        with open(os.path.join(run_dir, "events.jsonl"), "rb") as f:
+            f.seek(end_offset)
+            tail = f.read(MAX_LINE_BYTES + 1)
+    except OSError:
+        return derive(facts, Liveness.UNKNOWN), facts, None  # a read that failed is not an answer
+    if b"\n" in tail:
+        return derive(facts, Liveness.UNKNOWN), facts, None  # written to since it was read: someone is there
+    if not tail.strip() or len(tail) > MAX_LINE_BYTES:
+        return ABANDONED, facts, None
+    event = parse_stream_line(tail, line_no, end_offset, run_id)
+    if not isinstance(event, Event) or event.data.get("event") != "run_finished":
+        return ABANDONED, facts, None
+    now = facts._replace(last_leg_open=False, last_outcome=event.data.get("outcome"),
+                         last_detail=event.data.get("detail"))
+    now = now._replace(**_snapshot_facts_now(run_dir, run_id))
+    return derive(now, Liveness.UNKNOWN), now, line_no
 
 
 def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
@@ -344,9 +391,13 @@ def status_without_own_copy(status: str, facts: StatusFacts, run_dir: str, copie
     return status_across_copies(ABANDONED, facts, copies, prober)
 
 
-def recovery_hint(run_id: str, has_snapshot: bool) -> str:
+def recovery_hint(run_id: str, has_snapshot: bool, snapshot_unreadable: bool = False) -> str:
     if has_snapshot:
         return f"continue it with `oh-my-graph resume {run_id} --retry-failed`"
+    if snapshot_unreadable:
+        # Its absence would be a fact about the run; its unreadability is one about the reader.
+        return (f"its state.json is there but cannot be read (`omg-ledger problems` says why): look at it before "
+                f"`oh-my-graph resume {run_id} --retry-failed` or running the graph again")
     return "it never wrote a snapshot, so there is nothing to resume from — run the graph again"
 
 
@@ -369,7 +420,11 @@ def hint(status: str, run_id: str, facts: StatusFacts, unprobed: str | None = No
         return f"run {run_id} reads {status} on the stream alone: its lock cannot be probed from here — {unprobed}"
     if status == ABANDONED:
         return (f"run {run_id} is ABANDONED — a leg started and never reported an end: "
-                f"{recovery_hint(run_id, facts.has_snapshot)}. WARNING: {ORPHAN_WARNING}.")
+                f"{recovery_hint(run_id, facts.has_snapshot, facts.snapshot_unreadable)}. WARNING: {ORPHAN_WARNING}.")
+    if status == NOT_KNOWN_YET and facts.stream_paused:
+        return (f"run {run_id}: its events.jsonl has lines of an event schema newer than this omg-ledger reads, so "
+                f"its status is not known (nor whether its last leg ended): upgrade omg-ledger, then sync "
+                f"(`omg-ledger problems` says where reading stopped)")
     if status == PAUSED:
         reason = pause_reason(facts)
         gate = facts.gate_paused_at

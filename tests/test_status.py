@@ -202,33 +202,35 @@ def test_paused_rows_name_how_to_resume(ledger):
 def _fact_combinations():
     import itertools
 
-    for any_leg, open_, phase, outcome, schema_, has_state, all_passed in itertools.product(
+    for any_leg, open_, phase, outcome, schema_, has_state, all_passed, paused in itertools.product(
             (False, True), (False, True), (None, "run", "planning"), (None, "passed", "failed", "paused"),
-            (None, 3), (False, True), (False, True)):
+            (None, 3), (False, True), (False, True), (False, True)):
         if schema_ is not None and not has_state:
             continue  # a parsed snapshot was a present state.json
         yield dict(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
                    snapshot_schema=schema_, has_state=has_state, all_nodes_passed=all_passed,
-                   last_detail=None, gate_paused_at=None)
+                   last_detail=None, gate_paused_at=None, stream_paused=paused)
 
 
 def test_view_ledger_state_and_could_be_agree_with_derive():
     import sqlalchemy as sa
 
     from omg_ledger.status import STATUSES, could_be, derive
-    from omg_ledger.views import LEDGER_STATE_0006
+    from omg_ledger.views import LEDGER_STATE_0015
 
     engine = sa.create_engine("sqlite://")
     rows = list(_fact_combinations())
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE runs (id INTEGER PRIMARY KEY, any_leg BOOLEAN, last_leg_open BOOLEAN, "
                              "last_leg_phase TEXT, last_outcome TEXT, snapshot_schema INTEGER, has_state BOOLEAN, "
-                             "all_nodes_passed BOOLEAN, last_detail TEXT, gate_paused_at TEXT)")
+                             "all_nodes_passed BOOLEAN, last_detail TEXT, gate_paused_at TEXT, "
+                             "stream_paused BOOLEAN)")
         for pk, row in enumerate(rows, 1):
             conn.execute(sa.text("INSERT INTO runs VALUES (:id, :any_leg, :last_leg_open, :last_leg_phase, "
-                                 ":last_outcome, :snapshot_schema, :has_state, :all_nodes_passed, NULL, NULL)"),
+                                 ":last_outcome, :snapshot_schema, :has_state, :all_nodes_passed, NULL, NULL, "
+                                 ":stream_paused)"),
                          {"id": pk, **row})
-        states = dict(conn.exec_driver_sql(f"SELECT id, {LEDGER_STATE_0006} FROM runs r").all())
+        states = dict(conn.exec_driver_sql(f"SELECT id, {LEDGER_STATE_0015} FROM runs r").all())
         from omg_ledger import schema
 
         kept = {status: set(conn.execute(sa.select(schema.runs.c.id).where(could_be(status))).scalars())

@@ -156,7 +156,7 @@ def could_be_sql(status: str) -> str:
     """status.could_be in SQL text (tests/test_reports_dbapi.py holds them equal): a
     pre-filter keeping every run that could have ``status``; status_of decides."""
     if status == NOT_KNOWN_YET:
-        return "(NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state)"
+        return "((NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state) OR r.stream_paused)"
     if status in (PASS, FAIL):
         return "TRUE"
     return _MAY_MOVE_ON_SQL
@@ -168,7 +168,7 @@ def _summary(row: tuple, status: str, left_running: int, facts: StatusFacts, unp
     (_pk, run_id, _dir_path, gone, runtime, graph_name, node_count, nodes_passed, leg_count, cost_nano_usd,
      invocations, unknown_cost_invocations, unrecorded, input_tokens, cached_input_tokens, output_tokens,
      reasoning_output_tokens, first_event_at, last_event_at, _any_leg, _open, _phase, _outcome, _detail, _schema,
-     _has_state, _all_passed, gate_paused_at, home_label) = row
+     _has_state, _all_passed, gate_paused_at, _stream_paused, home_label) = row
     return {
         "run_id": run_id,
         "home": home_label,
