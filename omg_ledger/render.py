@@ -197,6 +197,10 @@ def run_detail(d: dict, zone=None) -> str:
     if d.get("stream_changed_since_sync"):
         out.append("its events.jsonl has changed since the last sync: the status is read from it now, "
                    "everything else here is as of that sync (`omg-ledger sync` brings it up to date)")
+    elif d.get("unindexed_tail_at") is not None:
+        out.append(f"its events.jsonl ends in a line without its newline (from byte {d['unindexed_tail_at']}), not "
+                   f"indexed: one still being written, or one whose write was cut — once no one holds the lock the "
+                   f"status reads it as the engine does; the rows here stop before it")
     if "price_book" in d:
         out.append(f"estimate for its unpriced work: {estimate_part(d)}")
         out.append(price_book_line(d["price_book"]))

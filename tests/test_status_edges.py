@@ -12,6 +12,7 @@ import json
 
 from sqlalchemy import text
 
+from omg_ledger import render
 from omg_ledger.db import open_ledger
 from omg_ledger.reports.audit import audit_report
 from omg_ledger.reports.runs import list_runs, show_run
@@ -105,6 +106,7 @@ def test_a_run_finished_without_its_newline_ends_the_leg_once_the_lock_is_free(t
     home = tmp_path / "home"
     run_dir = _one_node_run(home, "run-f", lock="")
     child = hold_lock(run_dir)
+    complete_bytes = (run_dir / "events.jsonl").stat().st_size
     with open(run_dir / "events.jsonl", "ab") as f:
         f.write(_line("run-f", ev("run_finished", 3, outcome="passed")))  # no "\n": the write was cut there
     engine = open_ledger(db_url)
@@ -116,7 +118,12 @@ def test_a_run_finished_without_its_newline_ends_the_leg_once_the_lock_is_free(t
         # Free: nobody is left to add it. The engine's reader counts the line: the leg ended.
         row = _row(engine, "run-f")
         assert (row["status"], row["hint"]) == ("PASS", None)
-        assert show_run(engine, "run-f")["status"] == "PASS"
+        detail = show_run(engine, "run-f")
+        assert detail["status"] == "PASS"
+        # show says its tables stop before that line: where it starts is the size of the three lines before it.
+        assert detail["unindexed_tail_at"] == complete_bytes and detail["stream_changed_since_sync"] is False
+        assert f"without its newline (from byte {complete_bytes})" in render.run_detail(detail)
+        assert [leg["is_open"] for leg in detail["legs"]] == [True]
         assert list_runs(engine, statuses=("ABANDONED",)) == []
         assert audit_report(engine)["abandoned"] == []
     finally:
@@ -130,6 +137,7 @@ def test_a_run_finished_without_its_newline_appended_after_the_sync(tmp_path, db
     try:
         sync(engine, [Home.from_path(str(home), "h")])
         assert _row(engine, "run-l")["status"] == "ABANDONED"  # open leg, free lock, nothing after
+        assert show_run(engine, "run-l")["unindexed_tail_at"] is None
         with open(run_dir / "events.jsonl", "ab") as f:
             f.write(_line("run-l", ev("run_finished", 3, outcome="passed")))
         assert _row(engine, "run-l")["status"] == "PASS"  # read from the stream now, before any sync

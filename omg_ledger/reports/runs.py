@@ -391,6 +391,10 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         "dir_path": m["dir_path"],
         # The tables below are the last sync's; the status above was checked against the stream now.
         "stream_changed_since_sync": stream_changed_since_sync(m["dir_path"], checkpoint) if elsewhere is None else None,
+        # Bytes after its last complete line when the last sync read it: a line still being
+        # written, or one cut from its newline (which the status reads once the lock is free).
+        "unindexed_tail_at": checkpoint.end_offset if checkpoint is not None and checkpoint.size is not None
+        and checkpoint.size > checkpoint.end_offset else None,
         "billed": bool(m["billed"]),
         "copies_in": copies,
         "graph_source_path": m["graph_source_path"],
