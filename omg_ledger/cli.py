@@ -382,8 +382,58 @@ def _home_labels(ledger, given) -> tuple[str, ...]:
     return home_labels_of(ledger, given)
 
 
+# At most this many values offered at once: a shell lists them all on one TAB.
+COMPLETIONS = 200
+
+
+def _completing_from_ledger(sql: str) -> Callable:
+    """A shell_complete callback offering the values ``sql`` reads from the ledger (the one of
+    --db, OMG_LEDGER_DB or the default, opened read-only) that start with what was typed.
+    No ledger, a damaged one, any error: nothing is offered — completing never fails the shell."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        db = next((c.params.get("db") for c in _with_parents(ctx) if c.params.get("db")), None)
+        try:
+            from .backend import reading
+
+            with reading(open_db_readonly(db)) as reader:
+                values = [value for (value,) in reader.rows(sql)
+                          if isinstance(value, str) and value.startswith(incomplete)]
+        except Exception:  # noqa: BLE001 - see above
+            return []
+        return [CompletionItem(value) for value in values[:COMPLETIONS]]
+
+    return complete
+
+
+def _with_parents(ctx: click.Context | None) -> Iterator[click.Context]:
+    while ctx is not None:
+        yield ctx
+        ctx = ctx.parent
+
+
+COMPLETE_RUN_IDS = _completing_from_ledger("SELECT DISTINCT run_id FROM runs ORDER BY run_id DESC")
+COMPLETE_HOME_LABELS = _completing_from_ledger("SELECT label FROM homes ORDER BY label")
+COMPLETE_GRAPHS = _completing_from_ledger(
+    "SELECT DISTINCT graph_name FROM runs WHERE graph_name IS NOT NULL ORDER BY graph_name")
+
+
+def _complete_saved_queries(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    from click.shell_completion import CompletionItem
+
+    try:
+        from .reports.sql import saved_queries
+
+        names = [q.name for q in saved_queries(ctx.params.get("queries_dir")) if not q.shadowed]
+    except Exception:  # noqa: BLE001 - completing never fails the shell
+        return []
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
+
+
 def graph_option(what: str) -> Callable:
-    return click.option("--graph", "graphs", multiple=True, metavar="NAME",
+    return click.option("--graph", "graphs", multiple=True, metavar="NAME", shell_complete=COMPLETE_GRAPHS,
                         help=f"{what} (repeatable): its name as `cost --by graph` lists it; "
                              "\"(no graph)\" for plans refused before a graph existed.")
 
@@ -596,7 +646,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @main.command()
 @db_option
 @json_option
-@click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", help="Only this run (repeatable; exact run id).")
+@click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", shell_complete=COMPLETE_RUN_IDS,
+              help="Only this run (repeatable; exact run id).")
 @click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True,
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
 @ledger_errors
@@ -638,7 +689,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
 @click.option("--status", "statuses", multiple=True, metavar="S",
               type=_StatusChoice(STATUSES),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL",
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
               help="Only runs held in this home: its label or its directory (repeatable). A run copied into "
                    "several homes is listed once, under the home whose copy is billed.")
 @graph_option("Only runs of this graph")
@@ -698,8 +749,8 @@ def runs(db, as_json, since, statuses, home_labels, graphs, as_csv, limit, tz, e
 @main.command()
 @db_option
 @json_option
-@click.argument("run_id")
-@click.option("--home", "home_label", metavar="LABEL",
+@click.argument("run_id", shell_complete=COMPLETE_RUN_IDS)
+@click.option("--home", "home_label", metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
               help="The home (its label or its directory) to take the run from, where one run id names "
                    "different runs in two homes.")
 @tz_option
@@ -807,7 +858,7 @@ def _home_path_shown(row: dict) -> str:
 
 @homes_group.command(name="rename")
 @db_option
-@click.argument("old")
+@click.argument("old", shell_complete=COMPLETE_HOME_LABELS)
 @click.argument("new")
 @ledger_errors
 def homes_rename(db, old, new) -> None:
@@ -827,7 +878,7 @@ def homes_rename(db, old, new) -> None:
 
 @homes_group.command(name="forget")
 @db_option
-@click.argument("label")
+@click.argument("label", shell_complete=COMPLETE_HOME_LABELS)
 @click.option("--yes", is_flag=True, help="Really remove the home and every run of it from the ledger.")
 @ledger_errors
 def homes_forget(db, label, yes) -> None:
@@ -948,7 +999,7 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
                                          "leg-kind"], case_sensitive=False),
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL",
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
               help="Only spend billed to this home: its label or its directory (repeatable). A run copied "
                    "into several homes is billed to the home of its billed copy.")
 @graph_option("Only spend of runs of this graph")
@@ -1249,7 +1300,7 @@ def sql(db, as_json, as_csv, timeout, statement) -> None:
 @tz_option
 @timeout_option
 @click.option("-h", "--help", "show_help", is_flag=True, help="Show this message and exit; with NAME, describe that query.")
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=_complete_saved_queries)
 @click.pass_context
 @ledger_errors
 def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, timeout, show_help, name) -> None:
@@ -1340,7 +1391,8 @@ def datasette_metadata(db, database_name) -> None:
 @main.command()
 @db_option
 @json_option
-@click.option("--home", "home_labels", multiple=True, metavar="LABEL", help="Only plans of this home: its label or its directory (repeatable).")
+@click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
+              help="Only plans of this home: its label or its directory (repeatable).")
 @ledger_errors
 def plans(db, as_json, home_labels) -> None:
     """List plan previews (<home>/plans/<id>/), newest first: graph name and whether the
