@@ -212,7 +212,7 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     if checkpoint is not None and checkpoint.paused_schema is None \
             and stream_changed_since_sync(run_dir, checkpoint) is False:
         # Not a byte since the last sync: the stored facts are the stream's.
-        if stored == ABANDONED:
+        if stored == ABANDONED and bytes_after_last_line(checkpoint):
             return _with_final_line(facts, run_dir, run_id, checkpoint.end_offset, checkpoint.next_line, prober)
         return stored, facts, None
     stream = os.path.join(run_dir, "events.jsonl")
@@ -251,7 +251,7 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     if paused != facts.stream_paused:
         changed = True  # a newer schema met now, or understood now
     if not changed:
-        if stored == ABANDONED and read_to is not None:
+        if stored == ABANDONED and bytes_after_last_line(read_to):
             return _with_final_line(facts, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
         return stored, facts, None
     lines = read_to.next_line - 1 if read_to is not None else None
@@ -259,11 +259,16 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
                          last_detail=detail, stream_paused=paused)
     if open_:
         status = derive(now, prober(run_dir))
-        if status == ABANDONED and read_to is not None:
+        if status == ABANDONED and bytes_after_last_line(read_to):
             status, now, _ = _with_final_line(now, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
         return status, now, lines
     now = now._replace(**_snapshot_facts_now(run_dir, run_id))
     return derive(now, Liveness.UNKNOWN), now, lines
+
+
+def bytes_after_last_line(checkpoint) -> bool:
+    """Whether the stream held bytes after its last complete line when ``checkpoint`` was taken."""
+    return checkpoint is not None and checkpoint.size is not None and checkpoint.size > checkpoint.end_offset
 
 
 def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: int, line_no: int,

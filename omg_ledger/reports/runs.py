@@ -26,6 +26,7 @@ from ..status import (
     RUNNING,
     Copy,
     StatusFacts,
+    bytes_after_last_line,
     confirm_abandoned,
     hint,
     node_state,
@@ -393,8 +394,7 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
         "stream_changed_since_sync": stream_changed_since_sync(m["dir_path"], checkpoint) if elsewhere is None else None,
         # Bytes after its last complete line when the last sync read it: a line still being
         # written, or one cut from its newline (which the status reads once the lock is free).
-        "unindexed_tail_at": checkpoint.end_offset if checkpoint is not None and checkpoint.size is not None
-        and checkpoint.size > checkpoint.end_offset else None,
+        "unindexed_tail_at": checkpoint.end_offset if bytes_after_last_line(checkpoint) else None,
         "billed": bool(m["billed"]),
         "copies_in": copies,
         "graph_source_path": m["graph_source_path"],
