@@ -510,6 +510,11 @@ def _unchanged_home(ledger: _Ledger, home: Home, report: SyncReport) -> int:
                                "WHERE home_id = ?", (home_id,))}
     if problems or plans_to_write(rows, existing) != ([], []):
         raise _NotSure
+    # Open problems on plans/ or a plan, which the full sync resolves when not seen again.
+    plans_prefix = plans_dir + "/"
+    if fetch("SELECT 1 FROM problems WHERE resolved_at IS NULL AND (path = ? OR substr(path, 1, ?) = ?) LIMIT 1",
+             (plans_dir, len(plans_prefix), plans_prefix)):
+        raise _NotSure
     report.runs_seen += len(runs.entries)
     for listing, parent in ((runs, runs_dir), (plans, plans_dir)):
         if listing.resolved is not None:

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -203,6 +204,11 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
             f"the next sync carries on") from exc
     except WorkFileError as exc:
         raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
+    except sqlite3.Error as exc:
+        # The pool's copy into the ledger runs inside SQLite itself (workfile.copy_attached).
+        raise DatabaseUnavailable(
+            f"cannot write the ledger database: {exc}; runs committed so far are kept, "
+            f"the next sync carries on") from exc
     report.seconds = time.monotonic() - started
     return report
 
@@ -629,7 +635,8 @@ class _HomeSync:
         for path, prepared, now_ns in self._received:
             run_pk = prepared.run_pk
             pending.add("ingest_state", [row_of(conn, "ingest_state", {
-                "run_pk": run_pk, **_dir_cache(prepared.dir_info, prepared.failed_info, now_ns)})])
+                "run_pk": run_pk, **_dir_cache(path, prepared.dir_info, prepared.failed_info, now_ns,
+                                               prepared.problems)})])
             for problem in prepared.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
             if self._has_open_problems_under(path):
@@ -755,7 +762,8 @@ class _HomeSync:
     def _facts(self, path: str, known: Known | None, read: RunDirRead, dir_info: os.stat_result,
                failed_info: os.stat_result | None, now_ns: int) -> RunWrite:
         """The run's new facts to store, once its stream's lines have been read."""
-        return _run_write(self.source, path, known, read, _dir_cache(dir_info, failed_info, now_ns))
+        return _run_write(self.source, path, known, read, _dir_cache(path, dir_info, failed_info, now_ns,
+                                                                     read.problems))
 
     @staticmethod
     def _only_identities_changed(conn: Connection, known: Known, read: RunDirRead, facts: RunWrite) -> bool:
@@ -883,6 +891,12 @@ class _HomeSync:
         rows, problems = read_plans(self.home_id, entries)
         for problem in problems:
             self._problem_now(None, problem.path, problem.offset, problem.reason)
+        plans_dir = os.path.join(self.home.path, "plans")
+        if self._has_open_problems_under(plans_dir):
+            # Every plan was read again just now: what it no longer shows is resolved.
+            seen = {(p.path, 0, p.reason) for p in skipped} | {(p.path, p.offset, p.reason) for p in problems}
+            with write_transaction(self.engine) as conn:
+                resolve_problems(conn, [], seen, self.now, under=plans_dir)
         changed, gone = plans_to_write(rows, existing)
         if not changed and not gone:
             return
@@ -898,10 +912,19 @@ class _HomeSync:
 # -- reading and deriving runs -------------------------------------------------------
 
 
-def _dir_cache(dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int) -> dict:
-    """The run's ingest_state columns: the directory mtimes the next change check trusts."""
-    return {"dir_mtime_ns": trusted_mtime(dir_info, now_ns),
-            "failed_dir_mtime_ns": ABSENT if failed_info is None else trusted_mtime(failed_info, now_ns)}
+def _dir_cache(path: str, dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int,
+               problems: Iterable[Problem]) -> dict:
+    """The run's ingest_state columns: the directory mtimes the next change check trusts.
+    A failed/ that could not be listed is trusted never (NULL: listed again by every sync
+    until it can be): making it readable changes its ctime, not its mtime."""
+    failed = os.path.join(path, "failed")
+    if failed_info is None:
+        failed_mtime = ABSENT
+    elif any(problem.path == failed for problem in problems):
+        failed_mtime = None
+    else:
+        failed_mtime = trusted_mtime(failed_info, now_ns)
+    return {"dir_mtime_ns": trusted_mtime(dir_info, now_ns), "failed_dir_mtime_ns": failed_mtime}
 
 
 def _run_write(source: str, path: str, known: Known | None, read: RunDirRead, dir_cache: dict) -> RunWrite:
@@ -926,7 +949,10 @@ def _not_reread(path: str, read: RunDirRead, checkpoint_before: Checkpoint | Non
     JSON file skipped as unchanged; a stream read on from its checkpoint, whose earlier
     bad lines were not re-read)."""
     stream = read.stream
-    stream_reread = stream is None or (stream.tail is not None and (checkpoint_before is None or stream.replace))
+    # Read from its first byte: never read, replaced, or nothing read from it before (a
+    # checkpoint stored when it could not be opened).
+    from_start = checkpoint_before is None or checkpoint_before.end_offset == 0
+    stream_reread = stream is None or (stream.tail is not None and (from_start or stream.replace))
     not_reread = {f"{path}/{name}" for name in SNAPSHOT_NAMES if name not in read.files}
     if not stream_reread:
         not_reread.add(f"{path}/events.jsonl")
@@ -1167,7 +1193,10 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         if not os.path.isdir(parent):
             _problems_now(engine, report, [Problem(path, 0, f"invocation stream: directory {parent} does not exist")],
                           now)
-        # else: the runner has not appended yet (the file is created lazily); keep what we have.
+        else:
+            # The runner has not appended yet (the file is created lazily): keep what we
+            # have; what was wrong with a file that is not there is not wrong any more.
+            _resolve_stream_problems(engine, path, [], now)
         return
     if read.tail is None:
         _problems_now(engine, report, read.problems, now)
@@ -1184,6 +1213,9 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
             rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
         for problem in read.problems:
             record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
+        if checkpoint is None or checkpoint.end_offset == 0 or read.replace:
+            # Read from its first byte: what it no longer shows is resolved.
+            resolve_problems(conn, [path], {(p.path, p.offset, p.reason) for p in read.problems}, now)
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(read.problems)
@@ -1210,6 +1242,16 @@ def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
                 conn.execute(streams.update().where(streams.c.id == candidate.id).values(path=key))
                 return conn.execute(select(streams).where(streams.c.id == candidate.id)).mappings().first()
     return None
+
+
+def _resolve_stream_problems(engine: Engine, path: str, seen: list[Problem], now: str) -> None:
+    problems = schema.problems.c
+    with engine.connect() as conn:  # (a write transaction only when there is something to resolve)
+        if conn.execute(select(problems.id).where(problems.path == path, problems.resolved_at.is_(None))
+                        .limit(1)).first() is None:
+            return
+    with write_transaction(engine) as conn:
+        resolve_problems(conn, [path], {(p.path, p.offset, p.reason) for p in seen}, now)
 
 
 def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str) -> None:

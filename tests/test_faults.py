@@ -806,6 +806,37 @@ def test_full_disk_is_a_clear_error_and_a_later_sync_with_space_succeeds(big_hom
         assert_same(dump(str(db), cache_hints=True), clean, "after disk full and a retry")
 
 
+@pytest.fixture(scope="module")
+def scale_home(tmp_path_factory) -> Path:
+    import tarfile
+
+    home = tmp_path_factory.mktemp("scale") / "home"
+    with tarfile.open(CORPUS_HOME.parents[1] / "corpus-scale" / "home.tar.gz") as archive:
+        archive.extractall(home, filter="data")
+    return home
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_anywhere_in_a_pooled_sync_is_one_line_and_exit_3(scale_home, tmp_path):
+    """305 runs (the worker pool's path) into a ledger on disks of 14 to 28 MiB (its ledger
+    is ~14 MiB, with its work files and WAL more): the disk fills in a worker's work file,
+    in the writer's copy of a batch inside SQLite, or at a commit. Each is one line naming
+    what could not be written, and exit 3 for cron (the test above: a later sync finishes)."""
+    for mib in range(14, 29, 2):
+        with small_filesystem(tmp_path / f"small-{mib}", f"{mib}m") as grow:
+            db = tmp_path / f"small-{mib}" / "ledger.sqlite"
+            if grow is None:  # no tmpfs: RLIMIT_FSIZE makes writes past the limit fail (EFBIG)
+                result = cli("sync", "--db", db, "--home", scale_home,
+                             preexec_fn=_limit_file_size(mib * 2**20 // 2))
+            else:
+                result = cli("sync", "--db", db, "--home", scale_home)
+            if result.returncode == 0:
+                continue  # it fitted
+            assert_clean_exit(result, 3)
+            assert "cannot write" in result.stderr and ("full" in result.stderr or "large" in result.stderr), \
+                result.stderr
+
+
 def test_database_from_a_newer_version_is_refused_naming_both_revisions(home, tmp_path):
     db = tmp_path / "ledger.sqlite"
     lib_sync(db, home)

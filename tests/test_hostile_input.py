@@ -29,10 +29,11 @@ from omg_ledger.db import open_ledger
 from omg_ledger.discover import list_run_dir
 from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA
 from omg_ledger.ingest import read_run_stream
+from omg_ledger.reports.problems import list_problems
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
 
-from .builders import copy_run, retarget
+from .builders import age_tree, copy_run, retarget
 from .conftest import CORPUS_HOME
 
 TS = "2026-11-29T18:15:12.93149401Z"
@@ -625,6 +626,40 @@ def test_unreadable_files_and_directories_are_problems(tmp_path):
     engine = open_ledger(str(db))
     assert not any(r["gone"] for r in list_runs(engine))
     engine.dispose()
+
+
+def _sync_obeying_modes(db: Path, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "omg_ledger.cli", "sync", "--db", str(db), "--home", str(home), "--json"],
+        capture_output=True, timeout=60, preexec_fn=_without_dac_override if os.geteuid() == 0 else None)
+
+
+def test_a_failed_dir_that_could_not_be_listed_is_listed_once_it_can_be(tmp_path):
+    """chmod changes a directory's ctime, not its mtime: a failed/ made listable again must
+    not be trusted by its unchanged mtime, or its replies stay unknown for good."""
+    reason = _can_drop_dac()
+    if reason:
+        pytest.skip(reason)
+    run_id = "20261129-181513.435710166-1"  # its failed/ holds lane-a.out (corpus)
+    home = tmp_path / "home"
+    run_dir = copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+    age_tree(home)
+    os.chmod(run_dir / "failed", 0)
+    db = tmp_path / "ledger.sqlite"
+    first = _sync_obeying_modes(db, home)
+    assert first.returncode == 0 and b"Traceback" not in first.stderr, first.stderr.decode()
+    assert [p["path"] for p in json.loads(first.stdout)["problems"]] == [str(run_dir / "failed")]
+    os.chmod(run_dir / "failed", 0o700)
+    again = _sync_obeying_modes(db, home)
+    assert again.returncode == 0 and json.loads(again.stdout)["problems"] == [], again.stdout
+    engine = open_ledger(str(db))
+    try:
+        with engine.connect() as conn:
+            failed = conn.execute(select(schema.run_files.c.name).where(schema.run_files.c.place == "failed")).all()
+        assert [name for (name,) in failed] == ["lane-a.out"]
+        assert [p for p in list_problems(engine) if p["open"]] == []
+    finally:
+        engine.dispose()
 
 
 # -- property: random mutations of real corpus lines --------------------------------------

@@ -20,6 +20,7 @@ from omg_ledger.reports.problems import list_problems
 from omg_ledger.reports.runs import list_runs, show_run
 from omg_ledger.sync import Home, sync
 
+from .builders import age_tree
 from .cli_checks import one_line_error
 from .test_cost import NOW, ev, passed, state, t, write_run
 
@@ -251,3 +252,91 @@ def test_a_symlink_in_runs_resolves_when_removed_and_a_skipped_run_keeps_its_pro
     (home / "runs" / "elsewhere").unlink()
     _sync(engine, home)  # the run is unchanged and skipped: its state.json problem stays open
     assert [p["path"] for p in list_problems(engine)] == [str(run_dir / "state.json")]
+
+
+# -- every kind of problem resolves once its cause is gone, as a cold sync would show ------------
+
+
+def _open_problems(engine) -> list[tuple[str, str]]:
+    return [(p["path"], p["reason"]) for p in list_problems(engine) if p["open"]]
+
+
+def test_a_stream_that_could_not_be_opened_resolves_once_it_is_read_whole(db_url, tmp_path):
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    stream = run_dir / "events.jsonl"
+    lines = stream.read_bytes()
+    stream.unlink()
+    os.mkfifo(stream)  # not a regular file: never opened
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    assert [path for path, _ in _open_problems(engine)] == [str(stream)]
+    stream.unlink()
+    stream.write_bytes(lines)
+    _sync(engine, home)
+    _sync(engine, home)
+    # Read from its first byte now: the problem is not seen again, as a cold sync shows.
+    assert _open_problems(engine) == []
+    assert audit_report(engine)["problems"] == []
+    [run] = list_runs(engine)
+    assert (run["status"], run["cost_nano_usd"]) == ("PASS", 10_000_000)
+
+
+def test_a_plan_problem_resolves_when_its_cause_is_gone(db_url, tmp_path):
+    home = tmp_path / "home"
+    _clean(home)
+    plan = home / "plans" / "20261129-095900.000000001-1"
+    plan.mkdir(parents=True)
+    graph = plan / "graph.json"
+    os.mkfifo(graph)
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    assert [path for path, _ in _open_problems(engine)] == [str(graph)]
+    graph.unlink()
+    graph.write_text(json.dumps({"name": "planned", "nodes": [{"id": "a"}]}))
+    _sync(engine, home)
+    assert _open_problems(engine) == []
+    # And nothing is left for the next sync, which finds nothing to do, to resolve.
+    _sync(engine, home)
+    assert _open_problems(engine) == []
+
+
+def test_the_no_op_sync_leaves_a_plan_problem_to_the_full_sync_to_resolve(sqlite_url, tmp_path):
+    home = tmp_path / "home"
+    _clean(home)
+    plan = home / "plans" / "20261129-095900.000000001-1"
+    plan.mkdir(parents=True)
+    os.mkfifo(plan / "graph.json")
+    age_tree(home)  # old mtimes, as in a real home: the no-op check trusts them
+    runner = CliRunner()
+    assert runner.invoke(main, ["sync", "--db", sqlite_url, "--home", str(home)]).exit_code == 0
+    assert len(_open_problems(open_ledger(sqlite_url))) == 1
+    (plan / "graph.json").unlink()  # no plan row changes (a FIFO was no graph.json), no run does
+    old = (home / "plans").stat().st_mtime
+    os.utime(plan, (old, old))  # (only the plan's own mtime: a run file's ctime would send the sync the full way)
+    assert runner.invoke(main, ["sync", "--db", sqlite_url, "--home", str(home)]).exit_code == 0
+    assert _open_problems(open_ledger(sqlite_url)) == []
+
+
+def test_an_invocation_stream_problem_resolves_when_the_file_is_read_whole(db_url, tmp_path):
+    runner_dir = tmp_path / "runner"
+    runner_dir.mkdir()
+    stream = runner_dir / "events.jsonl"
+    os.mkfifo(stream)
+    engine = open_ledger(db_url)
+    sync(engine, [], invocation_files=[str(stream)])
+    assert [path for path, _ in _open_problems(engine)] == [str(stream)]
+    stream.unlink()
+    sync(engine, [], invocation_files=[str(stream)])  # not there (created lazily): nothing wrong with it now
+    assert _open_problems(engine) == []
+    os.mkfifo(stream)
+    sync(engine, [], invocation_files=[str(stream)])
+    stream.unlink()
+    stream.write_text('{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n'
+                      'not json\n')
+    sync(engine, [], invocation_files=[str(stream)])
+    # The FIFO's problem is gone; the bad line, seen in this whole read, is open.
+    assert [(path, reason.split(":")[0]) for path, reason in _open_problems(engine)] == [(str(stream), "line 2")]
+    stream.write_text('{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n')
+    sync(engine, [], invocation_files=[str(stream)])  # rewritten shorter: read again from its first byte
+    assert _open_problems(engine) == []
