@@ -395,6 +395,8 @@ def _completing_from_ledger(sql: str) -> Callable:
         from click.shell_completion import CompletionItem
 
         db = next((c.params.get("db") for c in _with_parents(ctx) if c.params.get("db")), None)
+        # A PostgreSQL server that does not answer must not hang the shell (libpq reads it).
+        os.environ.setdefault("PGCONNECT_TIMEOUT", "2")
         try:
             from .backend import reading
 
