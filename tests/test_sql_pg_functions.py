@@ -181,6 +181,21 @@ def test_postgres_only_a_call_in_the_code_is_refused(pg_ledger, hidden, called):
     assert_refused(pg_ledger, called, expect=OUTSIDE)
 
 
+@pytest.mark.parametrize("before", ["\u2022", "\u00a0", "\u00e9", "\u4e2d"], ids=["bullet", "no-break-space", "e-acute", "han"])
+def test_postgres_a_name_ending_in_a_non_ascii_character_opens_no_dollar_quote(pg_ledger, victim, before):  # noqa: F811
+    """PostgreSQL's identifiers continue with any non-ASCII character (its lexer takes any
+    byte >= 0x80, a no-break space's included) and with $: `x•$$` is one name, not the
+    start of a $$ string, so a call after it is in the code and refused."""
+    pid = victim.info.backend_pid
+    hiding = f"SELECT 1 AS x{before}$$, pg_terminate_backend({pid}) AS y$$"
+    assert_refused(pg_ledger, hiding, expect=OUTSIDE)
+    assert_refused(pg_ledger, f"SELECT 1 AS {before}$$, pg_try_advisory_lock(42) AS x$$", expect=OUTSIDE)
+    assert victim.execute("SELECT 1").fetchone() == (1,)  # not terminated
+    # The same characters beside a real $$ string still leave its body alone.
+    result = run_cli(pg_ledger, f"SELECT $$pg_terminate_backend({pid}){before}$$ AS s")
+    assert result.exit_code == 0, result.output
+
+
 def test_postgres_a_unicode_escaped_name_is_refused(pg_ledger, victim):  # noqa: F811
     """U&"…" can spell any name (here pg_terminate_backend): refused outright."""
     pid = victim.info.backend_pid

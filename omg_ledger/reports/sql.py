@@ -199,7 +199,10 @@ KNOWN_NON_READING = {
 
 
 def _is_word_char(ch: str) -> bool:
-    return ch.isalnum() or ch in "_$"
+    """A character an identifier continues with. Every non-ASCII character is one to
+    PostgreSQL and SQLite alike (their lexers take any byte >= 0x80), a no-break space
+    included: in `x•$$` no dollar quote opens."""
+    return not ch.isascii() or ch.isalnum() or ch in "_$"
 
 
 def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
