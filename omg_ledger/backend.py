@@ -207,7 +207,9 @@ class Backend:
         sql = upsert_sql(table.name, tuple(row), tuple(keys), tuple(update_columns), self.mark)
         conn.exec_driver_sql(sql, tuple(row.values()))
 
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> contextlib.AbstractContextManager:
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None
+                  ) -> contextlib.AbstractContextManager:
+        """``name``: what the scope is to a user (a home's label), for the message."""
         raise NotImplementedError
 
     def lock_migrations(self, conn: Connection) -> None:
@@ -352,7 +354,7 @@ class SQLiteBackend(Backend):
         return None if not path or path == ":memory:" else path
 
     @contextlib.contextmanager
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None) -> Iterator[None]:
         """An flock on a file beside the database (never inside a home): one writer
         per ledger file (SQLite has one writer anyway)."""
         path = self.file_path(engine)
@@ -461,7 +463,7 @@ class PostgresBackend(Backend):
         return postgresql.insert(table)
 
     @contextlib.contextmanager
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float) -> Iterator[None]:
+    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None) -> Iterator[None]:
         """A session advisory lock per scope, so different homes sync in parallel."""
         from sqlalchemy import text
 
@@ -469,7 +471,7 @@ class PostgresBackend(Backend):
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             retry_until(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()),
-                         wait_seconds, 0.2, f"another sync of {scope} into this ledger is running")
+                         wait_seconds, 0.2, f"another sync of {name or scope} into this ledger is running")
             try:
                 yield
             finally:

@@ -26,7 +26,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import Home
-from .discover import DirListing, home_identity, list_home_dir, list_run_dir, stat_or_none
+from .discover import (
+    DirListing,
+    home_identity,
+    home_lock_scope,
+    list_home_dir,
+    list_run_dir,
+    stat_or_none,
+)
 from .ingest import Problem, file_identity, run_stream_row_needs_reading
 from .ledger import postgres_conninfo
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
@@ -419,11 +426,12 @@ def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> No
     from .backend import retry_until, sync_lock_key
 
     deadline = time.monotonic() + wait_seconds
-    for scope in [*(home.label for home in homes), DERIVE_SCOPE]:
+    scopes = [*((home_lock_scope(home.path, home.label), home.label) for home in homes), (DERIVE_SCOPE, DERIVE_SCOPE)]
+    for scope, name in scopes:
         key = sync_lock_key(scope)
         retry_until(lambda k=key: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
                      max(0.0, deadline - time.monotonic()), 0.2,
-                     f"another sync of {scope} into this ledger is running")
+                     f"another sync of {name} into this ledger is running")
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 from omg_ledger.backend import sync_lock_key
 from omg_ledger.db import database_url, open_ledger
+from omg_ledger.discover import home_lock_scope
 from omg_ledger.sync import Home, sync
 
 from .builders import age_tree, ev, graph, write_run
@@ -174,15 +175,30 @@ def test_another_label_for_an_indexed_home_is_still_refused(home, db):
 
 def test_a_no_op_sync_waits_for_the_lock_like_the_full_sync(home, db):
     _sync(db, home)
-    with _sync_lock_held(db):
+    with _sync_lock_held(db, home):
         result = cli("sync", "--db", db, "--home", f"{LABEL}={home}", "--wait", "0")
     assert result.returncode == 75, (result.returncode, result.stderr)
     holder = "another sync holds this ledger" if db.startswith("sqlite") else f"another sync of {LABEL} into"
     assert holder in result.stderr and "Traceback" not in result.stderr
 
 
+def test_the_same_home_named_another_way_waits_for_the_sync_that_holds_it(home, db, tmp_path):
+    """Through a symlink and without its label it is the same home (README "One run, one
+    bill"), so it waits for the lock the labelled sync holds: on PostgreSQL, where each home
+    has a lock of its own, two such syncs at once moved the home's path without its runs'."""
+    _sync(db, home)
+    link = tmp_path / "link-to-home"
+    link.symlink_to(home, target_is_directory=True)
+    with _sync_lock_held(db, home):
+        for spec in (str(link), str(home), f"another-label={link}"):
+            result = cli("sync", "--db", db, "--home", spec, "--wait", "0.5")
+            assert result.returncode == 75, (spec, result.returncode, result.stderr)
+            assert "Traceback" not in result.stderr
+    assert cli("sync", "--db", db, "--home", str(link)).returncode == 0  # free again: it is that home
+
+
 @contextlib.contextmanager
-def _sync_lock_held(db: str) -> Iterator[None]:
+def _sync_lock_held(db: str, home) -> Iterator[None]:
     """The lock a sync of the home holds, held by another process's connection."""
     if db.startswith("sqlite"):
         import fcntl
@@ -197,7 +213,7 @@ def _sync_lock_held(db: str) -> Iterator[None]:
     engine = create_engine(database_url(db), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            key = sync_lock_key(LABEL)
+            key = sync_lock_key(home_lock_scope(str(home), LABEL))
             assert conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()
             yield
     finally:
