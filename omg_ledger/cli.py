@@ -382,6 +382,10 @@ def _home_labels(ledger, given) -> tuple[str, ...]:
     return home_labels_of(ledger, given)
 
 
+# Problem lines a sync writes to stderr at most (a stream of garbage must not mail cron
+# 50,000 lines); the rest are counted in one line, and all of them are in the ledger.
+PROBLEM_LINES = 100
+
 # At most this many values offered at once: a shell lists them all on one TAB.
 COMPLETIONS = 200
 
@@ -588,7 +592,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 
     Reads <home>/runs/* and <home>/plans/* read-only; only new complete stream lines
     and changed files are read, so running it every few minutes from cron is cheap.
-    Problems in the input are listed on stderr and kept in the ledger's problems table.
+    Problems in the input are listed on stderr (the first 100, then how many more) and
+    kept in the ledger's problems table, every one.
     Runs whose rows were derived by an older omg-ledger are then re-derived from the
     ledger's stored facts (gone runs included), so a corrected rule reaches all history.
 
@@ -625,8 +630,11 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
                           wait_seconds=wait_seconds, progress=progress, relabel=relabel, workers=workers)
     if progress is not None:
         progress.close()
-    for problem in report.problems:
+    for problem in report.problems[:PROBLEM_LINES]:
         _say_line(f"omg-ledger: problem: {problem.path} at byte {problem.offset}: {problem.reason}")
+    if len(report.problems) > PROBLEM_LINES:
+        _say_line(f"omg-ledger: ... and {len(report.problems) - PROBLEM_LINES:,} more problem(s): "
+                  f"`omg-ledger problems` lists every one")
     if as_json:
         _emit_json(report.as_dict())
     elif _is_terminal(sys.stdout):

@@ -967,17 +967,12 @@ def _insert_derived(conn: Connection, pending: PendingRows, sql: _Statements, ru
 
 
 def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
-    statement = backend_of(conn).insert(schema.problems).values(**_text_safe(dict(
+    # Seen again: open again (resolved_at NULL), whatever a sync in between concluded. One
+    # cached statement text (backend.upsert): a stream of bad lines is one call each.
+    upsert(conn, schema.problems, _text_safe(dict(
         run_pk=run_pk, path=bounded_path(path), byte_offset=offset, reason=bounded_reason(reason),
-        first_seen_at=now, last_seen_at=now
-    )))
-    statement = statement.on_conflict_do_update(
-        index_elements=["path", "byte_offset", "reason"],
-        # Seen again: open again, whatever a sync in between concluded.
-        set_={"last_seen_at": statement.excluded.last_seen_at, "run_pk": statement.excluded.run_pk,
-              "resolved_at": None},
-    )
-    conn.execute(statement)
+        first_seen_at=now, last_seen_at=now, resolved_at=None)),
+        ["path", "byte_offset", "reason"], ["last_seen_at", "run_pk", "resolved_at"])
 
 
 def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tuple[str, int, str]], now: str,

@@ -662,6 +662,32 @@ def test_a_failed_dir_that_could_not_be_listed_is_listed_once_it_can_be(tmp_path
         engine.dispose()
 
 
+def test_a_stream_of_garbage_is_every_problem_in_the_ledger_and_a_hundred_lines_on_stderr(tmp_path):
+    """20,000 bad lines after the good ones: each is a problem in the ledger (path, byte
+    offset), the good lines are indexed, and stderr (what cron mails) says the first 100
+    and how many more there are."""
+    home = tmp_path / "home"
+    run_dir = copy_run(CORPUS_HOME / "runs" / "20261129-181512.929654081-1", home / "runs" / "garbage")
+    good = (run_dir / "events.jsonl").read_bytes()
+    with open(run_dir / "events.jsonl", "ab") as f:
+        f.write(b"x\n" * 20_000)
+    db = tmp_path / "ledger.sqlite"
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", str(db), "--home", str(home)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert len(lines) == 101 and all(line.startswith("omg-ledger: problem: ") for line in lines[:100])
+    assert f"at byte {len(good)}: " in lines[0]  # the first bad line starts where the good ones end
+    assert lines[-1] == "omg-ledger: ... and 19,900 more problem(s): `omg-ledger problems` lists every one"
+    engine = open_ledger(str(db))
+    try:
+        problems = list_problems(engine)
+        assert sorted(p["byte_offset"] for p in problems) == [len(good) + 2 * n for n in range(20_000)]
+        assert len(_event_offsets(engine)["garbage"]) == GOOD_EVENTS.count(b"\n")
+    finally:
+        engine.dispose()
+
+
 # -- property: random mutations of real corpus lines --------------------------------------
 
 REAL_LINES = [
