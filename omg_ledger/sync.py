@@ -95,7 +95,14 @@ from .store import (
     write_identities,
     write_run,
 )
-from .tail import Checkpoint, TailRead, TailReader, machine_source, needs_reading
+from .tail import (
+    Checkpoint,
+    TailRead,
+    TailReader,
+    holds_what_was_read,
+    machine_source,
+    needs_reading,
+)
 from .units import format_instant
 from .workfile import COPY_TEXT, WorkFile, WorkFileError, WorkFiles, attaches_read_only
 
@@ -1225,23 +1232,27 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
 def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
     """The ``streams`` row of the file at ``path`` read before under another path of this
     machine (moved there, or named through a symlink by an older omg-ledger), its path now
-    ``key``; None when there is none. The same file: its device and inode, with its old path
-    gone or naming it still. Its lines are then not stored, nor its invocations counted, twice."""
-    streams = schema.streams
+    ``key`` (and its open problems' with it); None when there is none. The same file: its
+    device and inode, its old path gone or naming it still, and the bytes read from it still
+    at its start (an inode freed and given to another file holds other bytes). Its lines are
+    then not stored, nor its invocations counted, twice."""
+    streams, problems = schema.streams, schema.problems
     info = stat_or_none(path)
     if info is None:
         return None
     with write_transaction(engine) as conn:
-        for candidate in conn.execute(select(streams.c.id, streams.c.path).where(
+        for candidate in conn.execute(select(streams).where(
                 streams.c.kind == "invocations", streams.c.source == source, streams.c.dev == info.st_dev,
-                streams.c.inode == info.st_ino)).all():
+                streams.c.inode == info.st_ino)).mappings().all():
             try:
-                same = os.path.samefile(candidate.path, path)
+                same = os.path.samefile(candidate["path"], path)
             except OSError:
-                same = not os.path.lexists(candidate.path)  # moved away: nothing is there now
-            if same:
-                conn.execute(streams.update().where(streams.c.id == candidate.id).values(path=key))
-                return conn.execute(select(streams).where(streams.c.id == candidate.id)).mappings().first()
+                same = not os.path.lexists(candidate["path"])  # moved away: nothing is there now
+            if same and holds_what_was_read(path, Checkpoint.from_row(candidate)):
+                conn.execute(streams.update().where(streams.c.id == candidate["id"]).values(path=key))
+                conn.execute(problems.update().where(problems.c.path == candidate["path"],
+                                                     problems.c.resolved_at.is_(None)).values(path=key))
+                return {**candidate, "path": key}
     return None
 
 

@@ -163,6 +163,25 @@ def where_to_resume(fd: int, info: os.stat_result, stored: Checkpoint | None) ->
     return 0, 1, True
 
 
+def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
+    """Whether the file at ``path`` still begins with the bytes ``stored`` read (its head and
+    the bytes before its resume point fingerprinted alike, and at least that long), whatever
+    its name, ctime or mtime now: the same stream, moved or appended to."""
+    if stored.head_sha256 is None:
+        return False
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return False
+    try:
+        return (os.fstat(fd).st_size >= stored.end_offset
+                and _sha(fd, 0, stored.head_len) == stored.head_sha256
+                and (stored.tail_sha256 is None
+                     or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256))
+    finally:
+        os.close(fd)
+
+
 class CompleteLines:
     """The complete lines of a file from a byte offset, in order, never buffering more
     than one runaway line's worth.

@@ -482,6 +482,33 @@ def test_a_moved_stream_is_the_same_stream_at_its_new_path(engine, stream, tmp_p
     assert _stream_paths(engine) == [str((moved / "events.jsonl").resolve())]
 
 
+def test_a_stream_moved_as_it_is_reads_nothing_again(engine, stream, tmp_path):
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    sync(engine, stream)
+    moved = tmp_path / "moved"
+    stream.parent.rename(moved)  # (a rename changes the file's ctime, not its bytes)
+    report = sync(engine, moved / "events.jsonl")
+    assert (report.events_ingested, report.bytes_read) == (0, 0)
+    assert invocation_rows(engine) == [PAIR] and _line_count(engine) == 2
+
+
+def test_another_file_given_a_deleted_streams_inode_is_a_stream_of_its_own(engine, stream, tmp_path):
+    """A file system hands a freed inode to the next file: same device and inode, other
+    bytes. It is not the stream read before (whose history stays)."""
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    sync(engine, stream)
+    stream.unlink()
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(start("navi", None, ts(9)))
+    info = other.stat()
+    with engine.begin() as conn:  # as if the freed inode went to it
+        conn.execute(text("UPDATE streams SET dev = :d, inode = :i"), {"d": info.st_dev, "i": info.st_ino})
+    sync(engine, other)
+    assert invocation_rows(engine) == [PAIR, ("dangling", "navi", None, None, None, None, 1, None)]
+    assert _line_count(engine) == 3
+    assert _stream_paths(engine) == [str(stream.resolve()), str(other.resolve())]
+
+
 # --------------------------------------------------------------------------- report, view, query, CLI
 
 
