@@ -422,6 +422,7 @@ def _with_parents(ctx: click.Context | None) -> Iterator[click.Context]:
 
 COMPLETE_RUN_IDS = _completing_from_ledger("SELECT DISTINCT run_id FROM runs ORDER BY run_id DESC")
 COMPLETE_HOME_LABELS = _completing_from_ledger("SELECT label FROM homes ORDER BY label")
+# Not "(no graph)": a shell inserts a completion as it is, and that one needs quoting.
 COMPLETE_GRAPHS = _completing_from_ledger(
     "SELECT DISTINCT graph_name FROM runs WHERE graph_name IS NOT NULL ORDER BY graph_name")
 

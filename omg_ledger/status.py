@@ -267,8 +267,11 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
 
 
 def bytes_after_last_line(checkpoint) -> bool:
-    """Whether the stream held bytes after its last complete line when ``checkpoint`` was taken."""
-    return checkpoint is not None and checkpoint.size is not None and checkpoint.size > checkpoint.end_offset
+    """Whether the stream ended in bytes after its last complete line when ``checkpoint`` was
+    taken (not a stream paused before a newer schema's line, nor one skipping a runaway
+    line, whose unread bytes are whole lines)."""
+    return (checkpoint is not None and checkpoint.size is not None and checkpoint.size > checkpoint.end_offset
+            and checkpoint.paused_schema is None and checkpoint.scan_offset is None)
 
 
 def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: int, line_no: int,
@@ -279,7 +282,7 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: 
     own reader counts it. A run_finished there closed the leg: the run is not ABANDONED.
     Anything else (nothing, a cut line, an event that closes nothing) leaves it ABANDONED."""
     from .feed import Event, parse_stream_line
-    from .tail import MAX_LINE_BYTES
+    from .tail import MAX_LINE_BYTES, Paused
 
     try:
         with open(os.path.join(run_dir, "events.jsonl"), "rb") as f:
@@ -292,6 +295,10 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: 
     if not tail.strip() or len(tail) > MAX_LINE_BYTES:
         return ABANDONED, facts, None
     event = parse_stream_line(tail, line_no, end_offset, run_id)
+    if isinstance(event, Paused):
+        # A line of a newer schema, which may be the run_finished: nothing is concluded.
+        now = facts._replace(stream_paused=True)
+        return derive(now, Liveness.UNKNOWN), now, None
     if not isinstance(event, Event) or event.data.get("event") != "run_finished":
         return ABANDONED, facts, None
     now = facts._replace(last_leg_open=False, last_outcome=event.data.get("outcome"),

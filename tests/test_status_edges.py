@@ -99,6 +99,39 @@ def test_a_paused_run_resumed_in_a_newer_schema_is_not_known_never_paused(tmp_pa
         engine.dispose()
 
 
+def test_a_newer_schema_line_without_its_newline_is_not_known_never_abandoned(tmp_path, db_url):
+    home = tmp_path / "home"
+    run_dir = _one_node_run(home, "run-p")
+    with open(run_dir / "events.jsonl", "ab") as f:
+        f.write(_line("run-p", {**ev("run_finished", 3, outcome="passed"), "schema": 4}))  # no "\n"
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+        row = _row(engine, "run-p")
+        assert row["status"] == "NOT-KNOWN-YET" and "upgrade omg-ledger" in row["hint"]
+        assert show_run(engine, "run-p")["status"] == "NOT-KNOWN-YET"
+    finally:
+        engine.dispose()
+
+
+def test_show_says_no_unfinished_line_where_reading_waits_at_a_newer_schema(tmp_path, db_url):
+    # Whole lines follow the newer one: none of them is a line without its newline.
+    home = tmp_path / "home"
+    run_dir = _one_node_run(home, "run-w")
+    with open(run_dir / "events.jsonl", "ab") as f:
+        f.write(_line("run-w", {**ev("node_started", 3, node_id="b"), "schema": 4}) + b"\n")
+        f.write(_line("run-w", ev("run_finished", 4, outcome="passed")) + b"\n")
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+        detail = show_run(engine, "run-w")
+        assert detail["status"] == "NOT-KNOWN-YET"
+        assert detail["unindexed_tail_at"] is None
+        assert "without its newline" not in render.run_detail(detail)
+    finally:
+        engine.dispose()
+
+
 # -- a last event written without its newline ---------------------------------------------------
 
 
