@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
+from omg_ledger.prices import load_book
 from omg_ledger.reports.cost import GROUPINGS, cost_report
 from omg_ledger.reports.overview import overview
 from omg_ledger.sync import Home, sync
@@ -298,6 +299,26 @@ def test_by_home_bills_a_copied_run_to_its_billed_copy_once(db_url, tmp_path):
     assert report["total"]["cost_nano_usd"] == 35 * 10**8
     assert cost_report(engine, by="home", home_labels=("one",), tz="UTC", now=NOW)["rows"] == [
         next(r for r in report["rows"] if r["key"] == "one")]
+
+
+def test_nodes_whose_keys_read_alike_stay_two_rows(db_url, tmp_path):
+    """Graph "a/b" node "c" and graph "a" node "b/c" are both shown as "a/b/c": two groups
+    still, each with its own spend (the rows carry graph and node_id apart)."""
+    home = tmp_path / "home"
+    for run_id, graph, node, cost in (("20261129-090000.000000001-1", "a/b", "c", 0.1),
+                                      ("20261129-100000.000000001-1", "a", "b/c", 0.2)):
+        at = run_id[:4] + "-11-29T" + run_id[9:11] + ":00:00.000000Z"
+        write_run(home, run_id, [ev(run_id, at, "run_started"), ev(run_id, at, "node_started", node_id=node),
+                                 passed(run_id, at, node, cost, provenance="exit-only"),
+                                 ev(run_id, at, "run_finished", outcome="passed")],
+                  state(run_id, graph, {node: {"verdict": "PASS", "cost_usd": cost}}))
+    engine = ledger(db_url, home)
+    for prices in (None, load_book()):
+        rows = cost_report(engine, by="node", tz="UTC", now=NOW, prices=prices)["rows"]
+        assert [(r["key"], r["graph"], r["node_id"], r["cost_nano_usd"], r["invocations"]) for r in rows] == [
+            ("a/b/c", "a", "b/c", 2 * 10**8, 1), ("a/b/c", "a/b", "c", 10**8, 1)]
+    graphs = cost_report(engine, by="graph", tz="UTC", now=NOW)["rows"]
+    assert [(r["key"], r["cost_nano_usd"]) for r in graphs] == [("a", 2 * 10**8), ("a/b", 10**8)]
 
 
 def test_cli_groupings_are_the_reports(sqlite_url):

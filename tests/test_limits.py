@@ -116,6 +116,15 @@ def test_spend_so_far_per_period_and_scope(db_url, scenario_home):
     assert spent(monday)["month"] == nanos("0.4514") and not monday["breaches"]
 
 
+def test_a_limit_on_runs_with_no_graph_counts_their_spend(db_url, scenario_home):
+    # E refused its plan before a graph existed: $0.0912 on Sunday, keyed "(no graph)" by
+    # `cost --by graph` (and `--graph "(no graph)"`), so by its limit too.
+    engine = ledger(db_url, scenario_home)
+    report = check_limits(engine, [parse_limit("graph:(no graph)/day=0.05")], tz="UTC", now=SUNDAY_EVENING)
+    assert spent(report) == {"graph:(no graph)/day": nanos("0.0912")}
+    assert [item["exceeded"] for item in report["limits"]] == [True] and len(report["breaches"]) == 1
+
+
 def test_periods_that_start_together_each_count_their_own_spend(db_url, scenario_home):
     # On 2026-11-01 the day and the month begin at the same instant, but the day ends on
     # 11-02 and the month on 12-01: the month holds all the scenario's November spend

@@ -204,6 +204,19 @@ def _query(by: str | None, win: Window, home_labels: tuple[str, ...], backend, s
             + f" FROM {joins} GROUP BY {group}"), params
 
 
+def row_identity(by: str, m) -> object:
+    """What makes a row of a run-, node- or graph-level grouping one group: not its key as
+    shown, which two groups can share — a run id in two homes; graph "a/b" node "c" and
+    graph "a" node "b/c" (both "a/b/c"); a graph named "(no graph)" and runs with none."""
+    if by == "run":
+        return (m["home"], m["run_id"])
+    if by == "node":
+        return (m["graph"], m["node_id"], None if m["node_id"] is not None else m["charge_kind"])
+    if by == "graph":
+        return (m["graph"],)
+    return _key(by, m)
+
+
 def _key(by: str, m) -> str:
     if by == "run":
         return m["run_id"]
@@ -315,8 +328,8 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
             result, undated = fetch(True)
 
     total = _zero()
-    rows: dict[str, dict] = {}
-    extra: dict[str, dict] = {}
+    rows: dict[object, dict] = {}  # by a row's identity: its key as shown can be two groups' (row_identity)
+    extra: dict[object, dict] = {}
     for m in result:
         _add(total, m)
         if by is None:
@@ -335,15 +348,15 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
                     lo, hi = _period_bounds(start, by, zone)
                     extra[key] = {"start": lo.isoformat(), "end": hi.isoformat()}
         else:
-            key = _key(by, m)
-            if by == "run":
-                key = m["run_id"]
-                extra[f"{m['home']}\0{key}"] = {"home": m["home"]}
-                key = f"{m['home']}\0{key}"
-            elif by == "node":
-                extra[key] = {"graph": m["graph"], "node_id": m["node_id"]}
-            elif by == "graph":
-                extra[key] = {"graph": m["graph"]}
+            key = row_identity(by, m)
+            if key not in extra:
+                extra[key] = {"key": _key(by, m)}
+                if by == "run":
+                    extra[key]["home"] = m["home"]
+                elif by == "node":
+                    extra[key].update(graph=m["graph"], node_id=m["node_id"])
+                elif by == "graph":
+                    extra[key]["graph"] = m["graph"]
         _add(rows.setdefault(key, _zero()), m)
 
     if prices is not None:
@@ -351,8 +364,7 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
 
     out_rows = []
     for key, values in rows.items():
-        shown = key.split("\0", 1)[1] if by == "run" else key
-        out_rows.append(_finish({"key": shown, **extra.get(key, {}), **values}))
+        out_rows.append(_finish({"key": key, **extra.get(key, {}), **values}))
     if by in PERIODS or by == "run":
         out_rows.sort(key=lambda row: (row["key"] in (UNDATED, OUT_OF_RANGE), row["key"], row.get("home", "")))
     else:
@@ -421,17 +433,15 @@ def _undated_query(home_labels: tuple[str, ...], split: bool = False, graphs: tu
 # -- estimates (--estimate): unpriced charges priced from their tokens, kept apart ----
 
 
-def _estimate_key(by: str, m, zone: tzinfo) -> str:
-    """The row key of one unpriced charge, as the aggregate above keys it."""
+def _estimate_key(by: str, m, zone: tzinfo) -> object:
+    """The row of one unpriced charge, as the aggregate above keys its rows."""
     if by in PERIODS:
         if m["at_us"] is None:
             return UNDATED
         # The charge's own time: the period its bucket maps to, or the right one where
         # the bucket straddles two.
         return _period_key(period_start(us_to_instant(int(m["at_us"])).astimezone(zone), by), by)
-    if by == "run":
-        return f"{m['home']}\0{m['run_id']}"
-    return _key(by, m)
+    return row_identity(by, m)
 
 
 def _add_estimates(engine: Engine, prices: PriceBook, by: str | None, win: Window, home_labels: tuple[str, ...],

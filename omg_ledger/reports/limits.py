@@ -29,9 +29,7 @@ def _in_scope(limit: Limit, report: dict) -> dict:
               "unestimated_invocations")
     if limit.scope is None:
         rows = [report["total"]]
-    elif limit.scope == "graph":
-        rows = [r for r in report["rows"] if r.get("graph") == limit.name]
-    else:
+    else:  # the row of `cost --by <scope>` keyed by its name ("(no graph)" included)
         rows = [r for r in report["rows"] if r["key"] == limit.name]
     return {f: sum(int(r.get(f) or 0) for r in rows) for f in fields}
 
