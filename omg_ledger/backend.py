@@ -207,7 +207,7 @@ class Backend:
         sql = upsert_sql(table.name, tuple(row), tuple(keys), tuple(update_columns), self.mark)
         conn.exec_driver_sql(sql, tuple(row.values()))
 
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None
+    def sync_lock(self, engine: Engine, scope: str | tuple[str, ...], wait_seconds: float, name: str | None = None
                   ) -> contextlib.AbstractContextManager:
         """``name``: what the scope is to a user (a home's label), for the message."""
         raise NotImplementedError
@@ -354,7 +354,8 @@ class SQLiteBackend(Backend):
         return None if not path or path == ":memory:" else path
 
     @contextlib.contextmanager
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None) -> Iterator[None]:
+    def sync_lock(self, engine: Engine, scope: str | tuple[str, ...], wait_seconds: float,
+                  name: str | None = None) -> Iterator[None]:
         """An flock on a file beside the database (never inside a home): one writer
         per ledger file (SQLite has one writer anyway)."""
         path = self.file_path(engine)
@@ -463,19 +464,30 @@ class PostgresBackend(Backend):
         return postgresql.insert(table)
 
     @contextlib.contextmanager
-    def sync_lock(self, engine: Engine, scope: str, wait_seconds: float, name: str | None = None) -> Iterator[None]:
-        """A session advisory lock per scope, so different homes sync in parallel."""
+    def sync_lock(self, engine: Engine, scope: str | tuple[str, ...], wait_seconds: float,
+                  name: str | None = None) -> Iterator[None]:
+        """A session advisory lock per scope, so different homes sync in parallel; several
+        scopes (a home's directory and its label) are taken in the order given, within
+        ``wait_seconds`` in all."""
         from sqlalchemy import text
 
-        key = sync_lock_key(scope)
+        scopes = (scope,) if isinstance(scope, str) else scope
+        deadline = time.monotonic() + wait_seconds
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            retry_until(lambda: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()),
-                         wait_seconds, 0.2, f"another sync of {name or scope} into this ledger is running")
+            taken: list[int] = []
             try:
+                for one in scopes:
+                    key = sync_lock_key(one)
+                    retry_until(lambda k=key: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
+                                                                {"k": k}).scalar()),
+                                max(0.0, deadline - time.monotonic()), 0.2,
+                                f"another sync of {name or one} into this ledger is running")
+                    taken.append(key)
                 yield
             finally:
-                conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
+                for key in reversed(taken):
+                    conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
 
     def lock_migrations(self, conn: Connection) -> None:
         from sqlalchemy import text

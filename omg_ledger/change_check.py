@@ -29,7 +29,7 @@ from .config import Home
 from .discover import (
     DirListing,
     home_identity,
-    home_lock_scope,
+    home_lock_scopes,
     list_home_dir,
     list_run_dir,
     stat_or_none,
@@ -426,7 +426,8 @@ def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> No
     from .backend import retry_until, sync_lock_key
 
     deadline = time.monotonic() + wait_seconds
-    scopes = [*((home_lock_scope(home.path, home.label), home.label) for home in homes), (DERIVE_SCOPE, DERIVE_SCOPE)]
+    scopes = [*((scope, home.label) for home in homes for scope in home_lock_scopes(home.path, home.label)),
+              (DERIVE_SCOPE, DERIVE_SCOPE)]
     for scope, name in scopes:
         key = sync_lock_key(scope)
         retry_until(lambda k=key: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),

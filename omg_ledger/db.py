@@ -447,7 +447,7 @@ def default_database_path() -> str:
     return default_ledger_path()
 
 
-def sync_lock(engine: Engine, scope: str, wait_seconds: float, name: str | None = None
+def sync_lock(engine: Engine, scope: str | tuple[str, ...], wait_seconds: float, name: str | None = None
               ) -> contextlib.AbstractContextManager:
     """Exclusive right to sync ``scope`` into this ledger (backend.py says how); ``name`` is
     what the scope is to a user, for the message when another sync holds it."""

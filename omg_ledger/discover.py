@@ -206,15 +206,15 @@ def list_run_dir(path: str) -> DirListing:
                       tuple(sorted(damage, key=lambda d: d.path)))
 
 
-def home_lock_scope(path: str, label: str) -> str:
-    """The sync lock a home is synced under: its real directory where there is one, so the
-    same home named by another label, through a symlink, or by its path, waits for the
-    sync that holds it (PostgreSQL locks per scope; one SQLite lock file holds the ledger).
-    A directory that is not there (a disk not mounted) goes by its label."""
+def home_lock_scopes(path: str, label: str) -> tuple[str, ...]:
+    """The sync locks a home is synced under: its label, then its real directory where there
+    is one, so the same home named by another label, through a symlink or by its path waits
+    for the sync that holds it, and so does another directory given the same label
+    (PostgreSQL locks per scope; one SQLite lock file holds the whole ledger)."""
     identity = home_identity(path)
     if identity["dev"] is None:
-        return f"home:{label}"
-    return f"home:{identity['machine']}:{identity['dev']}:{identity['inode']}"
+        return (f"home:{label}",)
+    return f"home:{label}", f"home:{identity['machine']}:{identity['dev']}:{identity['inode']}"
 
 
 def home_identity(path: str) -> dict:

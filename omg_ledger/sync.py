@@ -49,7 +49,7 @@ from .db import sync_lock, write_transaction
 from .derive import RunFacts, UnderivableRun, derive_run
 from .discover import (
     home_identity,
-    home_lock_scope,
+    home_lock_scopes,
     list_home_dir,
     stat_or_none,
     trusted_mtime,
@@ -192,7 +192,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     _refuse_unknown_missing_homes(engine, homes)
     try:
         for home in homes:
-            with sync_lock(engine, home_lock_scope(home.path, home.label), _left(deadline), home.label):
+            with sync_lock(engine, home_lock_scopes(home.path, home.label), _left(deadline), home.label):
                 _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
         seen: set[str] = set()
         for given in invocation_files:
