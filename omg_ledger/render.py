@@ -632,6 +632,10 @@ def limits_table(report: dict) -> str:
     outside = report.get("undated_outside_periods")
     if outside and outside["invocations"]:
         text += "\n" + undated_note(outside, "period, so in no limit")
+    for item in report["limits"]:
+        if item.get("names_nothing_charged"):
+            text += (f"\nlimit {safe(item['limit'])}: no {item['scope']} {safe(item['name'])!r} was ever charged in this "
+                     f"ledger, so it reads $0 until one is (`omg-ledger cost --by {item['scope']}` lists the names)")
     return text
 
 

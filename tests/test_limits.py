@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import pytest
 from click.testing import CliRunner
 
+from omg_ledger import render
 from omg_ledger.cli import main
 from omg_ledger.errors import BadArgument
 from omg_ledger.limits import Limit, limits_from_config, parse_limit, resolve_limits
@@ -123,6 +124,21 @@ def test_a_limit_on_runs_with_no_graph_counts_their_spend(db_url, scenario_home)
     report = check_limits(engine, [parse_limit("graph:(no graph)/day=0.05")], tz="UTC", now=SUNDAY_EVENING)
     assert spent(report) == {"graph:(no graph)/day": nanos("0.0912")}
     assert [item["exceeded"] for item in report["limits"]] == [True] and len(report["breaches"]) == 1
+
+
+def test_a_limit_naming_nothing_ever_charged_says_so(db_url, scenario_home):
+    engine = ledger(db_url, scenario_home)
+    limits = [parse_limit(s) for s in ("graph:feedback-grahp/day=1", "graph:feedback-graph/day=1",
+                                       "node:feedback-graph/impl/day=1", "node:feedback-graph/nope/day=1",
+                                       "runtime:codex/day=1", "runtime:gemini/day=1", "day=1")]
+    # Monday: none of these graphs, nodes or runtimes was charged today; all were before, but the typos.
+    report = check_limits(engine, limits, tz="UTC", now=MONDAY_NOON)
+    assert {i["limit"]: i["names_nothing_charged"] for i in report["limits"]} == {
+        "graph:feedback-grahp/day": True, "graph:feedback-graph/day": False, "node:feedback-graph/impl/day": False,
+        "node:feedback-graph/nope/day": True, "runtime:codex/day": False, "runtime:gemini/day": True, "day": False}
+    text = render.limits_text(report)
+    assert "limit graph:feedback-grahp/day: no graph 'feedback-grahp' was ever charged in this ledger" in text
+    assert "feedback-graph/day: no" not in text
 
 
 def test_periods_that_start_together_each_count_their_own_spend(db_url, scenario_home):

@@ -54,6 +54,7 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
     now = now or datetime.now(UTC)
     zone = zone_named(tz)
     reports: dict[tuple, dict] = {}
+    ever: dict[str, set[str]] = {}  # scope -> every key `cost --by <scope>` has over all time
     items = []
     for limit in limits:
         start, end = current_period(now, limit.period, zone)
@@ -65,6 +66,9 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
             reports[cache_key] = cost_report(engine, since=start.isoformat(), until=end.isoformat(), by=grouping,
                                              tz=tz, home_labels=home_labels, now=now, prices=prices)
         spend = _in_scope(limit, reports[cache_key])
+        if limit.scope is not None and limit.scope not in ever:
+            ever[limit.scope] = {row["key"] for row in cost_report(engine, by=_GROUPING[limit.scope], tz=tz,
+                                                                   now=now)["rows"]}
         item = {
             "limit": limit.label, "scope": limit.scope or "all", "name": limit.name, "period": limit.period,
             "tz": reports[cache_key]["tz"], "period_start": start.isoformat(), "period_end": end.isoformat(),
@@ -83,6 +87,9 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
                 "exceeded_with_estimate": with_estimate > limit.amount_nano_usd,
             })
         item["breach"] = item["exceeded"] or bool(item.get("exceeded_with_estimate"))
+        # A name nothing in the ledger was ever charged to (a typo in a cron job's limits)
+        # reads $0 and never trips: said, not left to look like an answer.
+        item["names_nothing_charged"] = limit.scope is not None and limit.name not in ever[limit.scope]
         items.append(item)
     # Spend with no time is in no period, so no limit counts it: said, never left out
     # unsaid (every period's report holds the same all-time figure).
