@@ -32,7 +32,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import derive, schema
 from .backend import backend_of
-from .bounds import bounded_path
+from .bounds import bounded_path, bounded_reason
 from .change_check import (
     ABSENT,
     DERIVE_SCOPE,
@@ -800,9 +800,13 @@ class _HomeSync:
             with self.engine.connect() as conn:
                 self.open_problem_paths = sorted(conn.execute(select(schema.problems.c.path).where(
                     schema.problems.c.resolved_at.is_(None))).scalars())
-        at = bisect.bisect_left(self.open_problem_paths, path)
-        return at < len(self.open_problem_paths) and (
-            self.open_problem_paths[at] == path or self.open_problem_paths[at].startswith(path + "/"))
+        paths = self.open_problem_paths
+        at = bisect.bisect_left(paths, path)
+        if at < len(paths) and paths[at] == path:
+            return True
+        # Below it: the first path from "<path>/" on ('X-2/…' and 'X.bak/…' sort between X and X/).
+        below = bisect.bisect_left(paths, path + "/")
+        return below < len(paths) and paths[below].startswith(path + "/")
 
     def _resolve_run_problems(self, conn: Connection, path: str, read: RunDirRead,
                               checkpoint_before: Checkpoint | None) -> None:
@@ -902,7 +906,7 @@ class _HomeSync:
         plans_dir = os.path.join(self.home.path, "plans")
         if self._has_open_problems_under(plans_dir):
             # Every plan was read again just now: what it no longer shows is resolved.
-            seen = {(p.path, 0, p.reason) for p in skipped} | {(p.path, p.offset, p.reason) for p in problems}
+            seen = _problem_keys([Problem(p.path, 0, p.reason) for p in skipped]) | _problem_keys(problems)
             with write_transaction(self.engine) as conn:
                 resolve_problems(conn, [], seen, self.now, under=plans_dir)
         changed, gone = plans_to_write(rows, existing)
@@ -959,7 +963,7 @@ def _not_reread(path: str, read: RunDirRead, checkpoint_before: Checkpoint | Non
     stream = read.stream
     # Read from its first byte: never read, replaced, or nothing read from it before (a
     # checkpoint stored when it could not be opened).
-    from_start = checkpoint_before is None or checkpoint_before.end_offset == 0
+    from_start = checkpoint_before is None or _nothing_read(checkpoint_before)
     stream_reread = stream is None or (stream.tail is not None and (from_start or stream.replace))
     not_reread = {f"{path}/{name}" for name in SNAPSHOT_NAMES if name not in read.files}
     if not stream_reread:
@@ -1204,7 +1208,7 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         else:
             # The runner has not appended yet (the file is created lazily): keep what we
             # have; what was wrong with a file that is not there is not wrong any more.
-            _resolve_stream_problems(engine, path, [], now)
+            _resolve_stream_problems(engine, key, now)
         return
     if read.tail is None:
         _problems_now(engine, report, read.problems, now)
@@ -1221,9 +1225,9 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
             rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
         for problem in read.problems:
             record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
-        if checkpoint is None or checkpoint.end_offset == 0 or read.replace:
+        if checkpoint is None or _nothing_read(checkpoint) or read.replace:
             # Read from its first byte: what it no longer shows is resolved.
-            resolve_problems(conn, [path], {(p.path, p.offset, p.reason) for p in read.problems}, now)
+            resolve_problems(conn, [key], _problem_keys(read.problems), now)
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(read.problems)
@@ -1236,7 +1240,7 @@ def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
     device and inode, its old path gone or naming it still, and the bytes read from it still
     at its start (an inode freed and given to another file holds other bytes). Its lines are
     then not stored, nor its invocations counted, twice."""
-    streams, problems = schema.streams, schema.problems
+    streams = schema.streams
     info = stat_or_none(path)
     if info is None:
         return None
@@ -1250,20 +1254,47 @@ def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
                 same = not os.path.lexists(candidate["path"])  # moved away: nothing is there now
             if same and holds_what_was_read(path, Checkpoint.from_row(candidate)):
                 conn.execute(streams.update().where(streams.c.id == candidate["id"]).values(path=key))
-                conn.execute(problems.update().where(problems.c.path == candidate["path"],
-                                                     problems.c.resolved_at.is_(None)).values(path=key))
+                _move_open_problems(conn, candidate["path"], key)
                 return {**candidate, "path": key}
     return None
 
 
-def _resolve_stream_problems(engine: Engine, path: str, seen: list[Problem], now: str) -> None:
+def _move_open_problems(conn: Connection, old: str, new: str) -> None:
+    """The open problems recorded under ``old`` now under ``new``: one the same there already
+    (a problem is its path, offset and reason) is opened again, and the old row goes."""
+    problems = schema.problems
+    p = problems.c
+    for row in conn.execute(select(p.id, p.byte_offset, p.reason).where(p.path == old, p.resolved_at.is_(None))
+                            ).all():
+        there = conn.execute(select(p.id).where(p.path == new, p.byte_offset == row.byte_offset,
+                                                p.reason == row.reason)).scalar()
+        if there is None:
+            conn.execute(problems.update().where(p.id == row.id).values(path=new))
+        else:
+            conn.execute(problems.update().where(p.id == there).values(resolved_at=None))
+            conn.execute(problems.delete().where(p.id == row.id))
+
+
+def _resolve_stream_problems(engine: Engine, key: str, now: str) -> None:
+    """Resolve every open problem of the stream stored under ``key`` (its bounded path)."""
     problems = schema.problems.c
     with engine.connect() as conn:  # (a write transaction only when there is something to resolve)
-        if conn.execute(select(problems.id).where(problems.path == path, problems.resolved_at.is_(None))
+        if conn.execute(select(problems.id).where(problems.path == key, problems.resolved_at.is_(None))
                         .limit(1)).first() is None:
             return
     with write_transaction(engine) as conn:
-        resolve_problems(conn, [path], {(p.path, p.offset, p.reason) for p in seen}, now)
+        resolve_problems(conn, [key], set(), now)
+
+
+def _problem_keys(problems: Iterable[Problem]) -> set[tuple[str, int, str]]:
+    """Problems as record_problem stores them (path and reason bounded), to compare with rows."""
+    return {(bounded_path(p.path), p.offset, bounded_reason(p.reason)) for p in problems}
+
+
+def _nothing_read(checkpoint: Checkpoint) -> bool:
+    """A checkpoint from which the next read starts at byte 0 again (stored when the file could
+    not be opened): not one still scanning its first line, longer than the longest line."""
+    return checkpoint.end_offset == 0 and checkpoint.scan_offset is None
 
 
 def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str) -> None:

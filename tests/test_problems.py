@@ -340,3 +340,80 @@ def test_an_invocation_stream_problem_resolves_when_the_file_is_read_whole(db_ur
     stream.write_text('{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n')
     sync(engine, [], invocation_files=[str(stream)])  # rewritten shorter: read again from its first byte
     assert _open_problems(engine) == []
+
+
+def test_a_first_line_longer_than_the_longest_line_stays_a_problem_while_it_grows(db_url, tmp_path):
+    """Reading waits at byte 0 while the runaway line is scanned: that is no re-read from the
+    first byte, and its problem (reported once, when first seen) stays open."""
+    home = tmp_path / "home"
+    run_dir = home / "runs" / RUN
+    run_dir.mkdir(parents=True)
+    runner = tmp_path / "runner" / "events.jsonl"
+    runner.parent.mkdir()
+    for stream in (run_dir / "events.jsonl", runner):
+        stream.write_bytes(b"x" * 2_000_000)  # over the 1 MiB line cap, no newline yet
+    engine = open_ledger(db_url)
+    sync(engine, [Home.from_path(str(home), "hand")], invocation_files=[str(runner)])
+    assert sorted(path for path, _ in _open_problems(engine)) == sorted([str(run_dir / "events.jsonl"), str(runner)])
+    for stream in (run_dir / "events.jsonl", runner):
+        with open(stream, "ab") as f:
+            f.write(b"x" * 1000)
+    sync(engine, [Home.from_path(str(home), "hand")], invocation_files=[str(runner)])
+    assert sorted(path for path, _ in _open_problems(engine)) == sorted([str(run_dir / "events.jsonl"), str(runner)])
+
+
+def test_a_moved_runner_stream_whose_problem_is_recorded_where_it_moved_to(db_url, tmp_path):
+    """Adopting a stream at a path that holds a resolved problem the same as one it brings:
+    that one is open again (a problem is its path, offset and reason), never a unique-key error."""
+    good = '{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n'
+    a, b, c = (tmp_path / name for name in ("a.jsonl", "b.jsonl", "c.jsonl"))
+    engine = open_ledger(db_url)
+
+    def sync_stream(path) -> None:
+        sync(engine, [], invocation_files=[str(path)])
+
+    b.write_text("garbage\n")
+    sync_stream(b)
+    b.write_text(good)
+    sync_stream(b)  # read from its first byte again (rewritten shorter): b's problem resolved
+    b.rename(c)
+    sync_stream(c)  # the stream, adopted at c
+    a.write_text("garbage\n")
+    sync_stream(a)
+    a.rename(b)
+    sync_stream(b)  # a's stream adopted at b, where the same problem was resolved
+    assert [path for path, _ in _open_problems(engine)] == [str(b)]
+
+
+def test_a_runner_stream_with_a_long_path_resolves_its_problems(db_url, tmp_path):
+    """Paths over the ledger's bound are stored shortened (bounds.bounded_path): the stream's
+    problems are found under that form when the file is read whole again."""
+    deep = tmp_path
+    while len(str(deep)) < 1300:
+        deep = deep / ("d" * 200)
+    deep.mkdir(parents=True)
+    stream = deep / "events.jsonl"
+    stream.write_text("garbage\n")
+    engine = open_ledger(db_url)
+    sync(engine, [], invocation_files=[str(stream)])
+    assert len(_open_problems(engine)) == 1
+    stream.write_text('{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n')
+    sync(engine, [], invocation_files=[str(stream)])
+    assert _open_problems(engine) == []
+
+
+def test_a_runs_problems_resolve_beside_a_sibling_whose_name_sorts_between(db_url, tmp_path):
+    """'<run>-2/…' sorts between '<run>' and '<run>/…': the run's own open problems are still
+    found, and resolved once fixed, while the sibling's stay open."""
+    home = tmp_path / "home"
+    sibling = RUN + "-2"
+    for run_id in (RUN, sibling):
+        run_dir = _clean(home, run_id)
+        (run_dir / "state.json").write_text('{"schema": 3, "nodes": {')
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    assert len(_open_problems(engine)) == 2
+    good = _clean(tmp_path / "good", RUN) / "state.json"
+    _rewrite(home / "runs" / RUN / "state.json", good.read_text())
+    _sync(engine, home)
+    assert [path for path, _ in _open_problems(engine)] == [str(home / "runs" / sibling / "state.json")]
