@@ -478,9 +478,16 @@ def csv_rows(fields: list[str], rows, total: dict | None = None) -> str:
     return out.getvalue()
 
 
+# What a --json row of a grouping carries beside its key, last in its CSV: two rows can
+# show one key (a run id in two homes; graph a/b node c and graph a node b/c).
+COST_ROW_FIELDS = {"run": ["home"], "node": ["graph", "node_id"], "graph": ["graph"],
+                   **dict.fromkeys(("day", "week", "month"), ["start", "end"])}
+
+
 def cost_csv(report: dict, with_total: bool = False) -> str:
     """CSV of the groups (the same columns as a --json row); a TOTAL row only when asked."""
-    fields = ["key", *COST_FIELDS, *(ESTIMATE_CSV_FIELDS if "price_book" in report else [])]
+    fields = ["key", *COST_FIELDS, *(ESTIMATE_CSV_FIELDS if "price_book" in report else []),
+              *COST_ROW_FIELDS.get(report["by"], [])]
     return csv_rows(fields, report["rows"], {"key": "TOTAL", **report["total"]} if with_total else None)
 
 

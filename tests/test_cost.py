@@ -568,7 +568,10 @@ def test_cli_json_csv_text(sqlite_url, scenario_home):
     lines = csv_out.splitlines()
     assert lines[0].startswith("key,cost_usd,cost_nano_usd,cost_is_lower_bound,invocations")
     assert not any(line.startswith("TOTAL") for line in lines)  # no TOTAL among the data rows unasked
-    assert set(lines[0].split(",")) - {"key"} <= set(doc["total"])  # the --json columns
+    by_day = json.loads(runner.invoke(main, ["cost", "--db", sqlite_url, "--by", "day", "--tz", "UTC",
+                                              "--json"]).output)
+    assert sorted(lines[0].split(",")) == sorted(by_day["rows"][0])  # the --json row's columns
+    assert lines[1].endswith(",2026-11-29T00:00:00+00:00,2026-11-30T00:00:00+00:00")  # start, end: last
     totalled = runner.invoke(main, ["cost", "--db", sqlite_url, "--by", "day", "--tz", "UTC", "--csv",
                                     "--total"]).output.splitlines()
     assert totalled[:-1] == lines and totalled[-1].startswith(f"TOTAL,0.4514,{nanos(TOTAL)},true,19,2,")
