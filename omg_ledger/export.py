@@ -24,7 +24,13 @@ def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int],
     """Copy every table, keys included, in one transaction on the target."""
     copied: dict[str, int] = {}
     with write_transaction(target) as out, source.connect() as src:
-        if out.execute(select(func.count()).select_from(schema.homes)).scalar():
+        if src.dialect.name == "postgresql":
+            # Every table read in one snapshot (the whole copy is one transaction, autobegun):
+            # at READ COMMITTED each SELECT would see the syncs committed since the last, and
+            # a stream's checkpoint could be copied past lines the copy does not hold.
+            src = src.execution_options(isolation_level="REPEATABLE READ")
+        if any(out.execute(select(func.count()).select_from(table)).scalar()
+               for table in schema.metadata.sorted_tables):
             raise BadArgument("the target ledger is not empty; export only into a new database "
                               "(to combine ledgers, sync each machine's homes into one database)")
         for table in schema.metadata.sorted_tables:  # parents before children

@@ -44,3 +44,44 @@ def test_export_refuses_a_non_empty_target(tmp_path):
     sync(target, [Home.from_path(str(CORPUS_HOME), "h")])
     with pytest.raises(BadArgument, match="not empty"):
         export_ledger(source, target)
+
+
+def test_export_refuses_a_target_holding_only_runner_streams(tmp_path):
+    source = open_ledger(str(tmp_path / "a.sqlite"))
+    sync(source, [Home.from_path(str(CORPUS_HOME), "h")])
+    stream = tmp_path / "runner" / "events.jsonl"
+    stream.parent.mkdir()
+    stream.write_text('{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"m1","event":"start"}\n')
+    target = open_ledger(str(tmp_path / "b.sqlite"))
+    sync(target, [], invocation_files=[str(stream)])  # no home: its streams, lines and invocations only
+    before = dump(target, cache_hints=True)
+    with pytest.raises(BadArgument, match="not empty"):
+        export_ledger(source, target)
+    assert dump(target, cache_hints=True) == before
+
+
+@pytest.mark.postgres
+def test_export_from_postgresql_is_one_snapshot_while_a_sync_commits(tmp_path, pg_url):
+    """A sync that commits while the tables are being read: the copy is the ledger as it was
+    when the export began, every table of it (never a stream's checkpoint past the lines
+    the copy holds)."""
+    home = tmp_path / "home"
+    shutil.copytree(CORPUS_HOME, home)
+    stream = home / "runs" / "20261129-181512.929654081-1" / "events.jsonl"
+    whole = stream.read_bytes()
+    stream.write_bytes(b"".join(whole.splitlines(keepends=True)[:5]))
+    source = open_ledger(pg_url)
+    sync(source, [Home.from_path(str(home), "h")])
+    as_it_was = dump(source, cache_hints=True)
+    stream.write_bytes(whole)  # the rest of the run, synced while the export reads
+
+    def sync_after_events(table: str, count: int) -> None:
+        if table == "events":
+            sync(source, [Home.from_path(str(home), "h")])
+
+    target = open_ledger(str(tmp_path / "copy.sqlite"))
+    export_ledger(source, target, progress=sync_after_events)
+    assert dump(source, cache_hints=True) != as_it_was  # the sync did commit meanwhile
+    assert dump(target, cache_hints=True) == as_it_was
+    sync(target, [Home.from_path(str(home), "h")])  # and the copy catches up like any ledger
+    assert dump(target, cache_hints=True) == dump(source, cache_hints=True)
