@@ -40,6 +40,19 @@ class Home:
         return cls(label or f"{socket.gethostname()}:{bounded_path(absolute)}", absolute, label is not None)
 
 
+def check_label(label: str) -> None:
+    """A label `--home LABEL=DIR` can name: not empty, no '=' (the first one ends the
+    label), within the ledger's bound, valid text."""
+    require_utf8(label, f"home label {label!r}")
+    if not label:
+        raise BadArgument("a home label cannot be empty")
+    if "=" in label:
+        raise BadArgument(f"a home label cannot hold '=' (--home LABEL=DIR ends the label at the first one): "
+                          f"{label!r}")
+    if len(label) > MAX_ID_CHARS:
+        raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
+
+
 def resolve_db(flag: str | None) -> str:
     from .db import default_database_path
 

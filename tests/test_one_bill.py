@@ -324,6 +324,19 @@ def test_homes_command_lists_renames_and_forgets(tmp_path, home):
     assert os.path.isdir(home / "runs" / RUN)  # the directory itself is never touched
 
 
+@pytest.mark.parametrize("label, message", [
+    ("", "cannot be empty"), ("a=b", "cannot hold '='"), ("x" * 600, "at most 512 characters")])
+def test_homes_rename_refuses_a_label_sync_could_not_name_again(tmp_path, home, label, message):
+    db = str(tmp_path / "ledger.sqlite")
+    runner = CliRunner()
+    assert runner.invoke(main, ["sync", "--db", db, "--home", f"work={home}"]).exit_code == 0
+    refused = runner.invoke(main, ["homes", "rename", "--db", db, "work", label])
+    assert refused.exit_code == 2 and message in refused.output, refused.output
+    assert [row["label"] for row in json.loads(runner.invoke(main, ["homes", "--db", db, "--json"]).output)] == ["work"]
+    # The label it keeps still names the home for sync.
+    assert runner.invoke(main, ["sync", "--db", db, "--home", f"work={home}"]).exit_code == 0
+
+
 def test_homes_counts_a_home_with_no_run_as_none_billed_elsewhere(db_url, tmp_path, home):
     """The listing's outer join gives a home without runs one row of NULL run columns:
     0 runs, 0 gone, 0 copies billed elsewhere (not 1); a home holding copies counts them."""

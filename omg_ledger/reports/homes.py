@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..backend import reading
+from ..config import check_label
 from ..errors import BadArgument
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def rename_home(engine: Engine, old: str, new: str) -> None:
     from .. import schema
     from ..db import write_transaction
 
+    check_label(new)  # a label sync can name again
     homes = schema.homes
     with write_transaction(engine) as conn:
         if conn.execute(select(homes.c.id).where(homes.c.label == new)).first() is not None:
