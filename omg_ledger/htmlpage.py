@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
+from .render import inert
 from .units import format_usd
 
 PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
@@ -32,7 +33,10 @@ code{font-size:.9em}
 
 
 def esc(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    """Text for the page: markup escaped, and every control, bidi and separator character a
+    visible escape (render.inert), so a run file's text can neither break the document nor
+    turn the line it stands in around (an unterminated U+202E reverses what follows)."""
+    return escape(inert(value), quote=True)
 
 
 def _synced_text(synced: dict) -> str:

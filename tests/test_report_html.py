@@ -154,6 +154,31 @@ def test_window_redone_work_and_hostile_text(db_url, scenario_home, tmp_path):
                                                                 "estimated"]
 
 
+def test_bidi_and_control_characters_in_run_text_are_visible_escapes(sqlite_url, tmp_path):
+    """An unterminated U+202E in a graph name would turn the rest of its line around (the
+    resume command, the orphan warning); a C0 control makes the page invalid HTML. Both are
+    shown as escapes, as on the terminal."""
+    home = tmp_path / "home"
+    run_id = "20261129-120000.000000001-1"
+    name = "deploy\u202e esc\x1b[31m\x07"
+    write_run(home, run_id, [
+        ev(run_id, t("12:00:00"), "run_started"),
+        ev(run_id, t("12:00:01"), "node_started", node_id="n\u2066"),
+        passed(run_id, t("12:00:02"), "n\u2066", 0.5, provenance="exit-only"),
+        ev(run_id, t("12:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, name, {"n\u2066": {"verdict": "PASS", "cost_usd": 0.5}}))
+    ledger(sqlite_url, home)
+    page = tmp_path / "page.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    text = page.read_text(encoding="utf-8")
+    for raw in ("\u202e", "\u2066", "\x1b", "\x07"):
+        assert raw not in text, repr(raw)
+    assert "deploy\\u202e esc\\x1b[31m\\x07" in text and "n\\u2066" in text
+    loaded = load(page, tmp_path)
+    assert loaded.console == []
+    assert "deploy\\u202e" in DomIndex(loaded.dom).by_id("graphs").text
+
+
 def test_console_check_catches_a_broken_page(tmp_path):
     # The detector itself can fail: a page with a script error and a blocked fetch.
     page = tmp_path / "broken.html"
