@@ -134,8 +134,16 @@ def test_cli_list_and_run(sqlite_url, corpus_home):
     bad = runner.invoke(main, ["query", "--db", sqlite_url, "spend_by_day", "--param", "oops"])
     assert bad.exit_code == 2 and "NAME=VALUE" in bad.output
     typo = runner.invoke(main, ["query", "--db", sqlite_url, "most_expensive_nodes", "--param", "limit=abc"])
-    assert typo.exit_code == 2 and "--param limit must be a non-negative whole number" in typo.output
+    assert typo.exit_code == 2 and "--param limit must be a whole number from 0 to 2147483647" in typo.output
     assert "Traceback" not in typo.output
+    # The bounds of SQL's INTEGER on both backends, and no empty number (an unset variable):
+    # the same answer from SQLite and PostgreSQL, never a silent 0 rows on one.
+    for value in ("", "2147483648", "999999999999999999"):
+        out = runner.invoke(main, ["query", "--db", sqlite_url, "most_expensive_nodes", "--param", f"limit={value}"])
+        assert out.exit_code == 2 and "from 0 to 2147483647" in out.output, (value, out.output)
+    widest = runner.invoke(main, ["query", "--db", sqlite_url, "--json", "most_expensive_nodes", "--param",
+                                  "limit=2147483647"])
+    assert widest.exit_code == 0, widest.output
     unit = runner.invoke(main, ["query", "--db", sqlite_url, "spend_by_day", "--param", "since=3M"])
     assert unit.exit_code == 2 and "3mo" in unit.output and "3m" in unit.output
 

@@ -838,9 +838,15 @@ def _is_integer(name: str) -> bool:
     return name == "limit" or name.endswith("_count")
 
 
+# The largest whole-number parameter: SQL's INTEGER on both backends (a saved query casts
+# :limit to it; SQLite's would take 2**63 - 1 where PostgreSQL's stops here).
+MAX_INTEGER_PARAM = 2**31 - 1
+
+
 def typed_value(name: str, value: str, now=None, zone=None) -> object:
-    """One --param value, typed by its name (module docstring)."""
-    if value == "":
+    """One --param value, typed by its name (module docstring). An empty time is "no bound"
+    (the shipped queries' `:since = ''`); an empty number is no number."""
+    if value == "" and not _is_integer(name):
         return value
     if _is_time(name):
         from ..timespec import parse_time
@@ -851,8 +857,8 @@ def typed_value(name: str, value: str, now=None, zone=None) -> object:
         except BadArgument as exc:
             raise BadArgument(f"--param {name}: {exc}") from None
     if _is_integer(name):
-        if not re.fullmatch(r"\s*\d{1,18}\s*", value):
-            raise BadArgument(f"--param {name} must be a non-negative whole number, got {value!r}")
+        if not re.fullmatch(r"\s*\d{1,18}\s*", value) or int(value) > MAX_INTEGER_PARAM:
+            raise BadArgument(f"--param {name} must be a whole number from 0 to {MAX_INTEGER_PARAM}, got {value!r}")
         return int(value)
     return value
 
