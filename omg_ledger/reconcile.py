@@ -23,10 +23,11 @@ PLANNING = "planning"
 RUN = "run"
 TERMINAL_EVENTS = ("node_passed", "node_failed")
 SETTLED_VERDICTS = ("PASS", "FAIL")
-# The engine's words when it fails a node for its budget_usd: "exceeded budget_usd: $X
-# actual vs $Y budgeted". A .out on disk is no proof either way (an earlier round's PASS
-# leaves one; a CLI killed at its budget writes none).
-_BUDGET_FAILURE = re.compile(r"exceeded budget_usd")
+# The engine's words when it fails a node for its budget_usd, the whole detail: 'node "<id>"
+# exceeded budget_usd: $X actual vs $Y budgeted …' (Go's %q quoting of the id). Anchored: a
+# judged FAIL's detail may quote a test's output that says the same words. A .out on disk is
+# no proof either way (an earlier round's PASS leaves one; a CLI killed at its budget writes none).
+_BUDGET_FAILURE = re.compile(r'node "(?:[^"\\]|\\.)*" exceeded budget_usd: \$')
 
 
 @dataclass(frozen=True)
@@ -879,6 +880,7 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
                 if last_execution is not None:
                     last_leg = last_execution.leg_ordinal or None
             elif latest is not None and not latest_matches:
+                judged = None  # the record's is an earlier terminal's: this one's is not known
                 r.findings.append(Finding(
                     "snapshot_behind", node_id, execution.leg_ordinal or None,
                     f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "
@@ -913,7 +915,8 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "artifact_path": artifact_path,
         "has_artifact": name in run.artifacts,
         "has_failed_output": name in run.failed_outputs,
-        "budget_overrun": verdict == "FAIL" and bool(_BUDGET_FAILURE.search(detail or "")),
+        # A judgment is never a blown budget (contract: judged).
+        "budget_overrun": verdict == "FAIL" and judged is not True and bool(_BUDGET_FAILURE.match(detail or "")),
         "last_leg": last_leg,
         "snapshot_verdict": record_verdict,
         "snapshot_round": record_round,

@@ -24,4 +24,7 @@ VERSION = "0.1.0"
 #    is no invocation, as a terminal event without accounting is none on the stream.
 # 7: of copies holding the same stream, the one with the most charges is billed (an
 #    assess.json or a recovered verdict only one copy holds is not left out by the choice).
-DERIVATION_VERSION = 7
+# 8: a budget overrun is a FAIL whose whole detail is the engine's budget message, never a
+#    judged FAIL whose output quotes one; a node whose snapshot record is an earlier
+#    terminal's has judged unknown (NULL), not that record's.
+DERIVATION_VERSION = 8

@@ -175,6 +175,54 @@ def test_overrun_finding_problem_each_need_attention(db_url, tmp_path):
                                    "1 open input problem(s)"]
 
 
+def test_a_judged_fail_quoting_the_budget_words_is_no_budget_overrun(db_url, tmp_path):
+    """The contract: judged is "never … a blown budget". A verify FAIL whose output quotes the
+    engine's budget message (a project testing its own budgets) is judged, not an overrun;
+    the engine's own message is the whole detail ('node "<id>" exceeded budget_usd: …')."""
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000001-1"
+    detail = ('node "impl" failed success_check verify: `go test ./internal/schedule/` exited 1, want 0; '
+              'output: --- FAIL: TestBudget: want error "node \\"a\\" exceeded budget_usd: $0.2100 actual vs '
+              '$0.2000 budgeted", got nil')
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="impl"),
+        ev(run_id, t("10:00:02"), "node_failed", node_id="impl", verdict="FAIL", cost_usd=0.05, detail=detail),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="failed"),
+    ], state(run_id, "g", {"impl": {"verdict": "FAIL", "cost_usd": 0.05, "judged": True, "detail": detail}}))
+    report = audit_report(ledger(db_url, home), now=NOW)
+    assert report["budget"]["overruns"] == []
+    assert [f["node_id"] for f in report["failures"]["judged"]] == ["impl"]
+    assert "budget overrun" not in " ".join(report["attention"])
+
+
+def test_a_fail_whose_snapshot_record_is_an_earlier_terminals_has_judged_unknown(db_url, tmp_path):
+    """Leg 2 failed the node for its budget; the snapshot write after it failed, so state.json
+    still holds leg 1's judged FAIL. That record's judged is not the budget failure's: the
+    FAIL is not listed as judged (and is an overrun, with a snapshot_behind finding)."""
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000001-1"
+    judged_detail = "node \"impl\" failed success_check verify: exited 1, want 0"
+    budget_detail = 'node "impl" exceeded budget_usd: $0.5000 actual vs $0.2000 budgeted (over by $0.3000)'
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="impl"),
+        ev(run_id, t("10:00:02"), "node_failed", node_id="impl", verdict="FAIL", cost_usd=0.1, detail=judged_detail,
+           session_id="s-leg-1"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="failed"),
+        ev(run_id, t("11:00:00"), "run_started"),
+        ev(run_id, t("11:00:01"), "node_started", node_id="impl"),
+        ev(run_id, t("11:00:02"), "node_failed", node_id="impl", verdict="FAIL", cost_usd=0.5, detail=budget_detail,
+           session_id="s-leg-2"),
+        ev(run_id, t("11:00:03"), "run_finished", outcome="failed"),
+    ], state(run_id, "g", {"impl": {"verdict": "FAIL", "cost_usd": 0.1, "judged": True, "detail": judged_detail,
+                                    "budget_usd": 0.2, "session_id": "s-leg-1"}}))
+    report = audit_report(ledger(db_url, home), now=NOW)
+    assert report["failures"]["judged"] == []
+    assert [b["node_id"] for b in report["budget"]["overruns"]] == ["impl"]
+    assert [f["kind"] for f in report["findings"]] == ["snapshot_behind"]
+
+
 def test_our_machinery_reading_is_labelled(db_url, tmp_path):
     home = tmp_path / "home"
     run = "20261129-100000.000000001-1"

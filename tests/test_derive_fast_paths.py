@@ -94,7 +94,7 @@ STREAM = [
     ev("node_retried", 6, node_id="rev", round=1, cost_usd=0.022),
     ev("node_started", 7, node_id="impl", round=1, session_id="s-3"),
     ev("node_failed", 8, node_id="impl", round=1, cost_usd=0.1,
-       detail="exceeded budget_usd: $0.1 actual vs $0.05 budgeted"),
+       detail='node "impl" exceeded budget_usd: $0.1000 actual vs $0.0500 budgeted (over by $0.0500)'),
     ev("run_finished", 9, outcome="failed"),
     ev("run_started", 10),
     ev("node_started", 11, node_id="impl", round=1, session_id="s-4"),

@@ -86,7 +86,7 @@ def test_budget_kill_without_artifact_and_a_feedback_fail_beside_an_earlier_pass
         ev(kill, t("10:00:00"), "run_started"),
         ev(kill, t("10:00:01"), "node_started", node_id="runaway"),
         ev(kill, t("10:00:09"), "node_failed", node_id="runaway", verdict="FAIL", cost_usd=0.21,
-           detail="exceeded budget_usd: $0.2100 actual vs $0.2000 budgeted (over by $0.0100)"),
+           detail='node "runaway" exceeded budget_usd: $0.2100 actual vs $0.2000 budgeted (over by $0.0100)'),
         ev(kill, t("10:00:10"), "run_finished", outcome="failed"),
     ], {**state(kill, "budget", {"runaway": {"verdict": "FAIL", "cost_usd": 0.21, "budget_usd": 0.2}}),
         "graph": {"name": "budget", "nodes": [{"id": "runaway", "budget_usd": 0.2}]}})  # no runaway.out

@@ -225,7 +225,8 @@ def test_snapshot_folds_feedback_rounds_like_the_engine_so_no_false_mismatch():
     assert run(*stream, snapshot=snapshot).findings == []
 
 
-BUDGET_DETAIL = "exceeded budget_usd: $0.2100 actual vs $0.2000 budgeted (over by $0.0100)"
+# The engine's budget failure, word for word (internal/schedule/errors.go: 'node %q exceeded budget_usd: …').
+BUDGET_DETAIL = 'node "a" exceeded budget_usd: $0.2100 actual vs $0.2000 budgeted (over by $0.0100)'
 BUDGET_SNAPSHOT = {"schema": 3, "graph": {"name": "g", "nodes": [{"id": "a", "budget_usd": 0.2}]}}
 
 BUDGET_CASES = [
