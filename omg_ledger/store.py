@@ -165,10 +165,9 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     """Which copy of a run is billed (caller's write transaction, after its rows).
 
     Copies share a stream identity. The one holding most of the stream is billed, then
-    the one with the most charges (an assess.json, or a verdict recovered from a newer
-    state.json, is spend only the copy holding it records: a backup taken before the
-    engine wrote it has the same stream), then the one still on disk, then the first
-    seen; a copy whose stream is not a
+    the one holding an assess.json (written after the run's last line: a backup taken
+    before it has the same stream, and the assessment's spend is recorded nowhere else),
+    then the one still on disk, then the first seen; a copy whose stream is not a
     prefix of the billed one's diverged after their common head: a finding on it.
     A copy with no line of its stream (its identity '<run id>:no-stream') is a copy of
     whichever run with that id has one, so it is billed only while none has.
@@ -180,7 +179,7 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     for chunk in _chunks_by_run_id(wanted):
         by_identity: dict[str, list] = {}
         for member in conn.execute(
-                select(runs.c.id, runs.c.event_count, runs.c.invocations, runs.c.gone, runs.c.billed,
+                select(runs.c.id, runs.c.event_count, runs.c.has_assess, runs.c.gone, runs.c.billed,
                        homes.c.label, runs.c.stream_identity)
                 .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
                 .where(runs.c.stream_identity.in_(chunk))):
@@ -196,7 +195,7 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
             if identity.endswith(STREAM_LESS) and _run_id_of(identity) in streamed:
                 billed = None  # a copy of the streamed run: never a second bill
             else:
-                billed = max(members, key=lambda m: (m.event_count, m.invocations, not m.gone, -m.id))
+                billed = max(members, key=lambda m: (m.event_count, bool(m.has_assess), not m.gone, -m.id))
             billed_now += [(billed is not None and m.id == billed.id, m.id) for m in members
                            if bool(m.billed) != (billed is not None and m.id == billed.id)]
             if len(members) > 1 and billed is not None:

@@ -27,4 +27,7 @@ VERSION = "0.1.0"
 # 8: a budget overrun is a FAIL whose whole detail is the engine's budget message, never a
 #    judged FAIL whose output quotes one; a node whose snapshot record is an earlier
 #    terminal's has judged unknown (NULL), not that record's.
-DERIVATION_VERSION = 8
+# 9: of copies holding the same stream, the one holding an assess.json is billed (7's "most
+#    charges" also counted charges recovered from a snapshot, which a stale or damaged copy's
+#    state.json can hold more of than the copy on disk).
+DERIVATION_VERSION = 9
