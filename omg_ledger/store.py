@@ -982,10 +982,12 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     lies below it; or (``children_of``) is an entry directly in that directory — except
     paths in ``not_reread`` (a file skipped as unchanged, a stream only read on from its
     checkpoint, a run directory skipped by the change check did not re-observe its
-    problems). ``seen``: the (path, offset, reason) recorded this time. Returns how many
-    were resolved."""
+    problems). ``seen``: the (path, offset, reason) recorded this time. Paths (as read, not
+    as stored) and reasons are compared as record_problem stores them: bounded. Returns how
+    many were resolved."""
     p = schema.problems.c
-    in_scope = [p.path.in_(list(paths))]
+    direct = {bounded_path(path) for path in paths}
+    in_scope = [p.path.in_(list(direct))]
     prefixes = []
     if under is not None:
         prefix = under.rstrip("/") + "/"
@@ -994,7 +996,8 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
         prefixes.append(children_of.rstrip("/") + "/")
         in_scope.append(func.substr(p.path, 1, len(prefixes[0])) == prefixes[0])
     query = select(p.id, p.path, p.byte_offset, p.reason).where(p.resolved_at.is_(None), or_(*in_scope))
-    skip, keep, direct = set(not_reread), set(seen), set(paths)
+    skip = {bounded_path(path) for path in not_reread}
+    keep = {(bounded_path(path), offset, bounded_reason(reason)) for path, offset, reason in seen}
 
     def scoped(path: str) -> bool:
         if under is not None and (path == under or path.startswith(under.rstrip("/") + "/")):

@@ -32,7 +32,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from . import derive, schema
 from .backend import backend_of
-from .bounds import bounded_path, bounded_reason
+from .bounds import bounded_path
 from .change_check import (
     ABSENT,
     DERIVE_SCOPE,
@@ -648,7 +648,7 @@ class _HomeSync:
             for problem in prepared.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
             if self._has_open_problems_under(path):
-                resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in prepared.problems}, self.now,
+                resolve_problems(conn, [], _seen(prepared.problems), self.now,
                                  under=path, not_reread=prepared.not_reread)
         self._received.clear()
         self._received_rows = 0
@@ -818,7 +818,7 @@ class _HomeSync:
             self._resolve_unseen(conn, path, read.problems, _not_reread(path, read, checkpoint_before))
 
     def _resolve_unseen(self, conn: Connection, path: str, seen: list[Problem], not_reread: set[str]) -> None:
-        resolve_problems(conn, [], {(p.path, p.offset, p.reason) for p in seen}, self.now,
+        resolve_problems(conn, [], _seen(seen), self.now,
                          under=path, not_reread=not_reread)
 
     def _not_indexed(self, run_pk: int | None, path: str, problems: list[Problem], not_reread: set[str]) -> None:
@@ -906,7 +906,7 @@ class _HomeSync:
         plans_dir = os.path.join(self.home.path, "plans")
         if self._has_open_problems_under(plans_dir):
             # Every plan was read again just now: what it no longer shows is resolved.
-            seen = _problem_keys([Problem(p.path, 0, p.reason) for p in skipped]) | _problem_keys(problems)
+            seen = _seen([Problem(p.path, 0, p.reason) for p in skipped]) | _seen(problems)
             with write_transaction(self.engine) as conn:
                 resolve_problems(conn, [], seen, self.now, under=plans_dir)
         changed, gone = plans_to_write(rows, existing)
@@ -1208,7 +1208,7 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         else:
             # The runner has not appended yet (the file is created lazily): keep what we
             # have; what was wrong with a file that is not there is not wrong any more.
-            _resolve_stream_problems(engine, key, now)
+            _resolve_stream_problems(engine, path, now)
         return
     if read.tail is None:
         _problems_now(engine, report, read.problems, now)
@@ -1227,7 +1227,7 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
             record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
         if checkpoint is None or _nothing_read(checkpoint) or read.replace:
             # Read from its first byte: what it no longer shows is resolved.
-            resolve_problems(conn, [key], _problem_keys(read.problems), now)
+            resolve_problems(conn, [path], _seen(read.problems), now)
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(read.problems)
@@ -1275,20 +1275,20 @@ def _move_open_problems(conn: Connection, old: str, new: str) -> None:
             conn.execute(problems.delete().where(p.id == row.id))
 
 
-def _resolve_stream_problems(engine: Engine, key: str, now: str) -> None:
-    """Resolve every open problem of the stream stored under ``key`` (its bounded path)."""
+def _resolve_stream_problems(engine: Engine, path: str, now: str) -> None:
+    """Resolve every open problem of the stream at ``path``."""
     problems = schema.problems.c
     with engine.connect() as conn:  # (a write transaction only when there is something to resolve)
-        if conn.execute(select(problems.id).where(problems.path == key, problems.resolved_at.is_(None))
+        if conn.execute(select(problems.id).where(problems.path == bounded_path(path), problems.resolved_at.is_(None))
                         .limit(1)).first() is None:
             return
     with write_transaction(engine) as conn:
-        resolve_problems(conn, [key], set(), now)
+        resolve_problems(conn, [path], set(), now)
 
 
-def _problem_keys(problems: Iterable[Problem]) -> set[tuple[str, int, str]]:
-    """Problems as record_problem stores them (path and reason bounded), to compare with rows."""
-    return {(bounded_path(p.path), p.offset, bounded_reason(p.reason)) for p in problems}
+def _seen(problems: Iterable[Problem]) -> set[tuple[str, int, str]]:
+    """The problems a read saw, as resolve_problems takes them."""
+    return {(p.path, p.offset, p.reason) for p in problems}
 
 
 def _nothing_read(checkpoint: Checkpoint) -> bool:
