@@ -154,30 +154,31 @@ def where_to_resume(fd: int, info: os.stat_result, stored: Checkpoint | None) ->
         return 0, 1, False
     rewritten = info.st_size == stored.size and (info.st_mtime_ns, info.st_ctime_ns) != (
         stored.mtime_ns, stored.ctime_ns)  # an append changes the size; this was written in place
-    if stored.head_sha256 is not None and (info.st_dev, info.st_ino) == (stored.dev, stored.inode) \
-            and info.st_size >= stored.end_offset and not rewritten \
-            and _sha(fd, 0, stored.head_len) == stored.head_sha256 \
-            and (stored.tail_sha256 is None
-                 or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256):
+    if (info.st_dev, info.st_ino) == (stored.dev, stored.inode) and not rewritten \
+            and _begins_as_read(fd, info.st_size, stored):
         return stored.end_offset, stored.next_line, False
     return 0, 1, True
+
+
+def _begins_as_read(fd: int, size: int, stored: Checkpoint) -> bool:
+    """Whether the open file still begins with the bytes ``stored`` read: at least that long,
+    its head and the bytes before its resume point fingerprinted alike."""
+    return (stored.head_sha256 is not None and size >= stored.end_offset
+            and _sha(fd, 0, stored.head_len) == stored.head_sha256
+            and (stored.tail_sha256 is None
+                 or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256))
 
 
 def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
     """Whether the file at ``path`` still begins with the bytes ``stored`` read (its head and
     the bytes before its resume point fingerprinted alike, and at least that long), whatever
     its name, ctime or mtime now: the same stream, moved or appended to."""
-    if stored.head_sha256 is None:
-        return False
     try:
         fd = open_regular(path)
     except OSError:
         return False
     try:
-        return (os.fstat(fd).st_size >= stored.end_offset
-                and _sha(fd, 0, stored.head_len) == stored.head_sha256
-                and (stored.tail_sha256 is None
-                     or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256))
+        return _begins_as_read(fd, os.fstat(fd).st_size, stored)
     finally:
         os.close(fd)
 
