@@ -212,8 +212,8 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     if checkpoint is not None and checkpoint.paused_schema is None \
             and stream_changed_since_sync(run_dir, checkpoint) is False:
         # Not a byte since the last sync: the stored facts are the stream's.
-        if stored == ABANDONED and bytes_after_last_line(checkpoint):
-            return _with_final_line(facts, run_dir, run_id, checkpoint.end_offset, checkpoint.next_line, prober)
+        if stored == ABANDONED:
+            return _with_final_line(facts, run_dir, run_id, checkpoint)
         return stored, facts, None
     stream = os.path.join(run_dir, "events.jsonl")
     from .feed import parse_stream_line
@@ -251,16 +251,16 @@ def _with_new_lines(stored: str, facts: StatusFacts, run_dir: str, checkpoint, p
     if paused != facts.stream_paused:
         changed = True  # a newer schema met now, or understood now
     if not changed:
-        if stored == ABANDONED and bytes_after_last_line(read_to):
-            return _with_final_line(facts, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
+        if stored == ABANDONED:
+            return _with_final_line(facts, run_dir, run_id, read_to)
         return stored, facts, None
     lines = read_to.next_line - 1 if read_to is not None else None
     now = facts._replace(any_leg=any_leg, last_leg_open=open_, last_leg_phase=phase, last_outcome=outcome,
                          last_detail=detail, stream_paused=paused)
     if open_:
         status = derive(now, prober(run_dir))
-        if status == ABANDONED and bytes_after_last_line(read_to):
-            status, now, _ = _with_final_line(now, run_dir, run_id, read_to.end_offset, read_to.next_line, prober)
+        if status == ABANDONED:
+            status, now, _ = _with_final_line(now, run_dir, run_id, read_to)
         return status, now, lines
     now = now._replace(**_snapshot_facts_now(run_dir, run_id))
     return derive(now, Liveness.UNKNOWN), now, lines
@@ -274,16 +274,20 @@ def bytes_after_last_line(checkpoint) -> bool:
             and checkpoint.paused_schema is None and checkpoint.scan_offset is None)
 
 
-def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, end_offset: int, line_no: int,
-                     prober: Prober) -> tuple[str, StatusFacts, int | None]:
-    """The status of a run whose open leg's lock is free, with the bytes after its last
-    complete line: a whole event written without its newline (a write cut between the
-    two) is final once the lock is free — no writer is left to end it — and the engine's
-    own reader counts it. A run_finished there closed the leg: the run is not ABANDONED.
-    Anything else (nothing, a cut line, an event that closes nothing) leaves it ABANDONED."""
+def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, checkpoint
+                     ) -> tuple[str, StatusFacts, int | None]:
+    """The status of a run whose open leg's lock is free (ABANDONED so far), with the bytes
+    after its last complete line as ``checkpoint`` (the stream read up to now) left them: a
+    whole event written without its newline (a write cut between the two) is final once
+    the lock is free — no writer is left to end it — and the engine's own reader counts it.
+    A run_finished there closed the leg: the run is not ABANDONED. Anything else (nothing,
+    a cut line, an event that closes nothing) leaves it ABANDONED."""
     from .feed import Event, parse_stream_line
     from .tail import MAX_LINE_BYTES, Paused
 
+    if not bytes_after_last_line(checkpoint):
+        return ABANDONED, facts, None
+    end_offset, line_no = checkpoint.end_offset, checkpoint.next_line
     try:
         with open(os.path.join(run_dir, "events.jsonl"), "rb") as f:
             f.seek(end_offset)
