@@ -472,18 +472,13 @@ class PostgresBackend(Backend):
         from sqlalchemy import text
 
         scopes = (scope,) if isinstance(scope, str) else scope
-        deadline = time.monotonic() + wait_seconds
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             taken: list[int] = []
             try:
-                for one in scopes:
-                    key = sync_lock_key(one)
-                    retry_until(lambda k=key: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
+                take_advisory_locks(lambda k: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
                                                                 {"k": k}).scalar()),
-                                max(0.0, deadline - time.monotonic()), 0.2,
-                                f"another sync of {name or one} into this ledger is running")
-                    taken.append(key)
+                                    [(one, name or one) for one in scopes], wait_seconds, taken)
                 yield
             finally:
                 for key in reversed(taken):
@@ -577,6 +572,20 @@ def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
 def sync_lock_key(scope: str) -> int:
     """The PostgreSQL advisory lock key (class 1) of a sync scope."""
     return zlib.crc32(scope.encode()) & 0x7FFFFFFF
+
+
+def take_advisory_locks(try_lock: Callable[[int], bool], scopes: Sequence[tuple[str, str]], wait_seconds: float,
+                        taken: list[int] | None = None) -> None:
+    """PostgreSQL's sync locks (class 1 advisory locks, through ``try_lock``), each
+    (scope, name) in the order given, within ``wait_seconds`` in all (then LedgerBusy,
+    naming the scope's name); each key taken is appended to ``taken``."""
+    deadline = time.monotonic() + wait_seconds
+    for scope, name in scopes:
+        key = sync_lock_key(scope)
+        retry_until(lambda k=key: try_lock(k), max(0.0, deadline - time.monotonic()), 0.2,
+                    f"another sync of {name} into this ledger is running")
+        if taken is not None:
+            taken.append(key)
 
 
 def retry_until(attempt: Callable[[], bool], wait_seconds: float, pause: float, holder: str) -> None:

@@ -423,16 +423,12 @@ def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> No
     """The session advisory locks the full sync takes (backend.PostgresBackend.sync_lock):
     each home's, then the derivation's, waited for within ``wait_seconds`` in all. Held
     until the connection closes."""
-    from .backend import retry_until, sync_lock_key
+    from .backend import take_advisory_locks
 
-    deadline = time.monotonic() + wait_seconds
     scopes = [*((scope, home.label) for home in homes for scope in home_lock_scopes(home.path, home.label)),
               (DERIVE_SCOPE, DERIVE_SCOPE)]
-    for scope, name in scopes:
-        key = sync_lock_key(scope)
-        retry_until(lambda k=key: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
-                     max(0.0, deadline - time.monotonic()), 0.2,
-                     f"another sync of {name} into this ledger is running")
+    take_advisory_locks(lambda k: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
+                        scopes, wait_seconds)
 
 
 @contextlib.contextmanager
