@@ -31,7 +31,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
 READ_CHUNK = 1 << 20
@@ -144,29 +144,46 @@ def open_regular(path: str) -> int:
     return fd
 
 
-def _sha(fd: int, start: int, length: int) -> str:
-    return hashlib.sha256(os.pread(fd, length, start)).hexdigest()
+class Resume(NamedTuple):
+    """Where to read an open file from, and the bytes before that point as verified."""
+
+    offset: int
+    line: int
+    replace: bool  # the file is not the one read before: read from zero, rows rebuilt
+    head: bytes = b""  # the file's first bytes, up to the resume point (HEAD_BYTES at most)
+    lead: bytes = b""  # the bytes just before the resume point (TAIL_BYTES at most)
 
 
-def where_to_resume(fd: int, info: os.stat_result, stored: Checkpoint | None) -> tuple[int, int, bool]:
-    """(offset, line number, replace) for reading an open file again."""
+def where_to_resume(fd: int, info: os.stat_result, stored: Checkpoint | None) -> Resume:
+    """Where to read an open file again: after what ``stored`` read if the file provably
+    still holds it, else from zero."""
     if stored is None or (stored.head_sha256 is None and not stored.end_offset):
-        return 0, 1, False
+        return Resume(0, 1, False)
     rewritten = info.st_size == stored.size and (info.st_mtime_ns, info.st_ctime_ns) != (
         stored.mtime_ns, stored.ctime_ns)  # an append changes the size; this was written in place
-    if (info.st_dev, info.st_ino) == (stored.dev, stored.inode) and not rewritten \
-            and _begins_as_read(fd, info.st_size, stored):
-        return stored.end_offset, stored.next_line, False
-    return 0, 1, True
+    if (info.st_dev, info.st_ino) == (stored.dev, stored.inode) and not rewritten:
+        verified = _read_as_before(fd, info.st_size, stored)
+        if verified is not None:
+            return Resume(stored.end_offset, stored.next_line, False, *verified)
+    return Resume(0, 1, True)
+
+
+def _read_as_before(fd: int, size: int, stored: Checkpoint) -> tuple[bytes, bytes] | None:
+    """The open file's head and the bytes before its resume point, if they are still the
+    bytes ``stored`` read (by their fingerprints, and the file at least that long)."""
+    if stored.head_sha256 is None or size < stored.end_offset:
+        return None
+    head = os.pread(fd, stored.head_len, 0)
+    if hashlib.sha256(head).hexdigest() != stored.head_sha256:
+        return None
+    lead = os.pread(fd, stored.tail_len, stored.end_offset - stored.tail_len)
+    if stored.tail_sha256 is not None and hashlib.sha256(lead).hexdigest() != stored.tail_sha256:
+        return None
+    return head, lead
 
 
 def _begins_as_read(fd: int, size: int, stored: Checkpoint) -> bool:
-    """Whether the open file still begins with the bytes ``stored`` read: at least that long,
-    its head and the bytes before its resume point fingerprinted alike."""
-    return (stored.head_sha256 is not None and size >= stored.end_offset
-            and _sha(fd, 0, stored.head_len) == stored.head_sha256
-            and (stored.tail_sha256 is None
-                 or _sha(fd, stored.end_offset - stored.tail_len, stored.tail_len) == stored.tail_sha256))
+    return _read_as_before(fd, size, stored) is not None
 
 
 def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
@@ -192,15 +209,24 @@ class CompleteLines:
     longer than MAX_LINE_BYTES. Bytes after the last newline are a partial line: never
     yielded. When the file ends inside a runaway line, ``runaway_at`` is where that line
     began and ``scanned_to`` where the scan stopped, so a later read can go on from there.
+
+    ``fingerprints`` gives the head and the bytes before a line's end as they were read,
+    not as the file holds them by then: a file rewritten while it is read then shows as
+    changed to the next reader, which reads it again from zero. ``head`` and ``lead`` are
+    the bytes before ``start_offset`` as verified by the caller (see Resume).
     """
 
     def __init__(self, fd: int, start_offset: int, start_line: int, runaway_at: int | None = None,
-                 scan_from: int | None = None) -> None:
+                 scan_from: int | None = None, head: bytes = b"", lead: bytes = b"") -> None:
         self.fd, self.start_offset, self.start_line = fd, start_offset, start_line
         self.bytes_read = 0
         self.runaway_at = runaway_at
         self.scan_from = scan_from
         self.scanned_to: int | None = None
+        self._head = head
+        # The bytes of the file as read: ``_held`` from offset ``_held_at`` (the current
+        # chunk with the bytes before it), enough for the fingerprint of any line's end.
+        self._lead, self._held, self._held_at = lead, b"", start_offset
 
     def __iter__(self) -> Iterator[tuple[int, int, int, bytes | None]]:
         line_no = self.start_line
@@ -208,6 +234,8 @@ class CompleteLines:
         # Resuming inside a runaway line: its bytes up to scan_from are known to hold no newline.
         position = self.scan_from if runaway_at is not None and self.scan_from is not None else self.start_offset
         buffer = b""
+        if position != self.start_offset:
+            self._lead = b""  # resumed past a runaway line's known bytes: none held before
         while True:
             data = os.pread(self.fd, READ_CHUNK, position + len(buffer))
             if not data:
@@ -215,9 +243,11 @@ class CompleteLines:
                 self.scanned_to = position + len(buffer) if runaway_at is not None else None
                 return
             self.bytes_read += len(data)
+            chunk = buffer + data
+            self._hold(chunk, position)
             # One C-level split per chunk, not a find and a slice per line; the piece
             # after the last newline is a partial line and stays in the buffer.
-            lines = (buffer + data).split(b"\n")
+            lines = chunk.split(b"\n")
             buffer = lines.pop()
             for line in lines:
                 end = position + len(line) + 1
@@ -237,6 +267,34 @@ class CompleteLines:
                     runaway_at = position
                 position += len(buffer)
                 buffer = b""
+
+    def _hold(self, chunk: bytes, at: int) -> None:
+        held, held_at = self._held, self._held_at
+        if held:
+            used = at - held_at
+            self._lead = (self._lead + held[max(0, used - TAIL_BYTES):used])[-TAIL_BYTES:]
+        self._held, self._held_at = chunk, at
+        head = self._head
+        if len(head) < HEAD_BYTES and at <= len(head) <= at + len(chunk):
+            self._head = head + chunk[len(head) - at:HEAD_BYTES - at]
+
+    def _as_read(self, start: int, length: int) -> bytes:
+        """The file's bytes [start, start + length) as this read saw them; bytes it no
+        longer holds (inside a skipped runaway line) are read again."""
+        if start + length <= len(self._head):
+            return self._head[start:start + length]
+        at, lead, held = self._held_at, self._lead, self._held
+        if at - len(lead) <= start and start + length <= at + len(held):
+            both = lead[len(lead) - (at - start):] if start < at else b""
+            return (both + held[max(0, start - at):max(0, start + length - at)])[:length]
+        return os.pread(self.fd, length, start)
+
+    def fingerprints(self, end_offset: int) -> tuple[int, str, int, str]:
+        """(head_len, head_sha256, tail_len, tail_sha256) of what was read up to ``end_offset``."""
+        head_len = min(HEAD_BYTES, end_offset)
+        tail_len = min(TAIL_BYTES, end_offset)
+        return (head_len, hashlib.sha256(self._as_read(0, head_len)).hexdigest(),
+                tail_len, hashlib.sha256(self._as_read(end_offset - tail_len, tail_len)).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -282,10 +340,11 @@ class TailReader:
         self.fd = open_regular(path)
         try:
             self.info = os.fstat(self.fd)
-            self.start, self.start_line, self.replace = where_to_resume(self.fd, self.info, checkpoint)
+            self.resume = where_to_resume(self.fd, self.info, checkpoint)
         except BaseException:
             self.close()
             raise
+        self.start, self.start_line, self.replace = self.resume.offset, self.resume.line, self.resume.replace
         self.stored = checkpoint
         self.parse = parse
         self.problems: list[tuple[int, str]] = []
@@ -316,7 +375,8 @@ class TailReader:
             and start == checkpoint.end_offset
         lines = CompleteLines(fd, start, line_no,
                               runaway_at=start if resuming_runaway else None,
-                              scan_from=checkpoint.scan_offset if resuming_runaway else None)
+                              scan_from=checkpoint.scan_offset if resuming_runaway else None,
+                              head=self.resume.head, lead=self.resume.lead)
         problems = self.problems
         end_offset, next_line = start, line_no
         paused: Paused | None = None
@@ -342,13 +402,11 @@ class TailReader:
             if not resuming_runaway:  # first seen without its end: recorded once
                 problems.append((lines.runaway_at, RUNAWAY_REASON))
             scan_offset, scan_line = lines.scanned_to, next_line
-        head_len = min(HEAD_BYTES, end_offset)
-        tail_len = min(TAIL_BYTES, end_offset)
+        head_len, head_sha256, tail_len, tail_sha256 = lines.fingerprints(end_offset)
         self.checkpoint = Checkpoint(
             dev=info.st_dev, inode=info.st_ino, size=info.st_size, mtime_ns=info.st_mtime_ns,
             ctime_ns=info.st_ctime_ns, end_offset=end_offset, next_line=next_line,
-            head_len=head_len, head_sha256=_sha(fd, 0, head_len),
-            tail_len=tail_len, tail_sha256=_sha(fd, end_offset - tail_len, tail_len),
+            head_len=head_len, head_sha256=head_sha256, tail_len=tail_len, tail_sha256=tail_sha256,
             scan_offset=scan_offset, scan_line=scan_line,
             paused_schema=paused.schema if paused else None, paused_reason=paused.reason if paused else None)
         self.bytes_read = lines.bytes_read

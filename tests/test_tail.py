@@ -221,3 +221,70 @@ def test_complete_lines_across_chunks_crlf_blanks_and_a_partial_tail(tmp_path):
     assert reader.problems == [(expected[-2][1], RUNAWAY_REASON)]
     assert reader.checkpoint.end_offset == len(data) - len(b'{"partial":')
     assert reader.checkpoint.next_line == len(lines) + 1
+
+
+def _direct_fingerprints(data: bytes, end: int) -> tuple[int, str, int, str]:
+    """The checkpoint's fingerprints computed by hand from the bytes the test wrote."""
+    import hashlib
+
+    head, tail = min(1024, end), min(1024, end)
+    return (head, hashlib.sha256(data[:head]).hexdigest(), tail, hashlib.sha256(data[end - tail:end]).hexdigest())
+
+
+def _fingerprints_of(checkpoint) -> tuple[int, str, int, str]:
+    return checkpoint.head_len, checkpoint.head_sha256, checkpoint.tail_len, checkpoint.tail_sha256
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"", b'{"a":1}\n'],  # a first line shorter than the head
+    [b'{"a":1}\n{"b":', b'2}\n'],  # resumed inside the head, after a partial line
+    [b'{"a":1}\n' * 300, b'{"b":2}\n' * 5],  # resumed past the head
+    [b'{"a":"' + b"x" * (1 << 20) + b'"}\n', b'{"b":2}\n' * 2000],  # a chunk boundary inside a line
+    [b'{"a":1}\n' + b"r" * ((1 << 20) + 10), b'r\n{"b":2}\n'],  # a runaway line resumed and ended
+    [b'{"a":1}\n' + b"r" * ((1 << 20) + 10) + b"\n", b'{"b":2}\n' * 3],  # a runaway line just before
+])
+def test_a_checkpoint_fingerprints_the_bytes_it_read(tmp_path, pieces):
+    """Head and tail fingerprints equal the SHA-256 of the file's first 1 KiB and of the
+    1 KiB before the resume point, for fresh and resumed reads of any shape, and a
+    resumed read goes on from where the first stopped."""
+    from omg_ledger.tail import TailReader
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(pieces[0])
+    first = TailReader(str(path), None, lambda line, number, offset: line)
+    list(first)
+    assert _fingerprints_of(first.checkpoint) == _direct_fingerprints(pieces[0], first.checkpoint.end_offset)
+    with open(path, "ab") as f:
+        f.write(pieces[1])
+    data = pieces[0] + pieces[1]
+    second = TailReader(str(path), first.checkpoint, lambda line, number, offset: line)
+    list(second)
+    assert not second.replace and second.start == first.checkpoint.end_offset
+    assert second.checkpoint.end_offset == data.rindex(b"\n") + 1
+    assert _fingerprints_of(second.checkpoint) == _direct_fingerprints(data, second.checkpoint.end_offset)
+
+
+def test_a_stream_rewritten_in_place_while_it_is_read_is_read_again_from_zero(tmp_path):
+    """A file rewritten in place (same inode) after the first lines were read and before
+    the rest: what was read mixes both versions, so the checkpoint must describe the bytes
+    as read and the next read must start again from zero, not resume past the mix."""
+    from omg_ledger.tail import READ_CHUNK, TailReader
+
+    def lines(tag: bytes) -> bytes:  # two chunks' worth of 100-byte lines
+        line = b'{"v":"' + tag * 91 + b'"}\n'
+        return line * (2 * READ_CHUNK // len(line) + 1)
+
+    old, new = lines(b"o"), lines(b"n") + b'{"v":"longer"}\n'  # a new size: not a same-size rewrite
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(old)
+    reader = TailReader(str(path), None, lambda line, number, offset: line)
+    read = iter(reader)
+    seen = [next(read)]
+    with open(path, "r+b") as f:  # in place: the same inode
+        f.write(new)
+    seen.extend(read)
+    assert seen[0] == old.split(b"\n")[0] and seen[-1] == new.split(b"\n")[-2]  # the read mixed both
+    again = TailReader(str(path), reader.checkpoint, lambda line, number, offset: line)
+    reread = list(again)
+    assert again.replace and again.start == 0
+    assert reread == new.split(b"\n")[:-1]
