@@ -549,10 +549,14 @@ class SyncLockUnavailable(Exception):
 @contextlib.contextmanager
 def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
     """The sync lock of a SQLite ledger: an flock held on the file beside it, waited for
-    up to ``wait_seconds`` (then LedgerBusy)."""
-    lock_path = path + ".sync-lock"
+    up to ``wait_seconds`` (then LedgerBusy).
+
+    Beside the file itself, not beside the name it was given: syncs naming one ledger
+    through a symlink and through its path take one lock. A lock path that is itself a
+    symlink is refused, never followed (creating the file it names elsewhere)."""
+    lock_path = os.path.realpath(path) + ".sync-lock"
     try:
-        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     except OSError as exc:
         raise SyncLockUnavailable(lock_path) from exc
     try:

@@ -534,6 +534,45 @@ def test_cli_sync_while_another_holds_the_ledger_exits_75(big_home, tmp_path):
     assert_clean_exit(cli("sync", "--db", db, "--home", big_home))  # the lock died with its holder
 
 
+def test_a_ledger_named_through_a_symlink_takes_the_same_sync_lock(big_home, tmp_path):
+    """Cron naming the ledger through a symlink, a user through its path: one lock, so the
+    second sync waits (here: refused, --wait 0) instead of racing the first."""
+    real = tmp_path / "data" / "ledger.sqlite"
+    real.parent.mkdir()
+    open_ledger(str(real)).dispose()
+    link = tmp_path / "ledger.sqlite"
+    link.symlink_to(real)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"), f"{real}.sync-lock"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = cli("sync", "--db", link, "--home", big_home, "--wait", "0")
+        assert refused.returncode == 75 and "another sync holds" in refused.stderr, refused.stderr
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert not os.path.lexists(f"{link}.sync-lock")
+    assert_clean_exit(cli("sync", "--db", link, "--home", big_home))
+
+
+def test_a_sync_lock_path_that_is_a_symlink_is_refused_not_followed(tmp_path):
+    """The lock file is created beside the ledger; a symlink planted in its place (into a
+    home, say) is not followed: nothing is created where it points, one line, exit 3."""
+    db = tmp_path / "ledger.sqlite"
+    target = tmp_path / "elsewhere" / "planted"
+    target.parent.mkdir()
+    os.symlink(target, f"{db}.sync-lock")
+    result = cli("sync", "--db", db, "--home", CORPUS_HOME)
+    assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("omg-ledger: error: cannot create the sync lock")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not os.path.lexists(target)
+
+
 @pytest.mark.parametrize("command", [["cost", "--json"], ["runs", "--json"], ["audit"], ["sql", "SELECT 1"],
                                      ["sync", "--home", str(CORPUS_HOME)]])
 def test_a_ledger_another_process_locks_exclusively_is_busy_exit_75(tmp_path, command):
