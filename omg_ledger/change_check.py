@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -342,8 +343,11 @@ def sqlite_file(db: str) -> str | None:
     elif "://" in db:
         return None
     path = os.path.abspath(os.path.expanduser(db))
-    # Anything else (no file, not SQLite) is the full sync's to refuse, before any lock file exists.
+    # Anything else (no file, not SQLite, a FIFO or device) is the full sync's to refuse,
+    # before any lock file exists.
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
     except OSError:

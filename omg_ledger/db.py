@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -545,12 +546,25 @@ NOT_SQLITE = ("is not a SQLite database: not a ledger, or a damaged one (restore
 
 
 def _check_sqlite_file(path: str, shown: str) -> None:
-    """A directory or a file that is not SQLite is refused; a missing file is the caller's."""
+    """A directory, a FIFO or device, or a file that is not SQLite is refused; a missing
+    file is the caller's."""
     from .errors import NotALedger
 
-    if os.path.isdir(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(mode):
         raise NotALedger(f"{shown} is a directory, not a ledger file "
                          f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
+    if not stat.S_ISREG(mode):
+        # Opening a FIFO blocks; SQLite would read a device and write a journal beside it.
+        from .files import file_kind
+
+        raise NotALedger(f"{shown} is {file_kind(mode)}, not a regular file: a ledger is a SQLite file; "
+                         f"point --db at the ledger's file, or at a new path for a new ledger")
     try:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))

@@ -19,6 +19,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from .files import file_kind
 from .tail import machine_source
 
 RACY_WINDOW_NS = 2_000_000_000  # a directory changed this recently may change again unseen
@@ -148,14 +149,6 @@ def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int
     return info.st_mtime_ns
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 def _scan_directory(path: str) -> list[tuple[str, str]]:
     """(name, kind) of every entry of ``path``, kind one of "link", "dir", "file",
     "other". A ``path`` that is itself a symlink is refused (ELOOP), so a directory
@@ -187,7 +180,7 @@ def list_run_dir(path: str) -> DirListing:
         elif name in CONTRACT_FILES:  # (ASCII names: one not UTF-8 is none of them)
             entry = os.path.join(path, name)
             try:
-                what = _kind(os.stat(entry, follow_symlinks=False).st_mode)
+                what = file_kind(os.stat(entry, follow_symlinks=False).st_mode)
             except OSError as exc:
                 what = f"unreadable ({exc.strerror or exc})"
             damage.append(SkippedEntry(entry, f"{name} is {what}, not a regular file: not read"))

@@ -1,4 +1,4 @@
-"""Writing an output file so a reader never sees half of it."""
+"""Writing an output file so a reader never sees half of it; naming what a path holds instead of a file."""
 
 from __future__ import annotations
 
@@ -53,3 +53,14 @@ def _write_into(path: str, text: str) -> None:
             out.write(text)
     except OSError as exc:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def file_kind(mode: int) -> str:
+    """What a node that is not a regular file is, for a message: "a FIFO", "a device"…"""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"

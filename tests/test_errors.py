@@ -92,6 +92,41 @@ def test_a_directory_or_a_file_that_is_not_sqlite_is_not_a_ledger(tmp_path, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_a_fifo_or_a_device_is_not_a_ledger(tmp_path):
+    """--db naming a FIFO (opening it waits for a writer that never comes) or a device
+    (/dev/null: SQLite reads it as an empty database and makes a journal beside it): one
+    line, exit 3, before anything opens it; nothing is made beside either."""
+    fifo = tmp_path / "ledger.sqlite"
+    os.mkfifo(fifo)
+    beside_null = [f"/dev/null{suffix}" for suffix in ("-journal", "-wal", "-shm", ".sync-lock")]
+    there_before = {path for path in beside_null if os.path.exists(path)}
+    try:
+        for args in (["sync", "--home", EXAMPLES], ["runs"]):
+            for db, kind in ((fifo, "a FIFO"), ("/dev/null", "a device")):
+                try:
+                    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args), "--db", str(db)],
+                                            capture_output=True, text=True, timeout=60)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"{args[0]} --db {db} blocked")
+                line = one_line_error(result, 3)
+                assert f"{db} is {kind}, not a regular file" in line
+        # The no-op sync's own look at the file (a library caller skips the CLI's check).
+        look = "import sys; from omg_ledger.change_check import sqlite_file; print(sqlite_file(sys.argv[1]))"
+        for db in (fifo, "/dev/null"):
+            try:
+                result = subprocess.run([sys.executable, "-c", look, str(db)], capture_output=True, text=True,
+                                        timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"change_check.sqlite_file({db}) blocked")
+            assert (result.returncode, result.stdout) == (0, "None\n"), result.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.sqlite"]
+        assert {path for path in beside_null if os.path.exists(path)} == there_before
+    finally:
+        for path in set(beside_null) - there_before:  # what a ledger opened on /dev/null made
+            if os.path.exists(path):
+                os.unlink(path)
+
+
 def _another_programs_database(path) -> bytes:
     con = sqlite3.connect(path)
     con.executescript("CREATE TABLE t (x); CREATE TABLE notes (y); CREATE TABLE tags (z); CREATE TABLE w (v);"
