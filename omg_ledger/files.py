@@ -1,4 +1,5 @@
-"""Writing an output file so a reader never sees half of it; naming what a path holds instead of a file."""
+"""Writing an output file so a reader never sees half of it; reading a small input file
+without blocking on a FIFO or reading a device."""
 
 from __future__ import annotations
 
@@ -53,6 +54,22 @@ def _write_into(path: str, text: str) -> None:
             out.write(text)
     except OSError as exc:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def read_text_file(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of the regular file at ``path`` (a symlink is followed). A FIFO
+    would block the open until a writer came, a device (/dev/zero) could be read
+    forever: anything but a regular file is a BadArgument naming ``what`` it was to be
+    (e.g. "the saved query"). OSError and UnicodeDecodeError are the caller's to word."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not a regular file: not read")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, encoding="utf-8") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # replaced between the stat and the open
+            raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not a regular file: not read")
+        return f.read()
 
 
 def file_kind(mode: int) -> str:

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from omg_ledger.cli import main
 
+from .cli_checks import one_line_error
 from .conftest import REPO
 from .test_cli import all_commands
 
@@ -89,6 +90,26 @@ def test_users_own_queries_are_listed_and_run_beside_the_shipped_ones(tmp_path):
     names = {q["name"]: q for q in json.loads(listed.stdout)}
     assert "one" in names and "codex_runs" not in names and names["one"]["origin"] == "yours"
     assert json.loads(cli("query", "one", "--queries", other, "--db", ledger, "--json").stdout)["rows"] == [{"one": 1}]
+
+
+def test_a_saved_query_that_is_a_fifo_or_a_device_is_one_line_not_read(tmp_path):
+    """A FIFO among the saved queries (its open would wait for a writer forever) or a link
+    to a device: `query --list` and `query --describe` say so in one line, exit 2."""
+    fifo_dir, device_dir = tmp_path / "fifo", tmp_path / "device"
+    for directory in (fifo_dir, device_dir):
+        directory.mkdir()
+        (directory / "fine.sql").write_text("-- fine: the number one.\nSELECT 1 AS one\n")
+    os.mkfifo(fifo_dir / "stuck.sql")
+    os.symlink("/dev/null", device_dir / "null.sql")
+    for directory, bad, kind in ((fifo_dir, "stuck.sql", "a FIFO"), (device_dir, "null.sql", "a device")):
+        for args in (["--list"], ["--describe", "fine"]):
+            try:
+                result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "query", *args, "--queries",
+                                         str(directory)], capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"query {' '.join(args)} blocked on {bad}")
+            line = one_line_error(result, 2)
+            assert f"the saved query {directory / bad} is {kind}, not a regular file" in line
 
 
 def test_no_internal_jargon_in_help_or_saved_queries():

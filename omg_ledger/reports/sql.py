@@ -778,6 +778,8 @@ def user_queries_dir() -> str:
 def _user_queries(directory: str, shipped: set[str]) -> list[SavedQuery]:
     import os
 
+    from ..files import read_text_file
+
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".sql"))
     except FileNotFoundError:
@@ -788,8 +790,7 @@ def _user_queries(directory: str, shipped: set[str]) -> list[SavedQuery]:
     for file_name in names:
         path = os.path.join(directory, file_name)
         try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            text = read_text_file(path, "the saved query")
         except (OSError, UnicodeDecodeError) as exc:
             raise BadArgument(f"cannot read the saved query {path}: {getattr(exc, 'strerror', None) or exc}") from exc
         query = parse_saved(file_name[:-4], text)
