@@ -56,20 +56,27 @@ def _write_into(path: str, text: str) -> None:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def read_text_file(path: str | os.PathLike, what: str) -> str:
+def read_text_file(path: str | os.PathLike, what: str, *, pipe: bool = False) -> str:
     """The UTF-8 text of the regular file at ``path`` (a symlink is followed). A FIFO
     would block the open until a writer came, a device (/dev/zero) could be read
-    forever: anything but a regular file is a BadArgument naming ``what`` it was to be
-    (e.g. "the saved query"). OSError and UnicodeDecodeError are the caller's to word."""
+    forever: anything else is a BadArgument naming ``what`` it was to be (e.g. "the
+    saved query"). With ``pipe``, a FIFO is read too: a shell's ``<(cat book.toml)`` is
+    one (/dev/fd/N), its writer already started. OSError and UnicodeDecodeError are the
+    caller's to word."""
     mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not a regular file: not read")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    _check_readable(mode, path, what, pipe)
+    # O_NONBLOCK: a FIFO swapped in after the stat is opened at once, then refused.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if stat.S_ISFIFO(mode) else os.O_NONBLOCK))
     with open(fd, encoding="utf-8") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # replaced between the stat and the open
-            raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not a regular file: not read")
+        _check_readable(os.fstat(fd).st_mode, path, what, pipe)
         return f.read()
+
+
+def _check_readable(mode: int, path: str | os.PathLike, what: str, pipe: bool) -> None:
+    if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
+        return
+    expected = "a regular file or a pipe" if pipe else "a regular file"
+    raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not {expected}: not read")
 
 
 def file_kind(mode: int) -> str:

@@ -103,9 +103,11 @@ def limits_from_config(path: Path | None = None) -> list[Limit]:
     """The [limits] table of the config file; none when the file does not exist."""
     import tomllib
 
+    from .files import read_text_file
+
     path = path or config_path()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_file(path, "config file", pipe=True)
     except FileNotFoundError:
         if os.environ.get(ENV_CONFIG):
             raise BadArgument(f"{ENV_CONFIG}={path} does not exist") from None

@@ -171,9 +171,11 @@ def book_path(flag: str | None = None) -> Path:
 
 
 def load_book(flag: str | None = None) -> PriceBook:
+    from .files import read_text_file
+
     path = book_path(flag)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text_file(path, "price book", pipe=True)
     except (OSError, UnicodeDecodeError) as exc:
         raise BadArgument(f"cannot read price book {path}: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_book(text, str(path))

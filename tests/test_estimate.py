@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import resource
 import sqlite3
+import subprocess
+import sys
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +31,7 @@ from omg_ledger.prices import (
 )
 from omg_ledger.reports.cost import cost_report
 from tests import test_cost
+from tests.cli_checks import one_line_error
 from tests.test_cost import NOW, TOTAL, A, ev, ledger, nanos, state, t, write_run
 
 scenario_home = test_cost.scenario_home  # the cost tests' fixture, used here too
@@ -203,6 +208,59 @@ def test_cli_bad_book_is_exit_2_one_line(sqlite_url, tmp_path, scenario_home):
     assert result.output.strip().count("\n") == 0 and "omg-ledger: error: price book" in result.output
     missing = CliRunner().invoke(main, ["cost", "--db", sqlite_url, "--estimate", "--prices", str(tmp_path / "no")])
     assert missing.exit_code == 2 and "cannot read price book" in missing.output
+
+
+def _run_cli(*args: str, env: dict | None = None, pass_fds: tuple[int, ...] = ()) -> subprocess.CompletedProcess:
+    """The CLI as its own process, its address space capped: a device read without end
+    fails there with MemoryError instead of filling this machine's memory."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    try:
+        return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, **(env or {})}, pass_fds=pass_fds, preexec_fn=cap)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(args)} blocked")
+
+
+def test_a_book_or_config_that_is_a_device_is_one_line_and_a_pipe_is_read(sqlite_url, tmp_path, estimate_home):
+    """A device as the price book or the config file (/dev/zero would be read until memory
+    ran out, /dev/null read as an empty file): one line, exit 2. A pipe is read:
+    `--prices <(cat book.toml)` hands over /dev/fd/N, and a named FIFO is a pipe too."""
+    ledger(sqlite_url, estimate_home)
+    for device in ("/dev/null", "/dev/zero"):
+        line = one_line_error(_run_cli("cost", "--db", sqlite_url, "--estimate", "--prices", device), 2)
+        assert f"price book {device} is a device, not a regular file or a pipe" in line
+        line = one_line_error(_run_cli("limits", "--db", sqlite_url, "--limit", "day=50",
+                                       env={"OMG_LEDGER_CONFIG": device}), 2)
+        assert f"config file {device} is a device, not a regular file or a pipe" in line
+
+    read_end, write_end = os.pipe()  # what <(cat book.toml) gives the command
+    os.write(write_end, BOOK.encode())  # (the book fits in the pipe's buffer)
+    os.close(write_end)
+    try:
+        piped = _run_cli("cost", "--db", sqlite_url, "--tz", "UTC", "--estimate", "--json",
+                         "--prices", f"/dev/fd/{read_end}", pass_fds=(read_end,))
+    finally:
+        os.close(read_end)
+    assert piped.returncode == 0, piped.stderr
+    doc = json.loads(piped.stdout)
+    assert doc["total"]["estimated_nano_usd"] == SCAN_NANOS + FIX_NANOS
+    assert doc["price_book"]["path"] == f"/dev/fd/{read_end}"
+
+    book_file, fifo = tmp_path / "prices.toml", tmp_path / "prices.fifo"
+    book_file.write_text(BOOK)
+    os.mkfifo(fifo)
+    writer = subprocess.Popen([sys.executable, "-c", "import sys; open(sys.argv[2], 'w').write(open(sys.argv[1]).read())",
+                               str(book_file), str(fifo)])
+    try:
+        named = _run_cli("cost", "--db", sqlite_url, "--tz", "UTC", "--estimate", "--json", "--prices", str(fifo))
+    finally:
+        if writer.poll() is None:  # the FIFO was never opened for reading: the writer waits for ever
+            writer.kill()
+        writer.wait()
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout)["total"]["estimated_nano_usd"] == SCAN_NANOS + FIX_NANOS
 
 
 # -- cost --estimate ---------------------------------------------------------------------------
