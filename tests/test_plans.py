@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+from .builders import graph
 from .cli_checks import one_line_error
 from .conftest import REPO
 
@@ -51,3 +52,23 @@ def test_plans_lists_previews_with_graph_and_refusal(tmp_path):
     unknown = cli("plans", "--db", db, "--home", "elsewhere", "--json")
     assert "--home 'elsewhere' is no home of this ledger" in one_line_error(unknown, 2)
     assert unknown.stdout == ""
+
+
+def test_a_plan_graph_name_holding_nul_is_stored_with_u_fffd(db_url, tmp_path):
+    """PostgreSQL text cannot hold NUL: a plan whose graph.json names its graph with a
+    \\u0000 escape is stored with U+FFFD there, as derived text is, and the sync goes on
+    (on SQLite too, so both ledgers agree); the next sync finds nothing changed."""
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    plan = home / "plans" / "20261130-090000.000000001-1"
+    plan.mkdir(parents=True)
+    (plan / "graph.json").write_text(json.dumps({**graph("scan"), "name": "nightly\x00build"}))
+    assert "\\u0000" in (plan / "graph.json").read_text()
+    for _ in range(2):
+        synced = cli("sync", "--db", db_url, "--home", f"here={home}", "--json")
+        assert synced.returncode == 0, synced.stderr
+        assert json.loads(synced.stdout)["problems"] == []
+    listed = cli("plans", "--db", db_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(p["plan_id"], p["graph"]) for p in json.loads(listed.stdout)] == \
+        [("20261130-090000.000000001-1", "nightly\ufffdbuild")]
