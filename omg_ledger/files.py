@@ -1,5 +1,5 @@
 """Writing an output file so a reader never sees half of it; reading a small input file
-without blocking on a FIFO or reading a device."""
+without blocking on a FIFO or reading a device without end."""
 
 from __future__ import annotations
 
@@ -56,26 +56,32 @@ def _write_into(path: str, text: str) -> None:
         raise BadArgument(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def read_text_file(path: str | os.PathLike, what: str, *, pipe: bool = False) -> str:
-    """The UTF-8 text of the regular file at ``path`` (a symlink is followed). A FIFO
-    would block the open until a writer came, a device (/dev/zero) could be read
-    forever: anything else is a BadArgument naming ``what`` it was to be (e.g. "the
-    saved query"). With ``pipe``, a FIFO is read too: a shell's ``<(cat book.toml)`` is
-    one (/dev/fd/N), its writer already started. OSError and UnicodeDecodeError are the
-    caller's to word."""
+MAX_TEXT_FILE_BYTES = 8 << 20  # a price book, config or saved query is a few KiB
+
+
+def read_text_file(path: str | os.PathLike, what: str, *, stream: bool = False) -> str:
+    """The UTF-8 text of the regular file at ``path`` (a symlink is followed), at most
+    MAX_TEXT_FILE_BYTES. Anything else is a BadArgument naming ``what`` it was to be
+    (e.g. "the saved query"): a FIFO would block the open until a writer came. With
+    ``stream`` (a file named on purpose), a pipe or a character device is read too, to
+    the same bound: a shell's ``<(cat book.toml)`` is a pipe (/dev/fd/N), /dev/null an
+    empty file, /dev/zero too long. OSError and UnicodeDecodeError are the caller's to word."""
     mode = os.stat(path).st_mode
-    _check_readable(mode, path, what, pipe)
+    _check_readable(mode, path, what, stream)
     # O_NONBLOCK: a FIFO swapped in after the stat is opened at once, then refused.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if stat.S_ISFIFO(mode) else os.O_NONBLOCK))
-    with open(fd, encoding="utf-8") as f:
-        _check_readable(os.fstat(fd).st_mode, path, what, pipe)
-        return f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if stream else os.O_NONBLOCK))
+    with open(fd, "rb") as f:
+        _check_readable(os.fstat(fd).st_mode, path, what, stream)
+        data = f.read(MAX_TEXT_FILE_BYTES + 1)
+    if len(data) > MAX_TEXT_FILE_BYTES:
+        raise BadArgument(f"{what} {os.fspath(path)} holds more than {MAX_TEXT_FILE_BYTES >> 20} MiB: not read")
+    return data.decode("utf-8")
 
 
-def _check_readable(mode: int, path: str | os.PathLike, what: str, pipe: bool) -> None:
-    if stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode)):
+def _check_readable(mode: int, path: str | os.PathLike, what: str, stream: bool) -> None:
+    if stat.S_ISREG(mode) or (stream and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode))):
         return
-    expected = "a regular file or a pipe" if pipe else "a regular file"
+    expected = "a regular file, a pipe or a character device" if stream else "a regular file"
     raise BadArgument(f"{what} {os.fspath(path)} is {file_kind(mode)}, not {expected}: not read")
 
 

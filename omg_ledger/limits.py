@@ -107,7 +107,7 @@ def limits_from_config(path: Path | None = None) -> list[Limit]:
 
     path = path or config_path()
     try:
-        text = read_text_file(path, "config file", pipe=True)
+        text = read_text_file(path, "config file", stream=True)
     except FileNotFoundError:
         if os.environ.get(ENV_CONFIG):
             raise BadArgument(f"{ENV_CONFIG}={path} does not exist") from None

@@ -175,7 +175,7 @@ def load_book(flag: str | None = None) -> PriceBook:
 
     path = book_path(flag)
     try:
-        text = read_text_file(path, "price book", pipe=True)
+        text = read_text_file(path, "price book", stream=True)
     except (OSError, UnicodeDecodeError) as exc:
         raise BadArgument(f"cannot read price book {path}: {getattr(exc, 'strerror', None) or exc}") from None
     return parse_book(text, str(path))

@@ -223,17 +223,21 @@ def _run_cli(*args: str, env: dict | None = None, pass_fds: tuple[int, ...] = ()
         pytest.fail(f"{' '.join(args)} blocked")
 
 
-def test_a_book_or_config_that_is_a_device_is_one_line_and_a_pipe_is_read(sqlite_url, tmp_path, estimate_home):
-    """A device as the price book or the config file (/dev/zero would be read until memory
-    ran out, /dev/null read as an empty file): one line, exit 2. A pipe is read:
+def test_a_book_or_config_that_is_a_device_or_a_pipe_is_read_to_a_bound(sqlite_url, tmp_path, estimate_home):
+    """A file named on purpose is read whatever it is, to a bound: /dev/null is an empty
+    file (a config without limits; a book without its schema line), /dev/zero would be
+    read until memory ran out (one line, exit 2, at 8 MiB), and a pipe is read:
     `--prices <(cat book.toml)` hands over /dev/fd/N, and a named FIFO is a pipe too."""
     ledger(sqlite_url, estimate_home)
-    for device in ("/dev/null", "/dev/zero"):
-        line = one_line_error(_run_cli("cost", "--db", sqlite_url, "--estimate", "--prices", device), 2)
-        assert f"price book {device} is a device, not a regular file or a pipe" in line
-        line = one_line_error(_run_cli("limits", "--db", sqlite_url, "--limit", "day=50",
-                                       env={"OMG_LEDGER_CONFIG": device}), 2)
-        assert f"config file {device} is a device, not a regular file or a pipe" in line
+    line = one_line_error(_run_cli("cost", "--db", sqlite_url, "--estimate", "--prices", "/dev/zero"), 2)
+    assert "price book /dev/zero holds more than 8 MiB: not read" in line
+    line = one_line_error(_run_cli("limits", "--db", sqlite_url, env={"OMG_LEDGER_CONFIG": "/dev/zero"}), 2)
+    assert "config file /dev/zero holds more than 8 MiB: not read" in line
+    line = one_line_error(_run_cli("cost", "--db", sqlite_url, "--estimate", "--prices", "/dev/null"), 2)
+    assert "price book /dev/null: schema = 1 expected" in line
+    empty = _run_cli("limits", "--db", sqlite_url, "--json", "--limit", "day=50", env={"OMG_LEDGER_CONFIG": "/dev/null"})
+    assert empty.returncode == 0, empty.stderr
+    assert [limit["limit"] for limit in json.loads(empty.stdout)["limits"]] == ["day"]
 
     read_end, write_end = os.pipe()  # what <(cat book.toml) gives the command
     os.write(write_end, BOOK.encode())  # (the book fits in the pipe's buffer)
