@@ -73,6 +73,12 @@ DENIED = [
     ("SELECT txid_current()", "txid-current"),
     ("SELECT pg_current_xact_id()", "current-xact-id"),
     ("SELECT brin_summarize_new_values('ix_charges_run_id')", "brin-summarize"),
+    ("SELECT pg_nextoid('pg_class'::regclass, 'oid', 'pg_class_oid_index'::regclass)", "nextoid"),
+    ("SELECT pg_log_standby_snapshot()", "standby-snapshot"),  # PostgreSQL 16: writes WAL
+    ("SELECT pg_sync_replication_slots()", "sync-slots"),  # 17
+    ("SELECT pg_restore_relation_stats('schemaname', 'public', 'relname', 'runs', 'relpages', 1)",
+     "restore-stats"),  # 18: rewrites catalog statistics
+    ("SELECT pg_clear_relation_stats('public', 'runs')", "clear-stats"),  # 18
 ]
 
 

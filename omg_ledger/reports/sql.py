@@ -331,7 +331,8 @@ def early_check(sql: str, dialect: str) -> None:
 
 # Functions a READ ONLY transaction does not stop: they write WAL, end or signal other
 # sessions, take session locks (pg_advisory_lock blocks sync), read or write server
-# files, change settings, slots, statistics or indexes, or use up a transaction id.
+# files, change settings, slots, statistics or indexes, or use up a transaction id or
+# an OID (PostgreSQL 16-18's names included: refused by name before any server sees them).
 # A statement whose code calls one is refused before it is sent. An entry ending in "*"
 # stands for every function whose name starts with what precedes it.
 PG_DENIED_FUNCTIONS = (
@@ -345,7 +346,8 @@ PG_DENIED_FUNCTIONS = (
     "pg_promote", "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_xlog_replay_pause", "pg_xlog_replay_resume",
     "pg_read_*", "pg_ls_*", "pg_stat_file", "pg_file_*", "set_config", "pg_notify", "dblink*",
     "pg_import_system_collations", "txid_current", "pg_current_xact_id", "brin_summarize_new_values",
-    "brin_summarize_range", "brin_desummarize_range", "gin_clean_pending_list",
+    "brin_summarize_range", "brin_desummarize_range", "gin_clean_pending_list", "pg_nextoid",
+    "pg_log_standby_snapshot", "pg_sync_replication_slots", "pg_restore_*", "pg_clear_*",
 )
 # Functions that run SQL given to them as text, which the check above cannot read.
 PG_SQL_RUNNING_FUNCTIONS = ("query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "ts_stat",
