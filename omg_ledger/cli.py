@@ -463,6 +463,11 @@ def open_db_readonly(db: str | None, oldest: str | None = None):
 
 def _usage_error(exc: click.UsageError, command_path: str) -> NoReturn:
     """One line, as every other error (click's own is a usage block and a blank line)."""
+    if isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+        # `omg-ledger` or `omg-ledger db` alone (click 8.2+): the help as --help lays it
+        # out, not squeezed into one line of \x0a escapes; still exit 2, no command ran.
+        _to_stderr(exc.format_message())
+        sys.exit(exc.exit_code)
     where = exc.ctx.command_path if exc.ctx is not None else command_path
     _say_line(f"omg-ledger: error: {exc.format_message()} (`{where} --help` says more)")
     sys.exit(exc.exit_code)

@@ -91,3 +91,14 @@ def test_cost_since_empty_prints_no_all_time_total(tmp_path):
     result = subprocess.run([*cli, "cost", "--json"], capture_output=True, text=True, env={**os.environ,
                             "OMG_LEDGER_DB": db, "OMG_LEDGER_PRICES": ""})
     assert result.returncode == 0 and json.loads(result.stdout)["since"] is None
+
+
+@pytest.mark.parametrize("args", [[], ["db"]], ids=["omg-ledger", "omg-ledger db"])
+def test_a_group_without_a_command_prints_its_help_as_help(args):
+    """`omg-ledger` alone is a usage error (exit 2, nothing ran), and what it shows is
+    the help laid out as --help lays it out: a line per line, not one line of escapes."""
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"Usage: {' '.join(['omg-ledger', *args])} [OPTIONS] COMMAND [ARGS]..."
+    assert "Commands:" in lines and "\\x0a" not in result.stderr
