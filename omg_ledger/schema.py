@@ -794,7 +794,7 @@ DOCS: dict[str, dict[str, str]] = {
         "run_pk": _RUN_PK,
         "seq": "Finding number within the run.",
         "kind": "dropped_event, snapshot_record_missing, snapshot_behind, cost_mismatch, "
-                "run_finished_without_leg or diverged_copy.",
+                "recovery_negative, run_finished_without_leg or diverged_copy.",
         "node_id": "The node concerned, when any.",
         "leg_ordinal": "The leg concerned, when any.",
         "detail": "What disagrees.",
