@@ -582,8 +582,10 @@ def main() -> None:
 @db_option
 @home_option
 @json_option
-@click.option("--strict", is_flag=True, help="Exit 1 when problems were recorded (default: exit 0 once the sync completed).")
-@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True,
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when this sync recorded problems in what it read (default: exit 0 once the sync "
+                   "completed). Problems left open by earlier syncs do not count: `omg-ledger problems` lists them.")
+@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for another sync holding the ledger before giving up (exit 75).")
 @click.option("--invocations", "invocation_files", metavar="PATH", multiple=True, envvar=config.ENV_INVOCATIONS,
               help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS.")
@@ -664,7 +666,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @json_option
 @click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", shell_complete=COMPLETE_RUN_IDS,
               help="Only this run (repeatable; exact run id).")
-@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True,
+@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
 @ledger_errors
 def rebuild(db, as_json, run_ids, wait_seconds) -> None:
@@ -1079,7 +1081,7 @@ def _emit_chart(report: dict) -> None:
 
 def limit_options(f: Callable) -> Callable:
     f = click.option("--tz", metavar="ZONE", help="IANA zone days, weeks and months are cut in (the limit periods, and "
-                          "the report's days). Default: local zone.")(f)
+                          "the report's days) and dates without an offset are read in. Default: local zone.")(f)
     return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
                         help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
                              "node:GRAPH/NODE/day=1. Added to the [limits] of config.toml in the config directory "
@@ -1240,8 +1242,8 @@ def metrics(db, output) -> None:
     """Prometheus text exposition of the ledger, for node_exporter's textfile collector.
 
     Known spend, invocations and unpriced invocations by runtime and graph; runs by live
-    status; ABANDONED runs; recorded input problems; the newest event's time. All
-    gauges, over all time.
+    status; ABANDONED runs; open input problems; the newest event's time; when each
+    home's last sync completed. All gauges, over all time.
 
     \b
     Example:
