@@ -588,7 +588,8 @@ def main() -> None:
 @click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for another sync holding the ledger before giving up (exit 75).")
 @click.option("--invocations", "invocation_files", metavar="PATH", multiple=True, envvar=config.ENV_INVOCATIONS,
-              help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS.")
+              help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS "
+                   "(several paths separated by spaces).")
 @click.option("--relabel", is_flag=True,
               help="Let a --home LABEL=DIR whose label holds another directory point at DIR instead.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, metavar="N",
