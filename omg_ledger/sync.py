@@ -238,9 +238,22 @@ def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None
             if home.explicit:
                 named.append(homes_t.c.label == home.label)
             if conn.execute(select(homes_t.c.id).where(or_(*named))).first() is None:
-                what = "is not a directory" if os.path.lexists(home.path) else "does not exist"
-                raise BadArgument(f"home directory {home.path} {what} and this ledger has never indexed "
-                                  f"a home there: check --home or OMG_HOME (nothing was indexed)")
+                raise _unknown_missing_home(home)
+
+
+def refuse_missing_homes_of_a_new_ledger(homes: Sequence[Home]) -> None:
+    """A ledger not created yet has indexed no home: a missing one is refused before the
+    ledger file (and its directory) is made, so a mistyped first sync leaves nothing that
+    later reads as an empty ledger."""
+    for home in homes:
+        if not os.path.isdir(home.path):
+            raise _unknown_missing_home(home)
+
+
+def _unknown_missing_home(home: Home) -> BadArgument:
+    what = "is not a directory" if os.path.lexists(home.path) else "does not exist"
+    return BadArgument(f"home directory {home.path} {what} and this ledger has never indexed "
+                       f"a home there: check --home or OMG_HOME (nothing was indexed)")
 
 
 def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float = 60.0,

@@ -134,6 +134,20 @@ def test_a_home_never_indexed_that_does_not_exist_is_refused(sqlite_url, tmp_pat
     assert list_homes(engine) == []
 
 
+def test_a_first_sync_of_a_home_that_does_not_exist_creates_no_ledger(tmp_path):
+    """The first sync into a new SQLite ledger, with a mistyped --home: refused (exit 2)
+    before the ledger or its directory is made, so a later `runs` says there is no
+    ledger instead of listing none."""
+    db = tmp_path / "data" / "omg-ledger" / "ledger.sqlite"
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", str(db),
+                             "--home", str(tmp_path / "typo")], capture_output=True, text=True, timeout=120)
+    assert one_line_error(result, 2).endswith("check --home or OMG_HOME (nothing was indexed)")
+    assert os.listdir(tmp_path) == []
+    runs = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--db", str(db)],
+                          capture_output=True, text=True, timeout=120)
+    assert one_line_error(runs, 3).startswith(f"omg-ledger: error: no ledger at {db}")
+
+
 def test_problems_command(sqlite_url, tmp_path):
     engine = open_ledger(sqlite_url)
     home = tmp_path / "nowhere"
