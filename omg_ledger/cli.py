@@ -791,8 +791,8 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
 
     \b
     Example:
-      omg-ledger show 20261129-181518
-      omg-ledger show 20261129-181518.678721711-1 --home laptop
+      omg-ledger show 20261129-181518.6            # a prefix that names one run is enough
+      omg-ledger show 20261129-181518.678721711-1 --home laptop   # one id in two homes
     """
     from .db import RUN_TABLES_SINCE
     from .reports.runs import show_run
