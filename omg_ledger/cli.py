@@ -926,7 +926,16 @@ def homes_forget(db, label, yes) -> None:
 
 @main.group(name="db")
 def db_group() -> None:
-    """Ledger database migrations (alembic)."""
+    """Ledger database migrations (alembic).
+
+    `sync` migrates the ledger it opens; reading commands never do, and ask for
+    `db upgrade` when the ledger is older than they read.
+
+    \b
+    Example:
+      omg-ledger db current                  # the ledger's revision and this omg-ledger's
+      omg-ledger db upgrade --db postgresql+psycopg://ledger@db.internal/ledger
+    """
 
 
 @db_group.command(name="upgrade")

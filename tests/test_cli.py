@@ -33,6 +33,13 @@ def test_every_command_has_a_summary_and_help(path, command):
     assert "Example" in result.output, f"{' '.join(path)} --help shows no example"
 
 
+def test_every_command_group_has_help_with_an_example():
+    """README: every command has --help with an example, the groups (db, homes) too."""
+    for path in (["db"], ["homes"]):
+        result = CliRunner().invoke(main, [*path, "--help"])
+        assert result.exit_code == 0 and "Example" in result.output, path
+
+
 def test_sync_json_is_one_document_and_runs_json_has_the_documented_fields(tmp_path):
     db = str(tmp_path / "l.sqlite")
     cli = [sys.executable, "-m", "omg_ledger.cli"]
