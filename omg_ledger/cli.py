@@ -632,14 +632,10 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
         report = unchanged_sync(config.resolve_db(db), resolved_homes, head_revision=HEAD_REVISION,
                                 derivation_version=DERIVATION_VERSION, wait_seconds=wait_seconds)
     if report is None:
-        from .db import database_url
-        from .ledger import plain_sqlite_file
         from .sync import refuse_missing_homes_of_a_new_ledger
         from .sync import sync as run_sync
 
-        new_file = plain_sqlite_file(database_url(config.resolve_db(db)))
-        if new_file is not None and not os.path.lexists(new_file):
-            refuse_missing_homes_of_a_new_ledger(resolved_homes)
+        refuse_missing_homes_of_a_new_ledger(config.resolve_db(db), resolved_homes)
         engine = open_db(db)
         report = run_sync(engine, resolved_homes, invocation_files=list(invocation_files),
                           wait_seconds=wait_seconds, progress=progress, relabel=relabel, workers=workers)

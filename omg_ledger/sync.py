@@ -241,10 +241,16 @@ def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None
                 raise _unknown_missing_home(home)
 
 
-def refuse_missing_homes_of_a_new_ledger(homes: Sequence[Home]) -> None:
-    """A ledger not created yet has indexed no home: a missing one is refused before the
-    ledger file (and its directory) is made, so a mistyped first sync leaves nothing that
-    later reads as an empty ledger."""
+def refuse_missing_homes_of_a_new_ledger(db: str, homes: Sequence[Home]) -> None:
+    """A SQLite ledger not created yet has indexed no home: a missing one is refused
+    before the ledger file (and its directory) is made, so a mistyped first sync leaves
+    nothing that later reads as an empty ledger. ``db`` is --db as given."""
+    from .db import database_url
+    from .ledger import plain_sqlite_file
+
+    new_file = plain_sqlite_file(database_url(db))
+    if new_file is None or os.path.lexists(new_file):
+        return
     for home in homes:
         if not os.path.isdir(home.path):
             raise _unknown_missing_home(home)
