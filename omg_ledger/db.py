@@ -575,17 +575,19 @@ def _check_sqlite_file(path: str, shown: str) -> None:
     if header and header != SQLITE_HEADER:
         raise NotALedger(f"{shown} {NOT_SQLITE}")
     if header:
-        foreign = _foreign_sqlite_tables(path)
+        foreign = _foreign_sqlite_tables(path, shown)
         if foreign:
             raise NotALedger(f"{shown} holds no ledger but another program's tables ({_names(foreign)}): "
                              f"omg-ledger neither reads it nor adds its own tables to it; point --db at the "
                              f"ledger's file, or at a new path for a new ledger")
 
 
-def _foreign_sqlite_tables(path: str) -> list[str]:
+def _foreign_sqlite_tables(path: str, shown: str) -> list[str]:
     """The tables of a SQLite file that holds some but no ledger (no alembic_version),
     read through a read-only connection; [] for a ledger, an empty file, or one that
-    cannot be read here (the caller's own open then says why)."""
+    cannot be read here (the caller's own open then says why). A file another process
+    keeps locked past the busy timeout is LedgerBusy now: the caller's open would only
+    wait as long again."""
     import sqlite3
 
     from .ledger import connect_readonly
@@ -597,7 +599,9 @@ def _foreign_sqlite_tables(path: str) -> list[str]:
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
         finally:
             conn.close()
-    except sqlite3.Error:
+    except sqlite3.Error as exc:
+        if is_locked(str(exc)):
+            raise ledger_locked(f"the ledger database {shown}") from exc
         return []
     return [] if "alembic_version" in names else names
 

@@ -608,6 +608,35 @@ def test_a_ledger_another_process_locks_exclusively_is_busy_exit_75(tmp_path, co
     assert_clean_exit(cli(*command, "--db", db), code=1 if command[0] == "audit" else 0)  # the lock died with it
 
 
+def test_a_ledger_locked_exclusively_is_waited_for_once_not_twice(tmp_path):
+    """The check that --db names a ledger (not another program's SQLite file) reads the
+    file first: when another process holds it locked past the busy timeout, that check
+    is the answer (LedgerBusy), instead of passing it on to an open that would wait as
+    long again (a `runs` took 60 s to say "busy" with the 30 s timeout)."""
+    db = tmp_path / "ledger.sqlite"
+    assert_clean_exit(cli("sync", "--db", db, "--home", CORPUS_HOME))
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
+        "c.execute('BEGIN EXCLUSIVE')\n"
+        "c.execute('SELECT count(*) FROM runs').fetchone()\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n"), str(db)], stdout=subprocess.PIPE, text=True)
+    check = ("import sys; import omg_ledger.ledger as l; l.SQLITE_BUSY_TIMEOUT_MS = 200\n"
+             "from omg_ledger.db import check_database_target\n"
+             "from omg_ledger.errors import LedgerBusy\n"
+             "try:\n    check_database_target(sys.argv[1])\nexcept LedgerBusy as exc:\n    print('busy:', exc)\n"
+             "else:\n    print('passed on')\n")
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = subprocess.run([sys.executable, "-c", check, str(db)], capture_output=True, text=True, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.stdout.startswith(f"busy: the ledger database {db} is locked by another process"), result
+
+
 # -- files that change identity --------------------------------------------------------------
 
 
