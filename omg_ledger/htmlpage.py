@@ -40,11 +40,12 @@ def esc(value: object) -> str:
 
 
 def _synced_text(synced: dict) -> str:
-    """Which syncs the figures come from (UTC, as stored): a page mailed on is read later."""
+    """Which syncs the figures come from, in the page's zone with its offset (a page mailed
+    on is read later, elsewhere); the attributes hold the instants as stored (UTC)."""
     if synced["oldest"] is None:
         return '<span id="synced">no sync completed yet</span>'
-    when = (f'ledger synced {esc(synced["newest"])}' if synced["oldest"] == synced["newest"] else
-            f'homes synced {esc(synced["oldest"])} to {esc(synced["newest"])}')
+    when = (f'ledger synced {esc(synced["newest_shown"])}' if synced["oldest"] == synced["newest"] else
+            f'homes synced {esc(synced["oldest_shown"])} to {esc(synced["newest_shown"])}')
     never = f' ({synced["never_synced"]} home(s) never)' if synced["never_synced"] else ""
     return (f'<span id="synced" data-oldest="{esc(synced["oldest"])}" data-newest="{esc(synced["newest"])}">'
             f'{when}{never}</span>')

@@ -47,7 +47,8 @@ def test_corpus_page_equals_cost_json_and_loads_clean(db_url, corpus_home, tmp_p
     [home] = json.loads(cli("homes", "--db", db_url, "--json"))
     synced = dom.by_id("synced")
     assert (synced.attrs["data-oldest"], synced.attrs["data-newest"]) == (home["last_synced_at"],) * 2
-    assert synced.text == f"ledger synced {home['last_synced_at']}"
+    # (--tz UTC: the stored instant to the second, its offset written out)
+    assert synced.text == f"ledger synced {home['last_synced_at'][:19]}+00:00", synced.text
 
     base = ("--db", db_url, "--tz", "UTC", "--json", "--estimate", "--prices", str(prices))
     total = json.loads(cli("cost", *base))["total"]
@@ -204,7 +205,7 @@ def test_the_page_says_which_syncs_its_figures_come_from(db_url, tmp_path):
 
     def synced_span() -> str:
         page = tmp_path / "r.html"
-        cli("report", "--db", db_url, "--html", str(page))
+        cli("report", "--db", db_url, "--html", str(page), "--tz", "Asia/Tokyo")
         return re.search(r'<span id="synced"[^>]*>[^<]*</span>', page.read_text()).group(0)
 
     def set_synced(label: str, instant: str | None) -> None:
@@ -214,12 +215,13 @@ def test_the_page_says_which_syncs_its_figures_come_from(db_url, tmp_path):
 
     for label in ("here", "there", "idle"):
         set_synced(label, "2026-11-29T12:00:00.000000Z")
-    assert synced_span().endswith(">ledger synced 2026-11-29T12:00:00.000000Z</span>")
+    # Shown in --tz (Tokyo is UTC+9, no DST), the stored UTC instants in the attributes.
+    assert synced_span().endswith(">ledger synced 2026-11-29T21:00:00+09:00</span>")
     set_synced("there", "2026-11-28T07:30:00.000000Z")
     set_synced("idle", None)
     assert synced_span() == ('<span id="synced" data-oldest="2026-11-28T07:30:00.000000Z" '
-                             'data-newest="2026-11-29T12:00:00.000000Z">homes synced 2026-11-28T07:30:00.000000Z '
-                             'to 2026-11-29T12:00:00.000000Z (1 home(s) never)</span>')
+                             'data-newest="2026-11-29T12:00:00.000000Z">homes synced 2026-11-28T16:30:00+09:00 '
+                             'to 2026-11-29T21:00:00+09:00 (1 home(s) never)</span>')
     for label in ("here", "there"):
         set_synced(label, None)
     assert synced_span() == '<span id="synced">no sync completed yet</span>'

@@ -133,13 +133,19 @@ def _redone(engine, win) -> dict:
     return out
 
 
-def _synced(engine) -> dict:
+def _synced(engine, zone) -> dict:
     """How fresh the page's figures are: the oldest and newest last completed sync of the
-    ledger's homes, and how many homes have none."""
+    ledger's homes (as stored, and shown in ``zone`` like every other time of the page),
+    and how many homes have none."""
     with reading(engine) as reader:
         [(never, oldest, newest)] = list(reader.rows(
             "SELECT COUNT(*) - COUNT(last_synced_at), MIN(last_synced_at), MAX(last_synced_at) FROM homes"))
-    return {"never_synced": int(never), "oldest": oldest, "newest": newest}
+
+    def shown(instant: str | None) -> str | None:
+        return None if instant is None else datetime.fromisoformat(instant).astimezone(zone).isoformat(timespec="seconds")
+
+    return {"never_synced": int(never), "oldest": oldest, "newest": newest,
+            "oldest_shown": shown(oldest), "newest_shown": shown(newest)}
 
 
 def overview(engine: Engine, *, since: str | None = None, until: str | None = None, tz: str | None = None,
@@ -159,7 +165,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]
     return {
         "generated_at": now.astimezone(zone).isoformat(),
-        "synced": _synced(engine),
+        "synced": _synced(engine, zone),
         "tz": by_runtime["tz"],
         "since": by_runtime["since"],
         "until": by_runtime["until"],
