@@ -17,7 +17,7 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "parse_stream_line"]
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "engine_fields", "parse_stream_line"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -59,6 +59,8 @@ _FIELD_CODES = {**dict.fromkeys(_STRING_FIELDS, _TEXT), "ts": _TEXT, "cost_usd":
                 "retries": _COUNTER, "round": _COUNTER, "cost_unknown": _FLAG, "usage": _USAGE}
 _BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
 TOKEN_SET = frozenset(TOKEN_FIELDS)
+# Every field of the engine's runfeed.Event (internal/runfeed/runfeed.go).
+EVENT_FIELDS = frozenset(("schema", "event", *_FIELD_CODES))
 
 
 class Event:
@@ -114,6 +116,19 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
     return _checked_stream_line(line, data, line_no, offset, run_id)
 
 
+def engine_fields(data: dict) -> dict:
+    """The event's fields as the engine's reader decodes them (runfeed.Walk: encoding/json
+    into runfeed.Event): a JSON null leaves a field its zero value, which is the field
+    absent here (the engine omits zero values). Keys naming no field are kept as written."""
+    usage = data.get("usage")
+    if None not in data.values() and (type(usage) is not dict or None not in usage.values()):
+        return data  # (nearly every line: nothing to do)
+    fields = {key: value for key, value in data.items() if value is not None or key not in EVENT_FIELDS}
+    if type(usage) is dict:
+        fields["usage"] = {key: value for key, value in usage.items() if value is not None or key not in TOKEN_SET}
+    return fields
+
+
 def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
                          run_id: str | None) -> Event | Rejected | Paused:
     """parse_stream_line's general path, for a parsed line the fast path did not settle."""
@@ -139,6 +154,7 @@ def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str
         return "nested too deeply to check for duplicate keys"
     if duplicate is not None:
         return f"duplicate key {duplicate!r}"
+    data = engine_fields(data)
     reason = check_event(data)
     if reason is not None:
         return reason

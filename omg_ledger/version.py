@@ -30,4 +30,7 @@ VERSION = "0.1.0"
 # 9: of copies holding the same stream, the one holding an assess.json is billed (7's "most
 #    charges" also counted charges recovered from a snapshot, which a stale or damaged copy's
 #    state.json can hold more of than the copy on disk).
-DERIVATION_VERSION = 9
+# 10: a JSON null in an event field is that field absent (the engine's decoder leaves the
+#    field its zero value), not a bad line: a run_finished carrying "detail": null closes
+#    its leg. (Lines refused before were never stored: only a re-read from zero finds them.)
+DERIVATION_VERSION = 10
