@@ -118,15 +118,53 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
 
 def engine_fields(data: dict) -> dict:
     """The event's fields as the engine's reader decodes them (runfeed.Walk: encoding/json
-    into runfeed.Event): a JSON null leaves a field its zero value, which is the field
-    absent here (the engine omits zero values). Keys naming no field are kept as written."""
-    usage = data.get("usage")
-    if None not in data.values() and (type(usage) is not dict or None not in usage.values()):
-        return data  # (nearly every line: nothing to do)
-    fields = {key: value for key, value in data.items() if value is not None or key not in EVENT_FIELDS}
-    if type(usage) is dict:
-        fields["usage"] = {key: value for key, value in usage.items() if value is not None or key not in TOKEN_SET}
-    return fields
+    into runfeed.Event). A key names a field exactly or else in any case (Go's folding),
+    the later of two keys naming one field is the one read, and a JSON null leaves a
+    field its zero value, which is the field absent here (the engine omits zero values).
+    Keys naming no field are kept as written."""
+    if EVENT_FIELDS.issuperset(data) and None not in data.values():
+        usage = data.get("usage")
+        if type(usage) is not dict or (TOKEN_SET.issuperset(usage) and None not in usage.values()):
+            return data  # (nearly every line: nothing to do)
+    return _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)[0]
+
+
+# encoding/json's folding (fold.go), as far as it can reach an ASCII field name: ASCII
+# letters by case, and the only two other runes whose fold is ASCII, U+017F (S) and U+212A (K).
+_FOLDS_TO_ASCII = str.maketrans({"\u017f": "S", "\u212a": "K"})
+_FIELD_BY_FOLD = {name.upper(): name for name in EVENT_FIELDS}
+_TOKEN_BY_FOLD = {name.upper(): name for name in TOKEN_FIELDS}
+
+
+def _field_named(key: str, by_fold: dict[str, str]) -> str | None:
+    """The field ``key`` names when it is not spelled exactly, or None."""
+    folded = key.translate(_FOLDS_TO_ASCII)
+    return by_fold.get(folded.upper()) if folded.isascii() else None
+
+
+def _decoded(data: dict, names: frozenset[str], by_fold: dict[str, str]
+             ) -> tuple[dict, tuple[str, str, str] | None]:
+    """(fields, the first two keys found naming one field with that field, or None)."""
+    fields: dict = {}
+    spelled: dict[str, str] = {}
+    repeated = None
+    for key, value in data.items():
+        name = key if key in names else _field_named(key, by_fold)
+        if name is None:
+            fields[key] = value
+            continue
+        if name in spelled and repeated is None:
+            repeated = (spelled[name], key, name)
+        spelled.setdefault(name, key)
+        if name == "usage" and type(value) is dict:
+            value, inner = _decoded(value, TOKEN_SET, _TOKEN_BY_FOLD)
+            repeated = repeated or inner
+            earlier = fields.get("usage")
+            if type(earlier) is dict:
+                value = {**earlier, **value}  # decoded into the same struct: its other fields stay
+        if value is not None:  # a null assigns nothing
+            fields[name] = value
+    return fields, repeated
 
 
 def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
@@ -154,7 +192,11 @@ def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str
         return "nested too deeply to check for duplicate keys"
     if duplicate is not None:
         return f"duplicate key {duplicate!r}"
-    data = engine_fields(data)
+    data, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
+    if repeated is not None:
+        first, second, name = repeated
+        return (f"keys {first!r} and {second!r} both name the field {name!r} (the engine reads a key in any "
+                f"case): a duplicate key")
     reason = check_event(data)
     if reason is not None:
         return reason
@@ -178,6 +220,8 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
     for name, value in data.items():
         code = _FIELD_CODES.get(name)
         if code is None:
+            if name not in EVENT_FIELDS and _field_named(name, _FIELD_BY_FOLD) is not None:
+                return False  # a field spelled in another case: the general path reads it
             continue  # a field this ledger does not read: anything
         kind = type(value)
         if code == _TEXT:
@@ -197,7 +241,10 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
             if kind is not dict:
                 return False
             for token, count in value.items():
-                if (type(count) is not int or not 0 <= count <= MAX_TOKENS) and token in TOKEN_SET:
+                if token in TOKEN_SET:
+                    if type(count) is not int or not 0 <= count <= MAX_TOKENS:
+                        return False
+                elif _field_named(token, _TOKEN_BY_FOLD) is not None:
                     return False
     if event in NODE_EVENTS and not data.get("node_id"):
         return False

@@ -33,4 +33,6 @@ VERSION = "0.1.0"
 # 10: a JSON null in an event field is that field absent (the engine's decoder leaves the
 #    field its zero value), not a bad line: a run_finished carrying "detail": null closes
 #    its leg. (Lines refused before were never stored: only a re-read from zero finds them.)
-DERIVATION_VERSION = 10
+# 11: a key naming an event field in another case ("Outcome", "Cost_USD") is that field, as
+#    the engine's decoder reads it; two keys naming one field are a duplicate key.
+DERIVATION_VERSION = 11

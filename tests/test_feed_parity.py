@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from omg_ledger.db import open_ledger
 from omg_ledger.reports.runs import show_run
-from omg_ledger.sync import Home, sync
+from omg_ledger.sync import Home, rebuild, sync
 
 from .builders import ev, graph, write_run
 
@@ -65,5 +65,71 @@ def test_a_null_field_is_the_engine_s_zero_value_not_a_bad_line(db_url, tmp_path
         # Closed leg, outcome "failed", no snapshot -> FAIL; $0.25 over the stream.
         assert second["status"] == "FAIL"
         assert (second["cost_nano_usd"], second["unknown_cost_invocations"]) == (N // 4, 0)
+    finally:
+        engine.dispose()
+
+
+def _line(second: int, **fields) -> dict:
+    """A line with exactly ``fields`` besides ts (keys spelled as given)."""
+    return {"ts": f"2026-11-29T10:00:{second:02d}.000000000Z", **fields}
+
+
+def test_a_key_in_another_case_names_its_field_as_in_the_engine(db_url, tmp_path):
+    home = tmp_path / "home"
+    # encoding/json matches a key to a struct field exactly or else case-insensitively
+    # (decode.go object(): byExactName, then byFoldedName[foldName(key)]; fold.go folds
+    # ASCII letters, and U+017F and U+212A to S and K). runfeed.Event is such a struct
+    # (runfeed.go:151-218), and so is TokenUsage (runfeed.go:221-226).
+    write_run(home, "20261129-100000.000000003-1", [
+        _line(0, schema=3, event="run_started", PHASE="planning"),
+        # The unphased open commits the plan and carries the planner's accounting.
+        _line(1, Schema=3, event="run_started", Cost_USD=0.125, usage={"Input_Tokens": 40}),
+        _line(2, schema=3, event="node_started", node_id="a"),
+        _line(3, schema=3, Event="node_passed", Node_ID="a", verdict="PASS", cost_usd=0.5,
+              USAGE={"output_tokens": 5}),
+        _line(4, schema=3, event="node_started", node_id="b"),
+        # "cost_un\u212anown": KELVIN SIGN folds to K.
+        _line(5, schema=3, event="node_failed", node_id="b", verdict="FAIL", **{"cost_un\u212anown": True}),
+        # "\u017fchema": LONG S folds to S.
+        _line(6, **{"\u017fchema": 3}, EVENT="run_finished", OutCome="paused"),
+    ], lock=MARKED_FREE_LOCK)
+    engine, problems = _sync(db_url, home)
+    try:
+        run = show_run(engine, "20261129-100000.000000003-1")
+        # LastLeg (reader.go:167-197): the last run_started opens, run_finished closes with
+        # outcome "paused" -> runstatus.Derive: PAUSED (runstatus.go:215).
+        assert run["status"] == "PAUSED"
+        # One scheduler leg: a planning open is not a leg (RUN-FEED.md, "Count legs by
+        # run_started events with NO phase").
+        assert run["leg_count"] == 1
+        # No snapshot: ReadAccounting over the stream (runs.go:249-264, reader.go:31-43):
+        # $0.125 + $0.5 known, b's call of unknown price, 40 input and 5 output tokens.
+        assert (run["cost_nano_usd"], run["invocations"], run["unknown_cost_invocations"]) == (625 * N // 1000, 3, 1)
+        assert (run["input_tokens"], run["output_tokens"]) == (40, 5)
+        assert problems == []
+        # Derived again from the stored lines alone: the same reading.
+        rebuild(engine)
+        again = show_run(engine, "20261129-100000.000000003-1")
+        assert {k: again[k] for k in ("status", "leg_count", "cost_nano_usd", "unknown_cost_invocations")} == {
+            "status": "PAUSED", "leg_count": 1, "cost_nano_usd": 625 * N // 1000, "unknown_cost_invocations": 1}
+    finally:
+        engine.dispose()
+
+
+def test_two_spellings_of_one_field_are_a_duplicate_key(tmp_path):
+    home = tmp_path / "home"
+    # The engine reads the later one (each key assigns the same field); a key repeated
+    # within one object is a problem here (README, Reliability: "Closed sets"), and two
+    # spellings of one field are the same key to the engine.
+    run_dir = write_run(home, "20261129-100000.000000004-1", [
+        _line(0, schema=3, event="run_started"),
+        _line(1, schema=3, event="run_finished", outcome="passed", Outcome="paused"),
+    ])
+    engine, problems = _sync(str(tmp_path / "l.sqlite"), home)
+    try:
+        first_line = len((run_dir / "events.jsonl").read_bytes().split(b"\n")[0]) + 1
+        assert [(p.offset, p.reason) for p in problems] == [
+            (first_line, "keys 'outcome' and 'Outcome' both name the field 'outcome' (the engine reads a key "
+                         "in any case): a duplicate key")]
     finally:
         engine.dispose()

@@ -27,7 +27,7 @@ from sqlalchemy import select
 from omg_ledger import schema
 from omg_ledger.db import open_ledger
 from omg_ledger.discover import list_run_dir
-from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA
+from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA, engine_fields
 from omg_ledger.ingest import read_run_stream
 from omg_ledger.reports.problems import list_problems
 from omg_ledger.reports.runs import list_runs
@@ -771,10 +771,12 @@ def _check_chunk(lines, mutated, chunk):
             assert offset not in events and offset not in problems
             continue
         if offset in events:
-            # Accepted: then it must really be a JSON object with the basic fields.
+            # Accepted: then it must really be a JSON object with the basic fields (as the
+            # engine reads its keys: in any case).
             parsed = json.loads(ln)
-            assert isinstance(parsed, dict) and isinstance(parsed.get("schema"), int)
-            assert isinstance(parsed.get("event"), str)
+            assert isinstance(parsed, dict)
+            fields = engine_fields(parsed)
+            assert isinstance(fields.get("schema"), int) and isinstance(fields.get("event"), str)
         elif ln.strip():
             assert offset in problems, f"mutated line at {offset} neither ingested nor a problem: {ln[:80]!r}"
     line_starts = {o for o, _ in good} | {o for o, _ in maybe_bad}

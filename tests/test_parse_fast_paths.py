@@ -199,6 +199,22 @@ def test_a_null_field_is_the_field_absent():
         "missing or invalid 'schema': None")
 
 
+def test_a_key_in_another_case_is_its_field():
+    # encoding/json matches keys case-insensitively (and U+017F, U+212A as S, K).
+    line = engine_line(Event="node_passed", NODE_ID="a", cost_usd=0.5, Usage={"Output_Tokens": 4},
+                       **{"cost_un\u212anown": False, "\u017fession_id": "s"})
+    event = parsed(line)
+    assert isinstance(event, Event) and event == general(line)
+    assert event.data == {"schema": 3, "ts": TS, "run_id": RUN, "event": "node_passed", "node_id": "a",
+                          "cost_usd": 0.5, "usage": {"output_tokens": 4}, "cost_unknown": False, "session_id": "s"}
+    # A rune that folds to no ASCII letter names no field: "\u0131" (dotless i) is not I.
+    assert parsed(engine_line(event="node_passed", node_id="a", **{"ret\u0131ries": "x"})).data[
+        "ret\u0131ries"] == "x"
+    assert parsed(engine_line(event="node_passed", node_id="a", verdict="PASS", VERDICT="FAIL")) == Rejected(
+        "keys 'verdict' and 'VERDICT' both name the field 'verdict' (the engine reads a key in any case): "
+        "a duplicate key")
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_bad_fields_keep_their_reason(name):
     line, reason = REFUSED[name]
