@@ -26,6 +26,7 @@ SUPPORTED_SCHEMA = 3
 MAX_COST_USD = 100_000  # one model invocation
 MAX_TOKENS = 10**12  # one model invocation, per token field
 MAX_COUNTER = 2**31 - 1  # retries, round
+MAX_INT64 = 2**63 - 1  # the engine's Go int: schema, retries, round, token counts
 
 KNOWN_EVENTS = frozenset(
     {
@@ -61,6 +62,8 @@ _BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
 TOKEN_SET = frozenset(TOKEN_FIELDS)
 # Every field of the engine's runfeed.Event (internal/runfeed/runfeed.go).
 EVENT_FIELDS = frozenset(("schema", "event", *_FIELD_CODES))
+_GO_STRINGS = frozenset(("ts", "event", *_STRING_FIELDS))
+_GO_INTS = frozenset(("schema", "retries", "round"))
 
 
 class Event:
@@ -170,17 +173,45 @@ def _decoded(data: dict, names: frozenset[str], by_fold: dict[str, str]
 def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
                          run_id: str | None) -> Event | Rejected | Paused:
     """parse_stream_line's general path, for a parsed line the fast path did not settle."""
+    if isinstance(data, dict):
+        fields = engine_fields(data)
+        schema = fields.get("schema")
+        # The engine's reader refuses the stream at a line it decodes whose schema is newer
+        # (runfeed.Walk): this ledger's checks of the fields are for the schemas it reads.
+        if _is_int(schema) and SUPPORTED_SCHEMA < schema <= MAX_INT64 and _engine_decodes(fields):
+            return Paused(schema, (
+                f"event schema {schema} is newer than this omg-ledger understands "
+                f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
     result = _check_parsed_line(line, data)
     if isinstance(result, str):
         return Rejected(result)
     data, ts, at_us = result
-    if data["schema"] > SUPPORTED_SCHEMA:
-        return Paused(data["schema"], (
-            f"event schema {data['schema']} is newer than this omg-ledger understands "
-            f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
     if run_id is not None and (reason := foreign_run_id(data, run_id)) is not None:
         return Rejected(reason)
     return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
+
+
+def _engine_decodes(fields: dict) -> bool:
+    """Whether encoding/json decodes ``fields`` (engine_fields' answer) into runfeed.Event
+    without an error: each field a value of its Go type, the integers within 64 bits."""
+    for name, value in fields.items():
+        kind = type(value)
+        if name in _GO_STRINGS:
+            ok = kind is str
+        elif name in _GO_INTS:
+            ok = kind is int and -MAX_INT64 - 1 <= value <= MAX_INT64
+        elif name == "cost_usd":
+            ok = kind is float or kind is int  # (orjson's floats are finite)
+        elif name == "cost_unknown":
+            ok = kind is bool
+        elif name == "usage":
+            ok = kind is dict and all(type(count) is int and -MAX_INT64 - 1 <= count <= MAX_INT64
+                                      for token, count in value.items() if token in TOKEN_SET)
+        else:
+            ok = True  # a key naming no field: the engine ignores it
+        if not ok:
+            return False
+    return True
 
 
 def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str:
@@ -272,7 +303,7 @@ def written_as_serialized(text: bytes, data: dict, option: int | None = None) ->
 def check_event(data: dict) -> str | None:
     """Type-check the fields this ledger derives from; None when the event is usable."""
     schema = data.get("schema")
-    if not _is_int(schema) or schema < 1:
+    if not _is_int(schema) or not 1 <= schema <= MAX_INT64:
         return f"missing or invalid 'schema': {shown(schema)}"
     event = data.get("event")
     if not isinstance(event, str) or not event:
