@@ -179,7 +179,8 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
         # The engine's reader refuses the stream at a line it decodes whose schema is newer
         # (runfeed.Walk): this ledger's checks of the fields are for the schemas it reads.
         if _is_int(schema) and SUPPORTED_SCHEMA < schema <= MAX_INT64 and _engine_decodes(fields):
-            return Paused(schema, (
+            # (streams.paused_schema is 32-bit: a schema past it waits for an upgrade the same.)
+            return Paused(min(schema, MAX_COUNTER), (
                 f"event schema {schema} is newer than this omg-ledger understands "
                 f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
     result = _check_parsed_line(line, data)

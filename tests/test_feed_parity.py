@@ -184,3 +184,24 @@ def test_a_schema_beyond_64_bits_is_a_line_the_engine_skips(db_url, tmp_path):
         assert show_run(engine, "20261129-100000.000000007-1")["status"] == "FAIL"
     finally:
         engine.dispose()
+
+
+def test_a_newer_schema_past_32_bits_waits_like_any_newer_schema(db_url, tmp_path):
+    home = tmp_path / "home"
+    # Schema 2^31 decodes into the engine's Go int: Walk refuses the stream
+    # (reader.go:85-87), as for schema 4. The ledger waits at it, on either database.
+    run_dir = write_run(home, "20261129-100000.000000008-1", [
+        ev("run_started", 0),
+        {"schema": 2**31, "ts": "2026-11-29T10:00:01Z", "event": "run_finished"},
+    ], lock=MARKED_FREE_LOCK)
+    engine, problems = _sync(db_url, home)
+    try:
+        first = len((run_dir / "events.jsonl").read_bytes().split(b"\n")[0]) + 1
+        assert [(p.offset, p.reason) for p in problems] == [(first, NEWER.replace(" 4 ", f" {2**31} "))]
+        assert show_run(engine, "20261129-100000.000000008-1")["status"] == "NOT-KNOWN-YET"
+        # The next sync still waits there, and still reads nothing past it.
+        again = sync(engine, [Home.from_path(str(home), "h")])
+        assert again.events_ingested == 0
+        assert show_run(engine, "20261129-100000.000000008-1")["status"] == "NOT-KNOWN-YET"
+    finally:
+        engine.dispose()
