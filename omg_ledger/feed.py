@@ -17,7 +17,8 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "engine_fields", "parse_stream_line"]
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "engine_fields", "load_line",
+           "parse_stream_line"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -105,7 +106,7 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
     line naming another run than ``run_id``, its directory's), or a line of a newer
     schema that pauses reading before it."""
     try:
-        data = orjson.loads(line)
+        data = load_line(line)
     except orjson.JSONDecodeError as exc:
         return Rejected(f"not JSON: {exc}")
     # (A run_id the fast path passed is a string; an absent one names no other run.)
@@ -117,6 +118,30 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
             return Rejected(str(exc))
         return Event(line_no, offset, data, line.decode("utf-8"), ts, at_us)
     return _checked_stream_line(line, data, line_no, offset, run_id)
+
+
+# A \u escape of a UTF-16 surrogate pair, of a lone surrogate, or any other escape (so
+# an escaped backslash is never taken for the start of one).
+_ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[dD][89a-fA-F][0-9a-fA-F]{2}|.)",
+                     re.DOTALL)
+
+
+def _replace_lone_surrogate(match: re.Match[bytes]) -> bytes:
+    escape = match.group()
+    return b"\\ufffd" if len(escape) == 6 else escape
+
+
+def load_line(line: bytes | str) -> object:
+    """A stream line parsed as the engine's decoder reads it: a \\u escape of a lone UTF-16
+    surrogate (not half of a pair) is U+FFFD, as encoding/json decodes it (orjson refuses
+    the line). Raises orjson.JSONDecodeError for a line that is not JSON."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in str(exc):
+            raise
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    return orjson.loads(_ESCAPE.sub(_replace_lone_surrogate, data))
 
 
 def engine_fields(data: dict) -> dict:

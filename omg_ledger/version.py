@@ -35,4 +35,6 @@ VERSION = "0.1.0"
 #    its leg. (Lines refused before were never stored: only a re-read from zero finds them.)
 # 11: a key naming an event field in another case ("Outcome", "Cost_USD") is that field, as
 #    the engine's decoder reads it; two keys naming one field are a duplicate key.
-DERIVATION_VERSION = 11
+# 12: a \u escape of a lone UTF-16 surrogate in an event line is U+FFFD, as the engine's
+#    decoder reads it, not a bad line (events.raw keeps the escape).
+DERIVATION_VERSION = 12

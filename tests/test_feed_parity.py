@@ -205,3 +205,30 @@ def test_a_newer_schema_past_32_bits_waits_like_any_newer_schema(db_url, tmp_pat
         assert show_run(engine, "20261129-100000.000000008-1")["status"] == "NOT-KNOWN-YET"
     finally:
         engine.dispose()
+
+
+def test_a_lone_surrogate_escape_is_u_fffd_as_in_the_engine(db_url, tmp_path):
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000009-1"
+    # encoding/json decodes a \u escape of a UTF-16 surrogate that is not half of a pair
+    # as U+FFFD (decode.go unquoteBytes: "Invalid surrogate; fall back to replacement
+    # rune"), without an error: Walk keeps the line (reader.go:82-84).
+    run_dir = write_run(home, run_id, [
+        ev("run_started", 0),
+        ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.5, detail="half \ud83d of a pair"),
+        ev("run_finished", 3, outcome="passed", detail="\udc00 then \ud83d\ude00"),
+    ], state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS", "cost_usd": 0.5}}}, lock=MARKED_FREE_LOCK)
+    assert b"\\ud83d of" in (run_dir / "events.jsonl").read_bytes()  # (json.dumps writes the escape)
+    engine, problems = _sync(db_url, home)
+    try:
+        run = show_run(engine, run_id)
+        # Closed leg, every node PASS (runstatus.go:217-218); the $0.50 charge.
+        assert (run["status"], run["cost_nano_usd"]) == ("PASS", N // 2)
+        assert problems == []
+        assert run["legs"][-1]["detail"] == "\ufffd then \U0001f600"
+        assert [node["detail"] for node in run["nodes"]] == ["half \ufffd of a pair"]
+        rebuild(engine)  # the stored line (its exact escapes) read again: the same
+        assert show_run(engine, run_id)["legs"][-1]["detail"] == "\ufffd then \U0001f600"
+    finally:
+        engine.dispose()

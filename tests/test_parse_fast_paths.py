@@ -215,6 +215,24 @@ def test_a_key_in_another_case_is_its_field():
         "a duplicate key")
 
 
+@pytest.mark.parametrize(("escaped", "text"), [
+    (rb"\ud800", "\ufffd"),  # a lone high surrogate
+    (rb"x\udc00y", "x\ufffdy"),  # a lone low one
+    (rb"\ude00\ud83d", "\ufffd\ufffd"),  # a pair the wrong way round: two lone ones
+    (rb"\ud83d\ude00", "\U0001f600"),  # a pair
+    (rb"\ud83d\ud83d\ude00", "\ufffd\U0001f600"),
+    (rb"\\ud800", "\\ud800"),  # an escaped backslash, then plain text
+    (rb"\\\ud800", "\\\ufffd"),
+])
+def test_a_lone_surrogate_escape_is_u_fffd(escaped, text):
+    # encoding/json's unquote: a surrogate escape that is not the first half of a pair
+    # decodes as U+FFFD; orjson refuses the line.
+    line = b'{"schema":3,"ts":"' + TS.encode() + b'","event":"node_failed","node_id":"a","detail":"' + escaped + b'"}'
+    event = parsed(line)
+    assert isinstance(event, Event) and event.data["detail"] == text
+    assert event.raw == line.decode()  # the line as written
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_bad_fields_keep_their_reason(name):
     line, reason = REFUSED[name]

@@ -80,16 +80,16 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     # stream; of copies with one stream, the one with the most charges, then with an assess.json), and the scale
     # corpus has no copies (version 9 too); version 8 reads a budget overrun from the engine's whole message
     # and leaves judged unknown behind a snapshot that is an earlier terminal's, which its runs
-    # do not change; version 10 reads a null event field as absent and version 11 a key in
-    # another case as its field, and no scale line holds either: its rows are the v4 ones but
-    # for those and the version stamp.
-    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (11, 4), (
+    # do not change; version 10 reads a null event field as absent, version 11 a key in
+    # another case as its field and version 12 a lone surrogate escape as U+FFFD, and no scale
+    # line holds any: its rows are the v4 ones but for those and the version stamp.
+    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (12, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
     # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
     # them out (test_corpus_scale checks their values); every other runs column is compared.
     with fast.connect() as conn:
-        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {11}
+        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {12}
     ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)},
                   as_of={"runs": {"derivation_version": lambda row: 4},
                          "rounds": {"cost_nano_usd": _v4_execution_cost}})
