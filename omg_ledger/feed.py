@@ -18,7 +18,7 @@ from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
 __all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "engine_fields", "load_line",
-           "parse_stream_line"]
+           "parse_stream_line", "stored_fields"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -155,6 +155,21 @@ def engine_fields(data: dict) -> dict:
         if type(usage) is not dict or (TOKEN_SET.issuperset(usage) and None not in usage.values()):
             return data  # (nearly every line: nothing to do)
     return _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)[0]
+
+
+def stored_fields(raw: str) -> dict | None:
+    """A stored line's fields as this version reads them (engine_fields), or None for a
+    line an older omg-ledger stored that this one refuses: a key spelled in another case
+    that it took for no field, holding a bad value or repeating a field. Such a line
+    derives nothing, as a sync of the stream now would not store it."""
+    data = load_line(raw)
+    fields = engine_fields(data)
+    if fields is data:
+        return data  # the fields as stored: checked when they were
+    fields, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
+    if repeated is not None or check_event(fields) is not None:
+        return None
+    return fields
 
 
 # encoding/json's folding (fold.go), as far as it can reach an ASCII field name: ASCII

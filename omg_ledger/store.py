@@ -27,7 +27,7 @@ from .backend import backend_of
 from .bounds import bounded_path, bounded_reason
 from .derive import STREAM_LESS, RunFacts
 from .errors import HomeConflict
-from .feed import Event, engine_fields, load_line
+from .feed import Event, stored_fields
 from .reconcile import FinishedRows, RunRows, live_rows
 from .tail import Checkpoint
 from .units import parse_timestamp
@@ -311,7 +311,9 @@ def iter_events(conn: Connection, run_pk: int, after_line: int = 0) -> Iterator[
     while True:
         rows = fetch_rows(conn, statement, (run_pk, last))
         for line_no, byte_offset, raw in rows:
-            data = engine_fields(load_line(raw))
+            data = stored_fields(raw)
+            if data is None:
+                continue  # stored by an older omg-ledger, refused by this one
             ts, at_us = parse_timestamp(data["ts"], strict=False)  # accepted when it was stored
             yield Event(line_no, byte_offset, data, raw, ts, at_us)
         if len(rows) < EVENT_PAGE:
@@ -337,8 +339,8 @@ def terminal_keys(conn: Connection, run_pk: int, node_id: str,
     while True:
         rows = fetch_rows(conn, statement, (run_pk, _no_nul(node_id), last))
         for _, raw in rows:
-            data = engine_fields(load_line(raw))
-            if data.get("node_id") != node_id:
+            data = stored_fields(raw)
+            if data is None or data.get("node_id") != node_id:
                 continue
             yield ("PASS" if data["event"] == "node_passed" else "FAIL", int(data.get("round") or 0),
                    data.get("session_id"))

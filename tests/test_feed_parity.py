@@ -14,7 +14,10 @@ engine's reading of the bytes, worked out by hand from the Go source cited besid
 
 from __future__ import annotations
 
-from omg_ledger.db import open_ledger
+from sqlalchemy import select, update
+
+from omg_ledger import derive, schema
+from omg_ledger.db import open_ledger, write_transaction
 from omg_ledger.reports.runs import show_run
 from omg_ledger.sync import Home, rebuild, sync
 
@@ -230,5 +233,37 @@ def test_a_lone_surrogate_escape_is_u_fffd_as_in_the_engine(db_url, tmp_path):
         assert [node["detail"] for node in run["nodes"]] == ["half \ufffd of a pair"]
         rebuild(engine)  # the stored line (its exact escapes) read again: the same
         assert show_run(engine, run_id)["legs"][-1]["detail"] == "\ufffd then \U0001f600"
+    finally:
+        engine.dispose()
+
+
+def test_a_stored_line_this_version_refuses_derives_nothing(db_url, tmp_path):
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000010-1"
+    write_run(home, run_id, [
+        ev("run_started", 0),
+        ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.5),
+        ev("node_started", 3, node_id="b"),
+        ev("node_passed", 4, node_id="b", verdict="PASS", cost_usd=0.25),
+        ev("run_finished", 5, outcome="passed"),
+    ])
+    engine, problems = _sync(db_url, home)
+    try:
+        assert problems == [] and show_run(engine, run_id)["cost_nano_usd"] == 3 * N // 4
+        # What an omg-ledger that took "Cost_USD" for no field stored: the line holding it
+        # was an event. This version reads that key as cost_usd, whose value is no number:
+        # the line is refused (a sync of such a stream now would not store it) and its
+        # derivation is left out, rather than stopping every sync of the ledger.
+        ev_c = schema.events.c
+        with write_transaction(engine) as conn:
+            (raw,) = conn.execute(select(ev_c.raw).where(ev_c.line_no == 3)).one()
+            conn.execute(update(schema.events).where(ev_c.line_no == 3).values(
+                raw=raw[:-1] + ',"Cost_USD":"half a dollar"}'))
+            conn.execute(update(schema.runs).values(derivation_version=derive.DERIVATION_VERSION - 1))
+        sync(engine, [Home.from_path(str(home), "h")])  # derives the run again
+        run = show_run(engine, run_id)
+        assert (run["cost_nano_usd"], run["invocations"]) == (N // 4, 1)
+        assert {node["node_id"]: node["state"] for node in run["nodes"]}["b"] == "settled"
     finally:
         engine.dispose()
