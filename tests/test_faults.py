@@ -573,6 +573,19 @@ def test_a_sync_lock_path_that_is_a_symlink_is_refused_not_followed(tmp_path):
     assert not os.path.lexists(target)
 
 
+def _exclusive_lock_holder(db: Path) -> subprocess.Popen:
+    """A real process holding SQLite's exclusive lock on ``db`` (locking_mode EXCLUSIVE)
+    for two minutes; it prints 'held' once the lock is taken."""
+    return subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys, time\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
+        "c.execute('BEGIN EXCLUSIVE')\n"
+        "c.execute('SELECT count(*) FROM runs').fetchone()\n"
+        "print('held', flush=True)\n"
+        "time.sleep(120)\n"), str(db)], stdout=subprocess.PIPE, text=True)
+
+
 @pytest.mark.parametrize("command", [["cost", "--json"], ["runs", "--json"], ["audit"], ["sql", "SELECT 1"],
                                      ["sync", "--home", str(CORPUS_HOME)]])
 def test_a_ledger_another_process_locks_exclusively_is_busy_exit_75(tmp_path, command):
@@ -582,14 +595,7 @@ def test_a_ledger_another_process_locks_exclusively_is_busy_exit_75(tmp_path, co
     SQLite's own, the answer at its end is what is tested."""
     db = tmp_path / "ledger.sqlite"
     assert_clean_exit(cli("sync", "--db", db, "--home", CORPUS_HOME))
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sqlite3, sys, time\n"
-        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-        "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
-        "c.execute('BEGIN EXCLUSIVE')\n"
-        "c.execute('SELECT count(*) FROM runs').fetchone()\n"
-        "print('held', flush=True)\n"
-        "time.sleep(120)\n"), str(db)], stdout=subprocess.PIPE, text=True)
+    holder = _exclusive_lock_holder(db)
     short_wait = ("import sys; import omg_ledger.db as d; d.SQLITE_BUSY_TIMEOUT_MS = 200; "
                   "import omg_ledger.ledger as l; l.SQLITE_BUSY_TIMEOUT_MS = 200; "
                   "from omg_ledger.cli import main; sys.argv[0] = 'omg-ledger'; main()")
@@ -615,14 +621,7 @@ def test_a_ledger_locked_exclusively_is_waited_for_once_not_twice(tmp_path):
     long again (a `runs` took 60 s to say "busy" with the 30 s timeout)."""
     db = tmp_path / "ledger.sqlite"
     assert_clean_exit(cli("sync", "--db", db, "--home", CORPUS_HOME))
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sqlite3, sys, time\n"
-        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-        "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
-        "c.execute('BEGIN EXCLUSIVE')\n"
-        "c.execute('SELECT count(*) FROM runs').fetchone()\n"
-        "print('held', flush=True)\n"
-        "time.sleep(120)\n"), str(db)], stdout=subprocess.PIPE, text=True)
+    holder = _exclusive_lock_holder(db)
     check = ("import sys; import omg_ledger.ledger as l; l.SQLITE_BUSY_TIMEOUT_MS = 200\n"
              "from omg_ledger.db import check_database_target\n"
              "from omg_ledger.errors import LedgerBusy\n"
