@@ -223,7 +223,7 @@ class CompleteLines:
         self.runaway_at = runaway_at
         self.scan_from = scan_from
         self.scanned_to: int | None = None
-        self._head = head
+        self._head, self._before = head, lead
         # The bytes of the file as read: ``_held`` from offset ``_held_at`` (the current
         # chunk with the bytes before it), enough for the fingerprint of any line's end.
         self._lead, self._held, self._held_at = lead, b"", start_offset
@@ -235,7 +235,7 @@ class CompleteLines:
         position = self.scan_from if runaway_at is not None and self.scan_from is not None else self.start_offset
         buffer = b""
         if position != self.start_offset:
-            self._lead = b""  # resumed past a runaway line's known bytes: none held before
+            self._lead = b""  # resumed past a runaway line's known bytes: held from there (_before stays)
         while True:
             data = os.pread(self.fd, READ_CHUNK, position + len(buffer))
             if not data:
@@ -283,6 +283,11 @@ class CompleteLines:
         longer holds (inside a skipped runaway line) are read again."""
         if start + length <= len(self._head):
             return self._head[start:start + length]
+        before, resumed_at = self._before, self.start_offset
+        if resumed_at - len(before) <= start and start + length <= resumed_at:
+            # Before the resume point, as verified at open: the only bytes of a runaway
+            # line's resume that no chunk holds.
+            return before[len(before) - (resumed_at - start):][:length]
         at, lead, held = self._held_at, self._lead, self._held
         if at - len(lead) <= start and start + length <= at + len(held):
             both = lead[len(lead) - (at - start):] if start < at else b""

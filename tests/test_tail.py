@@ -288,3 +288,30 @@ def test_a_stream_rewritten_in_place_while_it_is_read_is_read_again_from_zero(tm
     reread = list(again)
     assert again.replace and again.start == 0
     assert reread == new.split(b"\n")[:-1]
+
+
+def test_a_stream_rewritten_while_a_runaway_line_is_scanned_is_read_again_from_zero(tmp_path):
+    """Resumed inside a runaway line that does not end yet, the checkpoint keeps its resume
+    point; the KiB before it is fingerprinted as verified when the file was opened, so a
+    rewrite of that line (to a new size) during the scan is seen by the next read."""
+    from omg_ledger.tail import TailReader
+
+    def first_line(tag: bytes) -> bytes:  # the same head: its end is only in the tail
+        return b'{"v":"' + b"x" * 1500 + tag * 493 + b'"}\n'
+
+    runaway = b"r" * (MAX_LINE_BYTES + 10)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(first_line(b"o") + runaway)
+    first = TailReader(str(path), None, lambda line, number, offset: line)
+    assert list(first) == [first_line(b"o")[:-1]]
+    assert first.checkpoint.end_offset == 2002 and first.checkpoint.scan_offset is not None
+    with open(path, "ab") as f:
+        f.write(b"r" * 100)  # the runaway line goes on
+    second = TailReader(str(path), first.checkpoint, lambda line, number, offset: line)
+    assert not second.replace and second.start == 2002
+    with open(path, "r+b") as f:  # in place, to a new size, once the second read has begun
+        f.write(first_line(b"n") + runaway + b"r" * 200)
+    assert list(second) == []
+    assert second.checkpoint.end_offset == 2002  # still inside the runaway line
+    third = TailReader(str(path), second.checkpoint, lambda line, number, offset: line)
+    assert third.replace and third.start == 0
