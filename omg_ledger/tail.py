@@ -281,8 +281,11 @@ class CompleteLines:
     def _as_read(self, start: int, length: int) -> bytes:
         """The file's bytes [start, start + length) as this read saw them; bytes it no
         longer holds (inside a skipped runaway line) are read again."""
-        if start + length <= len(self._head):
-            return self._head[start:start + length]
+        head = self._head
+        if start < len(head):
+            # The head as read (or verified at open), and any bytes past it the read skipped.
+            known = head[start:start + length]
+            return known if len(known) == length else known + self._as_read(len(head), length - len(known))
         before, resumed_at = self._before, self.start_offset
         if resumed_at - len(before) <= start and start + length <= resumed_at:
             # Before the resume point, as verified at open: the only bytes of a runaway

@@ -315,3 +315,25 @@ def test_a_stream_rewritten_while_a_runaway_line_is_scanned_is_read_again_from_z
     assert second.checkpoint.end_offset == 2002  # still inside the runaway line
     third = TailReader(str(path), second.checkpoint, lambda line, number, offset: line)
     assert third.replace and third.start == 0
+
+
+def test_a_short_head_rewritten_while_a_runaway_line_is_resumed_is_read_again_from_zero(tmp_path):
+    """Resumed inside a runaway line that begins within the first KiB, the head is
+    fingerprinted from the bytes verified when the file was opened: a rewrite of the first
+    line (to a new size) while the runaway line is scanned to its end is seen next time."""
+    from omg_ledger.tail import TailReader
+
+    runaway = b"r" * (MAX_LINE_BYTES + 10)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"v":"old"}\n' + runaway)
+    first = TailReader(str(path), None, lambda line, number, offset: line)
+    assert list(first) == [b'{"v":"old"}']
+    with open(path, "ab") as f:
+        f.write(b'r\n{"b":2}\n')  # the runaway line ends, a line follows
+    second = TailReader(str(path), first.checkpoint, lambda line, number, offset: line)
+    assert not second.replace and second.start == 12
+    with open(path, "r+b") as f:  # in place, to a new size, once the second read has begun
+        f.write(b'{"v":"new"}\n' + runaway + b'r\n{"b":2}\n{"c":3}\n')
+    assert list(second) == [b'{"b":2}', b'{"c":3}']
+    third = TailReader(str(path), second.checkpoint, lambda line, number, offset: line)
+    assert third.replace and third.start == 0
