@@ -260,7 +260,9 @@ class CompleteLines:
                     yield line_no, position, end, (line if len(line) <= MAX_LINE_BYTES else None)
                 line_no += 1
                 position = end
-            if len(buffer) > MAX_LINE_BYTES:
+            # (A buffer ending in \r may be a line of exactly the cap whose \n is in the
+            # next chunk: the same line is kept wherever the chunks happen to end.)
+            if len(buffer) > MAX_LINE_BYTES + (buffer[-1:] == b"\r"):
                 # A runaway line: remember where it began, drop what we hold, keep
                 # scanning for its end without buffering it.
                 if runaway_at is None:

@@ -337,3 +337,25 @@ def test_a_short_head_rewritten_while_a_runaway_line_is_resumed_is_read_again_fr
     assert list(second) == [b'{"b":2}', b'{"c":3}']
     third = TailReader(str(path), second.checkpoint, lambda line, number, offset: line)
     assert third.replace and third.start == 0
+
+
+def test_a_crlf_line_of_exactly_the_cap_is_kept_wherever_the_chunks_end(tmp_path):
+    """A line of MAX_LINE_BYTES bytes ended by CRLF is within the cap (the \\r is not the
+    line's). A fresh read whose chunk ends between its \\r and \\n, and a read resumed after
+    the line before it, must both keep it: what is stored cannot depend on where reads began."""
+    from omg_ledger.tail import READ_CHUNK, TailReader
+
+    first = b"a" * (READ_CHUNK - 2) + b"\n"  # ends at READ_CHUNK - 1: the next chunk ends after the \r
+    exact = b"b" * MAX_LINE_BYTES
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(first)
+    resumed = TailReader(str(path), None, lambda line, number, offset: (number, len(line)))
+    assert list(resumed) == [(1, READ_CHUNK - 2)]
+    with open(path, "ab") as f:
+        f.write(exact + b"\r\n" + b"c\n")
+    assert len(first) + len(exact) + 1 == 2 * READ_CHUNK  # a fresh read's second chunk ends after the \r
+    fresh = TailReader(str(path), None, lambda line, number, offset: (number, len(line)))
+    after = TailReader(str(path), resumed.checkpoint, lambda line, number, offset: (number, len(line)))
+    assert list(fresh) == [(1, READ_CHUNK - 2), (2, MAX_LINE_BYTES), (3, 1)] and fresh.problems == []
+    assert list(after) == [(2, MAX_LINE_BYTES), (3, 1)] and after.problems == []
+    assert fresh.checkpoint == after.checkpoint
