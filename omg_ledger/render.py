@@ -563,7 +563,8 @@ def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
     budget = report["budget"]
     yield from _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
         ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])
-        + ([f"spent {money(b['cost_nano_usd'])} of a {money(b['budget_nano_usd'])} budget"]
+        + ([f"an invocation spent {money(b['largest_invocation_nano_usd'])} of a {money(b['budget_nano_usd'])} "
+            f"budget ({money(b['cost_nano_usd'])} in all)"]
            if b["spend_over_budget"] else [])) for b in budget["overruns"]], "none")
     yield from _section("ABANDONED NOW", [f"  {safe(r['hint'])}" + (
         f" Interrupted node(s): {safe(', '.join(r['interrupted_nodes']))}." if r["interrupted_nodes"] else "")

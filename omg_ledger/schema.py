@@ -903,7 +903,7 @@ def _add_view_docs() -> None:
                 "round", "retries", "cost_nano_usd"), "cost_usd": _USD_DOC,
         **_same("nodes", "invocations", "unknown_cost_invocations", "unrecorded_attempts", "budget_nano_usd"),
         "budget_usd": "The budget in US dollars (a float for display).",
-        "over_budget": "1 when the node's known spend exceeds its budget.",
+        "over_budget": "1 when the node's known spend over every invocation exceeds its budget (budget_usd bounds each invocation: audit's spend_over_budget compares the costliest one).",
         **_same("nodes", "budget_overrun", "has_artifact", "has_failed_output", "detail"),
     })
     DOCS["v_problems"] = _view_docs(about("v_problems"), {

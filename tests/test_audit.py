@@ -336,3 +336,35 @@ def test_cli_stale_after_exits_1_and_lists_the_home(sqlite_url, tmp_path):
     assert [h["label"] for h in as_json["stale_homes"]] == ["there"]
     empty = runner.invoke(main, ["audit", "--db", sqlite_url, "--stale-after", ""])
     assert empty.exit_code == 2 and "--stale-after was given an empty value" in empty.output
+
+
+def test_budget_usd_bounds_each_invocation_not_the_nodes_total(db_url, tmp_path):
+    """The engine applies budget_usd to each invocation (claude's --max-budget-usd per
+    process; scheduler.evaluateBudget per outcome). A feedback loop running `impl` twice at
+    $0.06 against a $0.10 budget stayed within it ($0.12 in all is no overrun); a second
+    round whose one invocation spent $0.15 did not (and the engine failed it)."""
+    home = tmp_path / "home"
+    within, over = "20261129-100000.000000001-1", "20261129-110000.000000001-1"
+    budget_fail = 'node "impl" exceeded budget_usd: $0.1500 actual vs $0.1000 budgeted (over by $0.0500)'
+    for run_id, hour, second_round in ((within, "10", passed(within, t("10:00:06"), "impl", 0.06, round=1)),
+                                       (over, "11", ev(over, t("11:00:06"), "node_failed", node_id="impl",
+                                                       round=1, verdict="FAIL", cost_usd=0.15,
+                                                       detail=budget_fail))):
+        write_run(home, run_id, [
+            ev(run_id, t(f"{hour}:00:00"), "run_started"),
+            ev(run_id, t(f"{hour}:00:01"), "node_started", node_id="impl"),
+            passed(run_id, t(f"{hour}:00:02"), "impl", 0.06),
+            ev(run_id, t(f"{hour}:00:03"), "node_started", node_id="review"),
+            ev(run_id, t(f"{hour}:00:04"), "node_retried", node_id="review", round=1, cost_usd=0.01),
+            ev(run_id, t(f"{hour}:00:05"), "node_started", node_id="impl", round=1),
+            second_round,
+            ev(run_id, t(f"{hour}:00:07"), "run_finished", outcome="passed" if run_id == within else "failed"),
+        ], state(run_id, "g", {
+            "impl": {"verdict": "PASS" if run_id == within else "FAIL", "round": 1, "budget_usd": 0.1,
+                     "cost_usd": 0.12 if run_id == within else 0.21},
+            "review": {"verdict": "", "round": 1, "cost_usd": 0.01}}))
+    report = audit_report(ledger(db_url, home), now=NOW)
+    assert [(b["run_id"], b["node_id"], b["cost_nano_usd"], b["largest_invocation_nano_usd"], b["budget_nano_usd"],
+             b["failed_for_budget"], b["spend_over_budget"]) for b in report["budget"]["overruns"]] == [
+        (over, "impl", 210_000_000, 150_000_000, 100_000_000, True, True)]
+    assert "1 budget overrun(s)" in report["attention"]

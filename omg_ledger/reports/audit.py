@@ -13,8 +13,9 @@ Sections (every one is present, empty ones as empty lists / zero counts):
   the engine's.
 * ``budget.overruns`` — one entry per node over its budget: ``failed_for_budget`` (the
   engine failed it for its budget_usd: its terminal node_failed says "exceeded
-  budget_usd", whether or not a .out exists) and/or ``spend_over_budget`` (its recorded
-  spend is above its budget_usd).
+  budget_usd", whether or not a .out exists) and/or ``spend_over_budget`` (an
+  invocation's recorded spend is above its budget_usd, which bounds each invocation:
+  ``largest_invocation_nano_usd``; ``cost_nano_usd`` is the node's spend in all).
 * ``abandoned`` — runs ABANDONED right now (live lock probe), however old, with the
   nodes their dead leg left running (``interrupted_nodes``), the orphan warning and the
   recovery hint.
@@ -230,17 +231,34 @@ def _failures(reader, since_us: int | None, lazy: bool = False, newest: int | No
     return {"judged": judged, "machinery": machinery, "note": FAIL_NOTE}
 
 
+# The node's costliest invocation. budget_usd bounds each invocation, as the engine applies
+# it (claude's --max-budget-usd per process, and its post-hoc check of each outcome): a
+# node run three times at 60% of its budget is within it, though its total is not.
+_LARGEST_INVOCATION = ("(SELECT MAX(c.cost_nano_usd) FROM charges c "
+                       "WHERE c.run_pk = n.run_pk AND c.node_id = n.node_id)")
+
+
 def _budget(reader, since_us: int | None) -> dict:
     """One entry per node over its budget, however it shows: the engine failed it for its
-    budget_usd (its terminal node_failed says so), or its recorded spend is above it."""
-    rows = _node_rows(reader, since_us, "(n.budget_overrun OR (n.budget_nano_usd IS NOT NULL "
-                                        "AND n.cost_nano_usd > n.budget_nano_usd))")
+    budget_usd (its terminal node_failed says so), or an invocation's recorded spend is above it."""
+    params: dict = {}
+    # The first term is schema.NODE_OVER_BUDGET on `n`, the partial index's predicate (an
+    # invocation over the budget puts the node's total over it too): the few candidates
+    # come from the index, not a scan of every node.
+    condition = (f"(n.budget_overrun OR (n.budget_nano_usd IS NOT NULL AND n.cost_nano_usd > n.budget_nano_usd)) "
+                 f"AND (n.budget_overrun OR {_LARGEST_INVOCATION} > n.budget_nano_usd)")
+    rows = reader.dicts(
+        "SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.detail, n.budget_nano_usd, "
+        f"n.cost_nano_usd, n.budget_overrun, {_LARGEST_INVOCATION} AS largest_invocation_nano_usd "
+        f"{_NODES}{_where([condition, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label, n.node_id",
+        params)
     overruns = []
     for m in rows:
-        spent = int(m["cost_nano_usd"] or 0)
-        overruns.append({**_node_ref(m), "verdict": m["verdict"], "cost_nano_usd": spent,
-                         "budget_nano_usd": m["budget_nano_usd"], "failed_for_budget": bool(m["budget_overrun"]),
-                         "spend_over_budget": m["budget_nano_usd"] is not None and spent > m["budget_nano_usd"]})
+        largest, budget = m["largest_invocation_nano_usd"], m["budget_nano_usd"]
+        overruns.append({**_node_ref(m), "verdict": m["verdict"], "cost_nano_usd": int(m["cost_nano_usd"] or 0),
+                         "largest_invocation_nano_usd": None if largest is None else int(largest),
+                         "budget_nano_usd": budget, "failed_for_budget": bool(m["budget_overrun"]),
+                         "spend_over_budget": budget is not None and largest is not None and largest > budget})
     return {"overruns": overruns}
 
 
