@@ -1158,7 +1158,8 @@ def limits(db, as_json, limit_specs, tz, estimate, prices_file) -> None:
               "total behind.")
 @ledger_errors
 def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose, stale_after) -> None:
-    """One report: PASS provenance, judged vs machinery FAILs, budget overruns,
+    """One report: PASS provenance, judged vs machinery FAILs (and FAILs state.json holds
+    no record of, whose judged field the engine never wrote), budget overruns,
     ABANDONED and PAUSED runs (probed live), findings, input problems, build evidence
     of auto runs, unpriced work.
 

@@ -560,6 +560,10 @@ def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
     yield from _section("FAILS BY MACHINERY (judged absent)", _newest_note(fails["machinery"], (
         f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
         for f in fails["machinery"])), "none")
+    yield from _section("FAILS WITH NO JUDGED ON RECORD (state.json holds no record of the terminal)",
+                        _newest_note(fails["judged_unknown"], (
+                            f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                            for f in fails["judged_unknown"])), "none")
     budget = report["budget"]
     yield from _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
         ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])

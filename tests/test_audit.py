@@ -368,3 +368,49 @@ def test_budget_usd_bounds_each_invocation_not_the_nodes_total(db_url, tmp_path)
              b["failed_for_budget"], b["spend_over_budget"]) for b in report["budget"]["overruns"]] == [
         (over, "impl", 210_000_000, 150_000_000, 100_000_000, True, True)]
     assert "1 budget overrun(s)" in report["attention"]
+
+
+def test_a_fail_with_no_snapshot_record_of_its_own_is_neither_judged_nor_machinery(db_url, tmp_path):
+    """The engine writes `judged` only into state.json's record of a terminal
+    (scheduler.go:946-956 recordFail → recordSnapshot → toNodeRecord's Judged,
+    scheduler.go:1182-1201; terminalEvent, scheduler.go:1214-1232, puts none on the event),
+    and absent there means false: the machinery (run-feed contract, "judged … absent
+    (false)"). A FAIL whose record never landed (`lost`: no record at all) or was left an
+    earlier terminal's (`behind`: the snapshot holds leg 1's judged FAIL) has no judged
+    field on record at all — the engine said neither, so audit lists it apart, never as a
+    machinery FAIL. `broken`, whose record is its own and says nothing of judged, is one."""
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000001-1"
+    judged_detail = "node \"behind\" failed success_check verify: exited 1, want 0"
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="behind"),
+        ev(run_id, t("10:00:02"), "node_failed", node_id="behind", verdict="FAIL", cost_usd=0.1,
+           detail=judged_detail, session_id="s-leg-1"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="failed"),
+        ev(run_id, t("11:00:00"), "run_started"),
+        ev(run_id, t("11:00:01"), "node_started", node_id="behind"),
+        ev(run_id, t("11:00:02"), "node_failed", node_id="behind", verdict="FAIL", cost_usd=0.2,
+           detail="exit code 1", session_id="s-leg-2"),
+        ev(run_id, t("11:00:03"), "node_started", node_id="lost"),
+        ev(run_id, t("11:00:04"), "node_failed", node_id="lost", verdict="FAIL", cost_usd=0.1, detail="exit code 2",
+           session_id="s-lost"),
+        ev(run_id, t("11:00:05"), "node_started", node_id="broken"),
+        ev(run_id, t("11:00:06"), "node_failed", node_id="broken", verdict="FAIL", cost_usd=0.1,
+           detail="exit code 3", session_id="s-broken"),
+        ev(run_id, t("11:00:07"), "run_finished", outcome="failed"),
+    ], state(run_id, "g", {
+        "behind": {"verdict": "FAIL", "cost_usd": 0.1, "judged": True, "detail": judged_detail,
+                   "session_id": "s-leg-1"},
+        "broken": {"verdict": "FAIL", "cost_usd": 0.1, "detail": "exit code 3", "session_id": "s-broken"},
+    }) | {"graph": {"name": "g", "nodes": [{"id": "behind"}, {"id": "lost"}, {"id": "broken"}]}})
+    report = audit_report(ledger(db_url, home), now=NOW)
+    fails = report["failures"]
+    assert fails["judged"] == []
+    assert [f["node_id"] for f in fails["machinery"]] == ["broken"]
+    assert [f["node_id"] for f in fails["judged_unknown"]] == ["behind", "lost"]
+    text = CliRunner().invoke(main, ["audit", "--db", db_url.removeprefix("sqlite:///")]).output
+    machinery = text.split("FAILS BY MACHINERY (judged absent)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.split()[1] for line in machinery] == ["broken:"]
+    unknown = text.split("FAILS WITH NO JUDGED ON RECORD", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert [line.split()[1] for line in unknown] == ["behind:", "lost:"]

@@ -7,6 +7,9 @@ Sections (every one is present, empty ones as empty lists / zero counts):
   predates the field), and the runs whose passes are *all* self-reported or exit-only.
 * ``failures`` — FAIL verdicts split by the engine's own ``judged`` field as written:
   ``judged`` (a check rendered a verdict) vs ``machinery`` (judged absent). The engine
+  writes judged only into state.json's record of a terminal, so a FAIL with no record of
+  its own there (a dropped snapshot write, or the record is an earlier terminal's) has no
+  judged field at all: ``judged_unknown``, never counted as machinery. The engine
   also sets judged on some machinery failures (a timeout kill, a halt, a rejected gate;
   corpus README #7), so ``ours_likely_machinery`` lists judged FAILs whose detail reads
   like one of those — **that flag is omg-ledger's own reading of the detail text**, not
@@ -197,25 +200,31 @@ def _provenance(reader, since_us: int | None, lazy: bool = False) -> dict:
     return {"passes": passes, "mix": mix, "runs_all_unverified": runs}
 
 
-def _fails(reader, since_us: int | None, condition: str, newest: int | None = None) -> Iterator[tuple[bool, dict]]:
+def _fails(reader, since_us: int | None, condition: str, newest: int | None = None
+           ) -> Iterator[tuple[bool | None, dict]]:
+    """(judged: True, False or None when no record of the terminal holds it, the FAIL)."""
     for m in _node_rows(reader, since_us, condition, newest):
         item = _node_ref(m)
         if m["judged"]:
             item["ours_likely_machinery"] = bool(_MACHINERY_DETAIL.search(m["detail"] or ""))
-        yield bool(m["judged"]), item
+        yield None if m["judged"] is None else bool(m["judged"]), item
 
 
-FAIL_NOTE = ("judged/machinery is the engine's `judged` field as written; ours_likely_machinery is "
+FAIL_NOTE = ("judged/machinery is the engine's `judged` field as written; judged_unknown: state.json holds "
+             "no record of that terminal, so no judged field was written for it; ours_likely_machinery is "
              "omg-ledger's own reading of the detail text (the engine also marks some timeouts, "
              "halts and rejected gates judged)")
 
 
 _JUDGED_FAIL = "n.verdict = 'FAIL' AND n.judged"
-_MACHINERY_FAIL = "n.verdict = 'FAIL' AND (n.judged IS NULL OR NOT n.judged)"
+_MACHINERY_FAIL = "n.verdict = 'FAIL' AND NOT n.judged"
+# NULL judged: state.json holds no record of this terminal (nodes.judged), so the engine's
+# answer was never written; "absent" in the engine's sense (false) is a record without it.
+_JUDGED_UNKNOWN_FAIL = "n.verdict = 'FAIL' AND n.judged IS NULL"
 
 
 def _failures(reader, since_us: int | None, lazy: bool = False, newest: int | None = None) -> dict:
-    """FAIL verdicts, judged and machinery. ``lazy``: each list is read when rendered;
+    """FAIL verdicts: judged, machinery, and judged not on record. ``lazy``: each list is read when rendered;
     ``newest`` (lazy only): each list holds its newest that many, and is counted whole."""
     if lazy:
         def rows(condition: str) -> Rows:
@@ -224,11 +233,12 @@ def _failures(reader, since_us: int | None, lazy: bool = False, newest: int | No
                 return Rows(produce)
             return Rows(produce, _count_nodes(reader, since_us, condition), listed=newest)
 
-        return {"judged": rows(_JUDGED_FAIL), "machinery": rows(_MACHINERY_FAIL), "note": FAIL_NOTE}
-    judged, machinery = [], []
+        return {"judged": rows(_JUDGED_FAIL), "machinery": rows(_MACHINERY_FAIL),
+                "judged_unknown": rows(_JUDGED_UNKNOWN_FAIL), "note": FAIL_NOTE}
+    lists: dict[bool | None, list] = {True: [], False: [], None: []}
     for is_judged, item in _fails(reader, since_us, "n.verdict = 'FAIL'"):
-        (judged if is_judged else machinery).append(item)
-    return {"judged": judged, "machinery": machinery, "note": FAIL_NOTE}
+        lists[is_judged].append(item)
+    return {"judged": lists[True], "machinery": lists[False], "judged_unknown": lists[None], "note": FAIL_NOTE}
 
 
 # The node's costliest invocation. budget_usd bounds each invocation, as the engine applies
