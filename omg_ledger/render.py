@@ -185,6 +185,13 @@ def when(utc_text: str | None, zone=None) -> str:
     return when_local(datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone).isoformat())
 
 
+def _charged(charged: object, nanos: int | None, unknown_count: int, free: bool = False) -> str:
+    """A node's or an execution's spend; "-" where no invocation of it was charged: a call
+    the engine recorded nowhere (session-limited, killed) has no price, not $0, and a node
+    that never ran none either. A gate (``free``) spawns no subprocess: $0 is its price."""
+    return money(nanos, unknown_count) if charged or free else "-"
+
+
 def run_detail(d: dict, zone=None) -> str:
     out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  "
@@ -211,10 +218,12 @@ def run_detail(d: dict, zone=None) -> str:
         [str(leg["ordinal"]), leg["phase"], leg["kind"], when(leg["started_at"], zone),
          leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-"), safe(leg["detail"] or "")[:80]]
         for leg in d["legs"]]) if d["legs"] else "  (none: the stream has said nothing)")
+    gates = {n["node_id"] for n in d["nodes"] if n["node_type"] == "gate"}
     out.append("\nNODES")
     out.append(table(["NODE", "VERDICT", "STATE", "PROVENANCE", "ROUND", "RETRIES", "COST", "FILES"], [
         [safe(n["node_id"]), n["verdict"] or "-", n["state"], n["provenance"] or "-", str(n["round"] or 0),
-         str(n["retries"] or 0), money(n["cost_nano_usd"], n["unknown_cost_invocations"]),
+         str(n["retries"] or 0), _charged(n["invocations"], n["cost_nano_usd"], n["unknown_cost_invocations"],
+                  n["node_id"] in gates),
          ",".join(x for x, ok in (("out", n["has_artifact"]), ("failed", n["has_failed_output"])) if ok) or "-"]
         for n in d["nodes"]]) if d["nodes"] else "  (none)")
     if len({r["node_id"] for r in d["rounds"]}) < len(d["rounds"]):
@@ -223,7 +232,9 @@ def run_detail(d: dict, zone=None) -> str:
         out.append("\nROUNDS")
         out.append(table(["NODE", "LEG", "ROUND", "STARTED", "OUTCOME", "PROVENANCE", "COST", "DETAIL"], [
             [safe(r["node_id"]), str(r["leg_ordinal"] or "-"), str(r["round"] or 0), when(r["started_at"], zone),
-             r["outcome"] or "-", r["provenance"] or "-", money(r["cost_nano_usd"], 1 if r["cost_unknown"] else 0),
+             r["outcome"] or "-", r["provenance"] or "-",
+             _charged(r["cost_nano_usd"] is not None or r["cost_unknown"], r["cost_nano_usd"], int(r["cost_unknown"]),
+                      r["node_id"] in gates),
              safe(r["detail"] or "")[:60]]
             for r in d["rounds"]], right={6}))
     out.append("\nCHARGES")

@@ -62,3 +62,45 @@ def test_show_lists_rounds_where_a_node_ran_more_than_once(db):
         ("review", "0", "FEEDBACK"), ("review", "1", "FEEDBACK"), ("review", "2", "PASS"), ("spec", "0", "PASS")]
     # One run through each node: its round is its NODES line, no ROUNDS section.
     assert "\nROUNDS\n" not in cli("show", "--db", db, "20261129-181512.929654081-1").stdout
+
+
+# examples/home's s41-feedback-limit-resumed: leg 1's second run of impl (round 1) was
+# killed by the session limit, so it has no terminal event and no snapshot record.
+S41 = "20261129-181524.756183722-1"
+
+
+def test_an_execution_without_a_terminal_shows_no_price(db):
+    """The engine records a session-limited execution nowhere — no ledger row, no snapshot
+    record, no terminal event (scheduler.go:797-807, `outcome.SessionLimited`; corpus
+    README #9) — though its call was paid for. Its ROUNDS line is no $0.0000: that would
+    be a price the engine never gave; it is "-", with the attempt counted unrecorded."""
+    text = cli("show", "--db", db, S41).stdout
+    section = text.split("\nROUNDS\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    cells = [line.split() for line in section[2:]]  # (STARTED is two words: date and time)
+    # NODE LEG ROUND date time OUTCOME PROVENANCE COST
+    assert [(c[0], c[1], c[2], c[5], c[7]) for c in cells] == [
+        ("impl", "1", "0", "PASS", "$0.0300"), ("impl", "1", "1", "-", "-"),
+        ("review", "1", "0", "FEEDBACK", "$0.0150"), ("impl", "2", "1", "PASS", "$0.0300"),
+        ("review", "2", "1", "PASS", "$0.0150")]
+    assert "unrecorded attempts 1" in text.splitlines()[1]
+
+
+def test_a_node_never_charged_shows_no_price(db):
+    """examples/home's s16-session-limit: beta's one call hit the session limit (recorded
+    nowhere, corpus README #9), gamma never ran. Neither has a price: "-", not $0.0000."""
+    text = cli("show", "--db", db, "20261129-181518.826010212-1").stdout
+    section = text.split("\nNODES\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [(c[0], c[2], c[6]) for c in (line.split() for line in section[2:])] == [
+        ("alpha", "settled", "$0.0150"), ("beta", "unfinished", "-"), ("gamma", "pending", "-")]
+
+
+def test_a_gate_is_free_not_unpriced(db):
+    """A gate spawns no subprocess, so its node_passed carries no cost (run-feed contract,
+    terminal node events) and the engine's own `show` prints it at 0.0000 (corpus
+    truth/show-20261129-181514.934714601-1.txt): examples/home's s10-gate reads $0.0000,
+    in NODES and in each of its ROUNDS lines, never "-"."""
+    text = cli("show", "--db", db, "20261129-181514.934714601-1").stdout
+    nodes = text.split("\nNODES\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert [line.split()[6] for line in nodes if line.startswith("approve ")] == ["$0.0000"]
+    rounds = text.split("\nROUNDS\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert [line.split()[7] for line in rounds if line.startswith("approve ")] == ["$0.0000", "$0.0000"]
