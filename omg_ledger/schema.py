@@ -143,7 +143,9 @@ runs = Table(
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),  # known spend only
     Column("invocations", Integer, nullable=False, default=0),
     Column("unknown_cost_invocations", Integer, nullable=False, default=0),
-    Column("unrecorded_attempts", Integer, nullable=False, default=0),  # retried calls never billed
+    # calls paid for and recorded nowhere: a plain retry's failed attempt, a session-limited call,
+    # one killed with its leg (a call killed in an open leg found ABANDONED is added at query time)
+    Column("unrecorded_attempts", Integer, nullable=False, default=0),
     *_tokens(),
     # PASS nodes (latest verdict) by provenance, from the run's node rows: what audit reads
     Column("passes", Integer, nullable=False, default=0, server_default="0"),
@@ -167,7 +169,9 @@ legs = Table(
     _run_fk(),
     Column("ordinal", Integer, primary_key=True),  # 1-based, file order
     Column("phase", TEXT, nullable=False),  # 'planning' | 'run'
-    Column("kind", TEXT, nullable=False),  # planning | initial | resume | retry | after-abandoned
+    # planning | initial | resume (after paused) | retry (after failed) | rerun (after passed) |
+    # after-abandoned (after a leg that never closed)
+    Column("kind", TEXT, nullable=False),
     Column("started_at", TEXT),
     Column("started_at_us", BigInteger),
     Column("finished_at", TEXT),
@@ -198,19 +202,20 @@ nodes = Table(
     Column("verdict", TEXT),  # PASS | FAIL | NULL (not settled)
     Column("verdict_source", TEXT),  # 'stream' | 'snapshot' (recovered dropped event)
     Column("state", TEXT, nullable=False),  # settled | running | paused | unfinished | pending
-    Column("retries", Integer),
+    Column("retries", Integer),  # in-leg retries before the latest terminal attempt (the event's)
     Column("round", Integer),
     Column("provenance", TEXT),
-    Column("judged", Boolean),
+    Column("judged", Boolean),  # the snapshot record's (absent = false); NULL: no record of this terminal
     Column("budget_nano_usd", BigInteger),
-    Column("duration_ns", BigInteger),
+    Column("duration_ns", BigInteger),  # the snapshot record's: one execution's, never summed
     Column("session_id", TEXT),
     Column("detail", TEXT),
     Column("artifact_name", TEXT, nullable=False),  # '<id with / replaced by ~>.out'
     Column("artifact_path", TEXT),  # as recorded by the engine (path on the engine's machine)
     Column("has_artifact", Boolean, nullable=False),
     Column("has_failed_output", Boolean, nullable=False),
-    Column("budget_overrun", Boolean, nullable=False, default=False),  # FAIL with its .out on disk
+    # the engine failed it for its budget_usd (the unjudged FAIL's detail says so), .out or not
+    Column("budget_overrun", Boolean, nullable=False, default=False),
     Column("last_leg", Integer),
     Column("cost_nano_usd", BigInteger, nullable=False, default=0),  # known spend, all legs
     Column("invocations", Integer, nullable=False, default=0),
