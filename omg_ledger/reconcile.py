@@ -907,7 +907,8 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
         "round": round_,
         "provenance": provenance,
         "judged": judged,
-        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, (int, float)) and budget else None,
+        # (Not positive: no budget, as the engine applies none; scheduler.evaluateBudget.)
+        "budget_nano_usd": usd_nanos(budget) if isinstance(budget, (int, float)) and budget > 0 else None,
         "duration_ns": duration,
         "session_id": session_id,
         "detail": detail,

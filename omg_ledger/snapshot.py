@@ -122,6 +122,14 @@ def _number(value: object) -> bool:
             and 0 <= value <= MAX_COST_USD)
 
 
+def _budget(value: object) -> bool:
+    """A budget_usd: finite and within the plausibility cap. The engine writes a graph's value
+    as declared and applies none that is not positive (scheduler.evaluateBudget; claude gets
+    --max-budget-usd only when it is), so a negative one is a node without a budget, not damage."""
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and value <= MAX_COST_USD)
+
+
 def _int(value: object, limit: int = 2**63 - 1) -> bool:
     """A non-negative integer the ledger's columns can hold (BIGINT unless ``limit``)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
@@ -225,8 +233,8 @@ def _check_graph(graph: object, where: str) -> None:
     for node in graph_nodes:
         if node.get("type") is not None and not isinstance(node["type"], str):
             raise BadSnapshot(f"{where} node {shown(node['id'])} 'type' must be a string")
-        if "budget_usd" in node and node["budget_usd"] is not None and not _number(node["budget_usd"]):
-            raise BadSnapshot(f"{where} node {shown(node['id'])} 'budget_usd' must be a non-negative number")
+        if "budget_usd" in node and node["budget_usd"] is not None and not _budget(node["budget_usd"]):
+            raise BadSnapshot(f"{where} node {shown(node['id'])} 'budget_usd' must be a number up to {MAX_COST_USD}")
 
 
 def _plain_graph_nodes(graph_nodes: list) -> bool:
@@ -242,7 +250,7 @@ def _plain_graph_nodes(graph_nodes: list) -> bool:
         budget = node.get("budget_usd")
         # NaN fails both comparisons and infinity the cap: only finite amounts pass.
         if budget is not None and ((type(budget) is not float and type(budget) is not int)
-                                   or not 0 <= budget <= MAX_COST_USD):
+                                   or not -MAX_COST_USD <= budget <= MAX_COST_USD):
             return False
     return True
 
@@ -268,13 +276,13 @@ def _plain_record(node_id: str, record: object) -> bool:
         elif kind is float:
             # NaN fails both comparisons and infinity the cap: only finite amounts pass.
             if key in _RECORD_MONEY:
-                if not 0 <= value <= MAX_COST_USD:
+                if not (-MAX_COST_USD if key == "budget_usd" else 0) <= value <= MAX_COST_USD:
                     return False
             elif key in _RECORD_TYPED:
                 return False
         elif kind is int:
             if key in _RECORD_MONEY:
-                if not 0 <= value <= MAX_COST_USD:
+                if not (-MAX_COST_USD if key == "budget_usd" else 0) <= value <= MAX_COST_USD:
                     return False
             elif key == "round" or key == "retries":
                 if not 0 <= value <= MAX_COUNTER:
@@ -309,9 +317,10 @@ def _check_record(node_id: str, record: object) -> None:
         raise BadSnapshot(f"{where} must be an object")
     if not isinstance(record.get("verdict", ""), str):
         raise BadSnapshot(f"{where}.verdict must be a string")
-    for key in ("cost_usd", "budget_usd"):
-        if key in record and not _number(record[key]):
-            raise BadSnapshot(f"{where}.{key} must be a non-negative number, got {shown(record[key])}")
+    if "cost_usd" in record and not _number(record["cost_usd"]):
+        raise BadSnapshot(f"{where}.cost_usd must be a non-negative number, got {shown(record['cost_usd'])}")
+    if "budget_usd" in record and not _budget(record["budget_usd"]):
+        raise BadSnapshot(f"{where}.budget_usd must be a number up to {MAX_COST_USD}, got {shown(record['budget_usd'])}")
     for key, limit in (("round", MAX_COUNTER), ("retries", MAX_COUNTER), ("duration", 2**63 - 1)):
         if key in record and not _int(record[key], limit):
             raise BadSnapshot(f"{where}.{key} must be a non-negative integer (max {limit}), got {shown(record[key])}")

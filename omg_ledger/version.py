@@ -37,4 +37,6 @@ VERSION = "0.1.0"
 #    the engine's decoder reads it; two keys naming one field are a duplicate key.
 # 12: a \u escape of a lone UTF-16 surrogate in an event line is U+FFFD, as the engine's
 #    decoder reads it, not a bad line (events.raw keeps the escape).
-DERIVATION_VERSION = 12
+# 13: a negative budget_usd (state.json's record or graph) is a node without a budget, as the
+#    engine applies none that is not positive; it made the whole state.json damage.
+DERIVATION_VERSION = 13

@@ -414,3 +414,30 @@ def test_a_fail_with_no_snapshot_record_of_its_own_is_neither_judged_nor_machine
     assert [line.split()[1] for line in machinery] == ["broken:"]
     unknown = text.split("FAILS WITH NO JUDGED ON RECORD", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
     assert [line.split()[1] for line in unknown] == ["behind:", "lost:"]
+
+
+def test_a_negative_budget_usd_is_a_node_without_a_budget_not_damage(db_url, tmp_path):
+    """The engine writes budget_usd as the graph declared it and applies none that is not
+    positive (schedule/scheduler.go evaluateBudget: `node.BudgetUSD <= 0` returns nil;
+    runner/claude_protocol.go passes --max-budget-usd only when > 0). A state.json carrying
+    `budget_usd: -1` is the engine's own: read, the run PASS with its snapshot, no problem,
+    no budget and no overrun."""
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000001-1"
+    doc = state(run_id, "g", {"impl": {"verdict": "PASS", "cost_usd": 0.05, "budget_usd": -1}})
+    doc["graph"]["nodes"] = [{"id": "impl", "budget_usd": -1}]
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="impl"),
+        passed(run_id, t("10:00:02"), "impl", 0.05, provenance="exit-only"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
+    ], doc)
+    engine = ledger(db_url, home)
+    report = audit_report(engine, now=NOW)
+    assert report["problems"] == [] and report["budget"]["overruns"] == []
+    with engine.connect() as conn:
+        from sqlalchemy import text
+
+        row = conn.execute(text("SELECT r.snapshot_schema, n.budget_nano_usd, n.verdict FROM nodes n "
+                                "JOIN runs r ON r.id = n.run_pk WHERE n.node_id = 'impl'")).one()
+    assert tuple(row) == (3, None, "PASS")
