@@ -221,6 +221,23 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     return report
 
 
+def read_again_what_older_rules_refused(conn: Connection, home_id: int) -> None:
+    """The files of the home's runs derived by older rules (an older DERIVATION_VERSION)
+    that left an open problem are read again from zero by this sync: a stream line or a
+    document those rules refused was never stored (or stored as an error), so re-deriving
+    the stored facts cannot find it, while the rules now may read it (the caller's write
+    transaction; the home's sync lock held). Their stored identity is forgotten, which
+    makes the tail read the stream again and replace the run's rows, and the snapshot
+    file be read again; the problems are then resolved or seen again as for any re-read."""
+    runs, streams, files, problems = schema.runs, schema.streams, schema.snapshot_files, schema.problems
+    outdated = select(runs.c.id).where(runs.c.home_id == home_id, runs.c.gone.is_(False),
+                                       runs.c.derivation_version < derive.DERIVATION_VERSION)
+    open_paths = select(problems.c.path).where(problems.c.resolved_at.is_(None), problems.c.run_pk.in_(outdated))
+    conn.execute(update(streams).where(streams.c.kind == "run", streams.c.run_pk.in_(outdated),
+                                       streams.c.path.in_(open_paths)).values(dev=None))
+    conn.execute(update(files).where(files.c.run_pk.in_(outdated), files.c.error.is_not(None)).values(dev=None))
+
+
 def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None:
     """A home directory that does not exist is a problem to record for a home the ledger
     indexes already (a disk not mounted: its runs stay, marked nothing); one it has never
@@ -431,6 +448,7 @@ class _HomeSync:
         with write_transaction(self.engine) as conn:
             self.home_id = resolve_home(conn, self.home.label, self.home.path, self.home.explicit,
                                         home_identity(self.home.path), self.relabel, self.report.moved_homes)
+            read_again_what_older_rules_refused(conn, self.home_id)
         self.source = f"home:{self.home_id}"
         runs_dir = os.path.join(self.home.path, "runs")
         if not os.path.isdir(self.home.path):

@@ -32,7 +32,7 @@ VERSION = "0.1.0"
 #    state.json can hold more of than the copy on disk).
 # 10: a JSON null in an event field is that field absent (the engine's decoder leaves the
 #    field its zero value), not a bad line: a run_finished carrying "detail": null closes
-#    its leg. (Lines refused before were never stored: only a re-read from zero finds them.)
+#    its leg. (Lines refused before were never stored: the sync reads such runs' streams again.)
 # 11: a key naming an event field in another case ("Outcome", "Cost_USD") is that field, as
 #    the engine's decoder reads it; two keys naming one field are a duplicate key.
 # 12: a \u escape of a lone UTF-16 surrogate in an event line is U+FFFD, as the engine's

@@ -267,3 +267,57 @@ def test_a_stored_line_this_version_refuses_derives_nothing(db_url, tmp_path):
         assert {node["node_id"]: node["state"] for node in run["nodes"]}["b"] == "settled"
     finally:
         engine.dispose()
+
+
+def test_a_ledger_whose_older_rules_refused_a_line_or_a_snapshot_reads_them_after_the_bump(
+        db_url, tmp_path, monkeypatch):
+    """A ledger written by rules that refused a line (a null field, before version 10) or a
+    state.json (a negative budget_usd, before 13) never stored the line, and stored the
+    document as an error: re-deriving its stored facts alone cannot find them. After the
+    bump, the next sync reads those runs' files again from zero: the run settles as the
+    engine reads it, its problems resolve, and the ledger equals a cold sync's."""
+    from omg_ledger import ingest, snapshot
+    from omg_ledger.tail import Rejected
+
+    from .ledger_dump import diff, dump
+
+    home = tmp_path / "home"
+    refused_line, refused_state = "20261129-100000.000000011-1", "20261129-100000.000000012-1"
+    write_run(home, refused_line, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.5, provenance="exit-only"),
+        ev("run_finished", 3, outcome="passed", detail=None),
+    ], state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS", "cost_usd": 0.5}}}, lock=MARKED_FREE_LOCK)
+    write_run(home, refused_state, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.25, provenance="exit-only"),
+        ev("run_finished", 3, outcome="passed"),
+    ], state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS", "cost_usd": 0.25, "budget_usd": -1}}},
+        lock=MARKED_FREE_LOCK)
+
+    older = open_ledger(db_url)
+    with monkeypatch.context() as rules:  # the older rules, as they read these two files
+        parse = ingest.parse_stream_line
+        rules.setattr(ingest, "parse_stream_line", lambda line, *args: (
+            Rejected("'detail' must be a string") if b'"detail":null' in line else parse(line, *args)))
+        rules.setattr(snapshot, "_budget", lambda value: snapshot._number(value))
+        rules.setattr(snapshot, "_plain_record", lambda node_id, record: False)  # every record checked
+        rules.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION - 1)
+        sync(older, [Home.from_path(str(home), "h")], workers=0)
+        assert show_run(older, refused_line)["status"] == "ABANDONED"  # its run_finished never stored
+        assert show_run(older, refused_state)["has_snapshot"] is False
+
+    report = sync(older, [Home.from_path(str(home), "h")], workers=0)
+    assert (report.runs_changed, report.runs_rederived) == (2, 0)  # read again, not only re-derived
+    assert show_run(older, refused_line)["status"] == "PASS"
+    assert show_run(older, refused_state)["status"] == "PASS" and show_run(older, refused_state)["has_snapshot"]
+    with older.connect() as conn:
+        assert conn.execute(select(schema.problems.c.path).where(schema.problems.c.resolved_at.is_(None))).all() == []
+    cold = open_ledger(str(tmp_path / "cold.sqlite"))
+    sync(cold, [Home.from_path(str(home), "h")], workers=0)
+    theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
+    for data in (theirs, ours):
+        data.pop("problems")  # a log: the older rules' problems stay there, resolved
+    assert ours == theirs, diff(theirs, ours)
+    older.dispose()
+    cold.dispose()
