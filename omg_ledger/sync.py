@@ -232,6 +232,8 @@ def read_again_what_older_rules_refused(conn: Connection, home_id: int) -> None:
     runs, streams, files, problems = schema.runs, schema.streams, schema.snapshot_files, schema.problems
     outdated = select(runs.c.id).where(runs.c.home_id == home_id, runs.c.gone.is_(False),
                                        runs.c.derivation_version < derive.DERIVATION_VERSION)
+    if conn.execute(outdated.limit(1)).first() is None:
+        return  # (every sync but the first after a rule change: no update scans the tables)
     open_paths = select(problems.c.path).where(problems.c.resolved_at.is_(None), problems.c.run_pk.in_(outdated))
     conn.execute(update(streams).where(streams.c.kind == "run", streams.c.run_pk.in_(outdated),
                                        streams.c.path.in_(open_paths)).values(dev=None))
