@@ -880,7 +880,8 @@ def _node_row(r: _Reconciler, run: RunInput, node_id: str, spec: dict | None, re
                 if last_execution is not None:
                     last_leg = last_execution.leg_ordinal or None
             elif latest is not None and not latest_matches:
-                judged = None  # the record's is an earlier terminal's: this one's is not known
+                # The record is an earlier terminal's: this one's judged and duration are not known.
+                judged = duration = None
                 r.findings.append(Finding(
                     "snapshot_behind", node_id, execution.leg_ordinal or None,
                     f"state.json still holds an earlier {record['verdict']} for {node_id}; the stream's latest "

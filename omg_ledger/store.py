@@ -262,34 +262,34 @@ def _diverged_copies(conn: Connection, members: list, billed) -> None:
         conn.execute(findings.insert().values(
             run_pk=member.id, seq=seq, kind="diverged_copy", node_id=None, leg_ordinal=None,
             detail=_no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
-                           f"their first line but differ from stream line {at + 1}: not counted twice; "
+                           f"their first line but differ from stream line {at}: not counted twice; "
                            f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
 
-def _raw_lines(conn: Connection, run_pk: int) -> Iterator[str]:
-    """A run's stored lines in file order, a page at a time."""
+def _raw_lines(conn: Connection, run_pk: int) -> Iterator[tuple[int, str]]:
+    """A run's stored lines in file order, with their line numbers, a page at a time."""
     mark = backend_of(conn).mark
     statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
                  f"ORDER BY line_no LIMIT {EVENT_PAGE}")
     last = 0
     while True:
         rows = conn.exec_driver_sql(statement, (run_pk, last)).fetchall()
-        for _, raw in rows:
-            yield raw
+        yield from rows
         if len(rows) < EVENT_PAGE:
             return
         last = rows[-1][0]
 
 
 def _first_difference(conn: Connection, copy_pk: int, billed_pk: int) -> int | None:
-    """Where a copy's stream stops being a prefix of the billed copy's (0-based index of
-    the first line that differs, or the billed stream's length when the copy is longer),
-    or None when it is a prefix. Both are read page by page, side by side."""
+    """Where a copy's stream stops being a prefix of the billed copy's (the copy's line
+    number of its first stored line that differs, or of its first line past the billed
+    stream's end), or None when it is a prefix. Both are read page by page, side by side;
+    lines neither stored (blank or bad ones) are no difference."""
     reference = _raw_lines(conn, billed_pk)
-    for at, mine in enumerate(_raw_lines(conn, copy_pk)):
+    for line_no, mine in _raw_lines(conn, copy_pk):
         theirs = next(reference, None)
-        if theirs is None or mine != theirs:
-            return at
+        if theirs is None or mine != theirs[1]:
+            return line_no
     return None
 
 

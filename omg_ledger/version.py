@@ -39,4 +39,8 @@ VERSION = "0.1.0"
 #    decoder reads it, not a bad line (events.raw keeps the escape).
 # 13: a negative budget_usd (state.json's record or graph) is a node without a budget, as the
 #    engine applies none that is not positive; it made the whole state.json damage.
-DERIVATION_VERSION = 13
+# 14: a node whose snapshot record is an earlier terminal's (snapshot_behind) has no
+#    duration, as it has no judged (the record's was that terminal's); a diverged copy's
+#    finding names the copy's own line number where the streams differ (blank or bad
+#    lines before it counted), not the index among its stored lines.
+DERIVATION_VERSION = 14

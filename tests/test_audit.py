@@ -216,11 +216,17 @@ def test_a_fail_whose_snapshot_record_is_an_earlier_terminals_has_judged_unknown
            session_id="s-leg-2"),
         ev(run_id, t("11:00:03"), "run_finished", outcome="failed"),
     ], state(run_id, "g", {"impl": {"verdict": "FAIL", "cost_usd": 0.1, "judged": True, "detail": judged_detail,
-                                    "budget_usd": 0.2, "session_id": "s-leg-1"}}))
-    report = audit_report(ledger(db_url, home), now=NOW)
+                                    "budget_usd": 0.2, "session_id": "s-leg-1", "duration": 7_000_000_000}}))
+    engine = ledger(db_url, home)
+    report = audit_report(engine, now=NOW)
     assert report["failures"]["judged"] == []
     assert [b["node_id"] for b in report["budget"]["overruns"]] == ["impl"]
     assert [f["kind"] for f in report["findings"]] == ["snapshot_behind"]
+    # Leg 1's 7 s is that execution's, not the latest's: unknown, as its judged is.
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT judged, duration_ns FROM nodes WHERE node_id = 'impl'")).one() == (None, None)
 
 
 def test_our_machinery_reading_is_labelled(db_url, tmp_path):

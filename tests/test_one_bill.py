@@ -286,6 +286,26 @@ def test_diverging_copies_are_a_finding_and_still_billed_once(tmp_path, home, db
         engine.dispose()
 
 
+def test_a_diverged_copy_is_named_at_its_own_line_number(tmp_path, home, db_url):
+    """The finding names the line of the copy's file where it differs: a blank line before
+    it (never stored) still counts, so the copy's changed third event is its line 4."""
+    second = tmp_path / "second"
+    shutil.copytree(home / "runs" / RUN, second / "runs" / RUN)
+    stream = second / "runs" / RUN / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    changed = json.loads(lines[2])
+    changed["detail"] = "this copy went another way"
+    stream.write_bytes(b"".join([lines[0], b"\n", lines[1], json.dumps(changed).encode() + b"\n", *lines[3:]]))
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
+        with engine.connect() as conn:
+            [detail] = conn.execute(text("SELECT detail FROM findings WHERE kind = 'diverged_copy'")).scalars()
+        assert "differ from stream line 4:" in detail, detail
+    finally:
+        engine.dispose()
+
+
 def test_equal_ids_that_are_different_runs_stay_two_and_show_says_how_to_pick(tmp_path, home, db_url):
     other = tmp_path / "other"
     shutil.copytree(home / "runs" / RUN, other / "runs" / RUN)
