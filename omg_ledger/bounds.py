@@ -115,3 +115,10 @@ RUN_BOUND_REASON = (
     f"this charge takes the run's known spend past {RUN_BOUND_TEXT} or a token count past "
     f"{MAX_RUN_TOKENS:.0e} (the ledger's per-run bound): it and every later charge of the run "
     f"are counted as invocations of unknown cost, without tokens")
+
+
+def no_nul(value: object) -> object:
+    """NUL cannot be stored in a PostgreSQL text column; a JSON string may carry one
+    (\\u0000). It becomes U+FFFD in derived text on every database, so SQLite and
+    PostgreSQL ledgers agree; the event's raw line keeps the exact escape."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value

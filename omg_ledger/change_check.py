@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .bounds import no_nul
 from .config import Home
 from .discover import (
     DirListing,
@@ -258,9 +259,7 @@ def read_plans(home_id: int, entries: Sequence) -> tuple[list[dict], list[Proble
         rows.append({"home_id": home_id, "plan_id": entry.run_id,
                      "has_graph_json": "graph.json" in listing.names,
                      "has_rejected": "rejected.json" in listing.names,
-                     # NUL (a JSON \u0000) as U+FFFD, as in derived text: PostgreSQL text cannot hold it.
-                     "graph_name": graph_name.replace("\x00", "\ufffd") if isinstance(graph_name, str) else None,
-                     "gone": False})
+                     "graph_name": no_nul(graph_name) if isinstance(graph_name, str) else None, "gone": False})
     return rows, problems
 
 

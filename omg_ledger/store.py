@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import schema
 from .backend import backend_of
-from .bounds import bounded_path, bounded_reason
+from .bounds import bounded_path, bounded_reason, no_nul
 from .derive import STREAM_LESS, RunFacts
 from .errors import HomeConflict
 from .feed import Event, stored_fields
@@ -42,15 +42,8 @@ DERIVED_TABLES = (
 )
 
 
-def _no_nul(value: object) -> object:
-    """NUL cannot be stored in a PostgreSQL text column; a JSON string may carry one
-    (\\u0000). It becomes U+FFFD in derived text on every database, so SQLite and
-    PostgreSQL ledgers agree; the event's raw line keeps the exact escape."""
-    return value.replace("\x00", "\ufffd") if isinstance(value, str) else value
-
-
 def _text_safe(row: dict) -> dict:
-    return {k: _no_nul(v) for k, v in row.items()}
+    return {k: no_nul(v) for k, v in row.items()}
 
 
 def upsert(conn: Connection, table, values: dict, keys: Sequence[str], update_columns: Iterable[str]) -> None:
@@ -261,7 +254,7 @@ def _diverged_copies(conn: Connection, members: list, billed) -> None:
                or 0) + 1
         conn.execute(findings.insert().values(
             run_pk=member.id, seq=seq, kind="diverged_copy", node_id=None, leg_ordinal=None,
-            detail=_no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
+            detail=no_nul(f"this copy (home {member.label}) and the billed copy (home {billed.label}) share "
                            f"their first line but differ from stream line {at}: not counted twice; "
                            f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
@@ -337,7 +330,7 @@ def terminal_keys(conn: Connection, run_pk: int, node_id: str,
     # there share its value, and the line itself says whose terminal it is.
     last = 0
     while True:
-        rows = fetch_rows(conn, statement, (run_pk, _no_nul(node_id), last))
+        rows = fetch_rows(conn, statement, (run_pk, no_nul(node_id), last))
         for _, raw in rows:
             data = stored_fields(raw)
             if data is None or data.get("node_id") != node_id:
@@ -556,7 +549,7 @@ def _statements(conn: Connection) -> _Statements:
 
 
 def _scrub(row: tuple) -> tuple:
-    return tuple(_no_nul(v) for v in row)
+    return tuple(no_nul(v) for v in row)
 
 
 def executemany(conn: Connection, statement: str, rows: list[tuple]) -> None:
@@ -1042,7 +1035,7 @@ def _event_tuple(run_pk: int, event: Event) -> tuple:
     get = data.get
     ts, node_id = data["ts"], get("node_id")
     if "\x00" in ts:  # (the test first: _no_nul's call is paid only by such a line)
-        ts = _no_nul(ts)
+        ts = no_nul(ts)
     if node_id and "\x00" in node_id:
-        node_id = _no_nul(node_id)
+        node_id = no_nul(node_id)
     return (run_pk, event.line_no, event.byte_offset, get("schema"), ts, get("event"), node_id, event.raw)
