@@ -182,10 +182,6 @@ def _read_as_before(fd: int, size: int, stored: Checkpoint) -> tuple[bytes, byte
     return head, lead
 
 
-def _begins_as_read(fd: int, size: int, stored: Checkpoint) -> bool:
-    return _read_as_before(fd, size, stored) is not None
-
-
 def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
     """Whether the file at ``path`` still begins with the bytes ``stored`` read (its head and
     the bytes before its resume point fingerprinted alike, and at least that long), whatever
@@ -195,7 +191,7 @@ def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
     except OSError:
         return False
     try:
-        return _begins_as_read(fd, os.fstat(fd).st_size, stored)
+        return _read_as_before(fd, os.fstat(fd).st_size, stored) is not None
     finally:
         os.close(fd)
 
@@ -354,13 +350,24 @@ class TailReader:
         except BaseException:
             self.close()
             raise
-        self.start, self.start_line, self.replace = self.resume.offset, self.resume.line, self.resume.replace
         self.stored = checkpoint
         self.parse = parse
         self.problems: list[tuple[int, str]] = []
         self.checkpoint: Checkpoint | None = None  # set when the iteration has ended
         self.bytes_read = 0
         self._started = False
+
+    @property
+    def start(self) -> int:
+        return self.resume.offset
+
+    @property
+    def start_line(self) -> int:
+        return self.resume.line
+
+    @property
+    def replace(self) -> bool:
+        return self.resume.replace
 
     def close(self) -> None:
         if self.fd is not None:
