@@ -150,11 +150,16 @@ def engine_fields(data: dict) -> dict:
     the later of two keys naming one field is the one read, and a JSON null leaves a
     field its zero value, which is the field absent here (the engine omits zero values).
     Keys naming no field are kept as written."""
-    if EVENT_FIELDS.issuperset(data) and None not in data.values():
-        usage = data.get("usage")
-        if type(usage) is not dict or (TOKEN_SET.issuperset(usage) and None not in usage.values()):
-            return data  # (nearly every line: nothing to do)
-    return _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)[0]
+    return data if _read_as_written(data) else _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)[0]
+
+
+def _read_as_written(data: dict) -> bool:
+    """Whether the decoder reads ``data`` as it is (nearly every line): every key of it and
+    of its usage a field spelled exactly, or none, and no null."""
+    if not EVENT_FIELDS.issuperset(data) or None in data.values():
+        return False
+    usage = data.get("usage")
+    return type(usage) is not dict or (TOKEN_SET.issuperset(usage) and None not in usage.values())
 
 
 def stored_fields(raw: str) -> dict | None:
@@ -163,8 +168,7 @@ def stored_fields(raw: str) -> dict | None:
     that it took for no field, holding a bad value or repeating a field. Such a line
     derives nothing, as a sync of the stream now would not store it."""
     data = load_line(raw)
-    fields = engine_fields(data)
-    if fields is data:
+    if _read_as_written(data):
         return data  # the fields as stored: checked when they were
     fields, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
     if repeated is not None or check_event(fields) is not None:
@@ -213,17 +217,18 @@ def _decoded(data: dict, names: frozenset[str], by_fold: dict[str, str]
 def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
                          run_id: str | None) -> Event | Rejected | Paused:
     """parse_stream_line's general path, for a parsed line the fast path did not settle."""
-    if isinstance(data, dict):
-        fields = engine_fields(data)
-        schema = fields.get("schema")
-        # The engine's reader refuses the stream at a line it decodes whose schema is newer
-        # (runfeed.Walk): this ledger's checks of the fields are for the schemas it reads.
-        if _is_int(schema) and SUPPORTED_SCHEMA < schema <= MAX_INT64 and _engine_decodes(fields):
-            # (streams.paused_schema is 32-bit: a schema past it waits for an upgrade the same.)
-            return Paused(min(schema, MAX_COUNTER), (
-                f"event schema {schema} is newer than this omg-ledger understands "
-                f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
-    result = _check_parsed_line(line, data)
+    if not isinstance(data, dict):
+        return Rejected(f"not a JSON object but {type(data).__name__}")
+    fields, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
+    schema = fields.get("schema")
+    # The engine's reader refuses the stream at a line it decodes whose schema is newer
+    # (runfeed.Walk): this ledger's checks of the fields are for the schemas it reads.
+    if _is_int(schema) and SUPPORTED_SCHEMA < schema <= MAX_INT64 and _engine_decodes(fields):
+        # (streams.paused_schema is 32-bit: a schema past it waits for an upgrade the same.)
+        return Paused(min(schema, MAX_COUNTER), (
+            f"event schema {schema} is newer than this omg-ledger understands "
+            f"(max {SUPPORTED_SCHEMA}); ingestion of this file waits here for an upgrade"))
+    result = _check_parsed_line(line, data, fields, repeated)
     if isinstance(result, str):
         return Rejected(result)
     data, ts, at_us = result
@@ -233,7 +238,7 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
 
 
 def _engine_decodes(fields: dict) -> bool:
-    """Whether encoding/json decodes ``fields`` (engine_fields' answer) into runfeed.Event
+    """Whether encoding/json decodes ``fields`` (as _decoded reads them) into runfeed.Event
     without an error: each field a value of its Go type, the integers within 64 bits."""
     for name, value in fields.items():
         kind = type(value)
@@ -255,28 +260,27 @@ def _engine_decodes(fields: dict) -> bool:
     return True
 
 
-def _check_parsed_line(line: bytes, data: object) -> tuple[dict, str, int] | str:
-    """The general check of a parsed line, in the order that picks each reason."""
-    if not isinstance(data, dict):
-        return f"not a JSON object but {type(data).__name__}"
+def _check_parsed_line(line: bytes, data: dict, fields: dict, repeated: tuple[str, str, str] | None
+                       ) -> tuple[dict, str, int] | str:
+    """The general check of a parsed object (``fields``, ``repeated``: as _decoded reads
+    it), in the order that picks each reason."""
     duplicate = duplicate_key(line, data)
     if duplicate is TOO_DEEP:
         return "nested too deeply to check for duplicate keys"
     if duplicate is not None:
         return f"duplicate key {duplicate!r}"
-    data, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
     if repeated is not None:
         first, second, name = repeated
         return (f"keys {first!r} and {second!r} both name the field {name!r} (the engine reads a key in any "
                 f"case): a duplicate key")
-    reason = check_event(data)
+    reason = check_event(fields)
     if reason is not None:
         return reason
     try:
-        ts, at_us = parse_timestamp(data["ts"])
+        ts, at_us = parse_timestamp(fields["ts"])
     except BadTimestamp as exc:
         return str(exc)
-    return data, ts, at_us
+    return fields, ts, at_us
 
 
 def _plain_engine_event(line: bytes, data: dict) -> bool:
