@@ -102,11 +102,13 @@ def _where(conditions: list[str]) -> str:
     return " WHERE " + " AND ".join(conditions) if conditions else ""
 
 
-def _node_rows(reader, since_us: int | None, condition: str, newest: int | None = None) -> Iterator[dict]:
-    """Nodes matching ``condition`` in run order; ``newest``: only the last that many."""
+def _node_rows(reader, since_us: int | None, condition: str, newest: int | None = None,
+               extra: str = "") -> Iterator[dict]:
+    """Nodes matching ``condition`` in run order; ``newest``: only the last that many;
+    ``extra``: more columns to select (", <expr> AS <name>")."""
     params: dict = {}
     query = ("SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.provenance, n.judged, "
-             "n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun "
+             f"n.detail, n.budget_nano_usd, n.cost_nano_usd, n.unknown_cost_invocations, n.budget_overrun{extra} "
              f"{_NODES}{_where([condition, *_run_filter(since_us, params)])}")
     if newest is None:
         return reader.dicts(query + " ORDER BY r.run_id, h.label, n.node_id", params)
@@ -251,17 +253,12 @@ _LARGEST_INVOCATION = ("(SELECT MAX(c.cost_nano_usd) FROM charges c "
 def _budget(reader, since_us: int | None) -> dict:
     """One entry per node over its budget, however it shows: the engine failed it for its
     budget_usd (its terminal node_failed says so), or an invocation's recorded spend is above it."""
-    params: dict = {}
     # The first term is schema.NODE_OVER_BUDGET on `n`, the partial index's predicate (an
     # invocation over the budget puts the node's total over it too): the few candidates
     # come from the index, not a scan of every node.
     condition = (f"(n.budget_overrun OR (n.budget_nano_usd IS NOT NULL AND n.cost_nano_usd > n.budget_nano_usd)) "
                  f"AND (n.budget_overrun OR {_LARGEST_INVOCATION} > n.budget_nano_usd)")
-    rows = reader.dicts(
-        "SELECT h.label AS home, r.run_id, r.graph_name, n.node_id, n.verdict, n.detail, n.budget_nano_usd, "
-        f"n.cost_nano_usd, n.budget_overrun, {_LARGEST_INVOCATION} AS largest_invocation_nano_usd "
-        f"{_NODES}{_where([condition, *_run_filter(since_us, params)])} ORDER BY r.run_id, h.label, n.node_id",
-        params)
+    rows = _node_rows(reader, since_us, condition, extra=f", {_LARGEST_INVOCATION} AS largest_invocation_nano_usd")
     overruns = []
     for m in rows:
         largest, budget = m["largest_invocation_nano_usd"], m["budget_nano_usd"]
