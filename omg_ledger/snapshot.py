@@ -258,7 +258,8 @@ def _plain_graph_nodes(graph_nodes: list) -> bool:
 _RECORD_TYPED = frozenset(("verdict", "cost_usd", "budget_usd", "round", "retries", "duration", "provenance",
                            "session_id", "detail", "artifact_path", "cost_unknown", "judged", "usage"))
 _RECORD_TEXT = frozenset(("verdict", "provenance", "session_id", "detail", "artifact_path"))
-_RECORD_MONEY = frozenset(("cost_usd", "budget_usd"))
+# The lowest amount each money field may hold (a budget that is not positive is none: _budget).
+_RECORD_MONEY = {"cost_usd": 0, "budget_usd": -MAX_COST_USD}
 _RECORD_FLAGS = frozenset(("cost_unknown", "judged"))
 _RECORD_NULLABLE = frozenset(("provenance", "session_id", "detail", "artifact_path", "usage"))
 
@@ -276,13 +277,13 @@ def _plain_record(node_id: str, record: object) -> bool:
         elif kind is float:
             # NaN fails both comparisons and infinity the cap: only finite amounts pass.
             if key in _RECORD_MONEY:
-                if not (-MAX_COST_USD if key == "budget_usd" else 0) <= value <= MAX_COST_USD:
+                if not _RECORD_MONEY[key] <= value <= MAX_COST_USD:
                     return False
             elif key in _RECORD_TYPED:
                 return False
         elif kind is int:
             if key in _RECORD_MONEY:
-                if not (-MAX_COST_USD if key == "budget_usd" else 0) <= value <= MAX_COST_USD:
+                if not _RECORD_MONEY[key] <= value <= MAX_COST_USD:
                     return False
             elif key == "round" or key == "retries":
                 if not 0 <= value <= MAX_COUNTER:
