@@ -264,14 +264,21 @@ def test_a_ledger_that_billed_the_copy_without_the_assessment_is_corrected_on_it
         cold.dispose()
 
 
-def test_diverging_copies_are_a_finding_and_still_billed_once(tmp_path, home, db_url):
-    second = tmp_path / "second"
+def _diverged_copy(home: Path, second: Path, blank_after_first: bool = False) -> None:
+    """A copy of RUN in ``second`` whose third event says something else (and, with
+    ``blank_after_first``, a blank line after its first)."""
     shutil.copytree(home / "runs" / RUN, second / "runs" / RUN)
     stream = second / "runs" / RUN / "events.jsonl"
     lines = stream.read_bytes().splitlines(keepends=True)
     changed = json.loads(lines[2])
     changed["detail"] = "this copy went another way"
-    stream.write_bytes(b"".join([*lines[:2], json.dumps(changed).encode() + b"\n", *lines[3:]]))
+    blank = [b"\n"] if blank_after_first else []
+    stream.write_bytes(b"".join([lines[0], *blank, lines[1], json.dumps(changed).encode() + b"\n", *lines[3:]]))
+
+
+def test_diverging_copies_are_a_finding_and_still_billed_once(tmp_path, home, db_url):
+    second = tmp_path / "second"
+    _diverged_copy(home, second)
     engine = open_ledger(db_url)
     try:
         sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
@@ -290,12 +297,7 @@ def test_a_diverged_copy_is_named_at_its_own_line_number(tmp_path, home, db_url)
     """The finding names the line of the copy's file where it differs: a blank line before
     it (never stored) still counts, so the copy's changed third event is its line 4."""
     second = tmp_path / "second"
-    shutil.copytree(home / "runs" / RUN, second / "runs" / RUN)
-    stream = second / "runs" / RUN / "events.jsonl"
-    lines = stream.read_bytes().splitlines(keepends=True)
-    changed = json.loads(lines[2])
-    changed["detail"] = "this copy went another way"
-    stream.write_bytes(b"".join([lines[0], b"\n", lines[1], json.dumps(changed).encode() + b"\n", *lines[3:]]))
+    _diverged_copy(home, second, blank_after_first=True)
     engine = open_ledger(db_url)
     try:
         sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
