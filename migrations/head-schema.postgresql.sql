@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0015, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0016, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -188,7 +188,8 @@ CREATE TABLE problems (
     reason text NOT NULL COLLATE pg_catalog."C",
     first_seen_at text NOT NULL COLLATE pg_catalog."C",
     last_seen_at text NOT NULL COLLATE pg_catalog."C",
-    resolved_at text COLLATE pg_catalog."C"
+    resolved_at text COLLATE pg_catalog."C",
+    machine text DEFAULT ''::text NOT NULL COLLATE pg_catalog."C"
 )
 ;
 CREATE SEQUENCE problems_id_seq
@@ -485,7 +486,8 @@ CREATE VIEW v_problems AS
     p.reason,
     p.first_seen_at,
     p.last_seen_at,
-    p.resolved_at
+    p.resolved_at,
+    p.machine
    FROM ((problems p
      LEFT JOIN runs r ON ((r.id = p.run_pk)))
      LEFT JOIN homes h ON ((h.id = r.home_id)))
@@ -610,7 +612,7 @@ ALTER TABLE ONLY homes
     ADD CONSTRAINT uq_homes_label UNIQUE (label)
 ;
 ALTER TABLE ONLY problems
-    ADD CONSTRAINT uq_problems_path_byte_offset_reason UNIQUE (path, byte_offset, reason)
+    ADD CONSTRAINT uq_problems_machine_path_byte_offset_reason UNIQUE (machine, path, byte_offset, reason)
 ;
 ALTER TABLE ONLY runs
     ADD CONSTRAINT uq_runs_home_id_run_id UNIQUE (home_id, run_id)

@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0015, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0016, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -199,19 +199,6 @@ CREATE TABLE nodes (
 	CONSTRAINT fk_nodes_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
 ;
-CREATE TABLE problems (
-	id INTEGER NOT NULL, 
-	run_pk INTEGER, 
-	path TEXT NOT NULL, 
-	byte_offset BIGINT NOT NULL, 
-	reason TEXT NOT NULL, 
-	first_seen_at TEXT NOT NULL, 
-	last_seen_at TEXT NOT NULL, resolved_at TEXT, 
-	CONSTRAINT pk_problems PRIMARY KEY (id), 
-	CONSTRAINT fk_problems_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE SET NULL, 
-	CONSTRAINT uq_problems_path_byte_offset_reason UNIQUE (path, byte_offset, reason)
-)
-;
 CREATE TABLE rounds (
 	run_pk INTEGER NOT NULL, 
 	leg_ordinal INTEGER NOT NULL, 
@@ -335,6 +322,21 @@ CREATE TABLE derive_states (
 	CONSTRAINT fk_derive_states_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )
 ;
+CREATE TABLE "problems" (
+	id INTEGER NOT NULL, 
+	run_pk INTEGER, 
+	path TEXT NOT NULL, 
+	byte_offset BIGINT NOT NULL, 
+	reason TEXT NOT NULL, 
+	first_seen_at TEXT NOT NULL, 
+	last_seen_at TEXT NOT NULL, 
+	resolved_at TEXT, 
+	machine TEXT DEFAULT ('') NOT NULL, 
+	CONSTRAINT pk_problems PRIMARY KEY (id), 
+	CONSTRAINT fk_problems_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE SET NULL, 
+	CONSTRAINT uq_problems_machine_path_byte_offset_reason UNIQUE (machine, path, byte_offset, reason)
+)
+;
 CREATE INDEX ix_charges_at_us ON charges (at_us)
 ;
 CREATE INDEX ix_charges_cost_unknown ON charges (run_pk) WHERE cost_unknown
@@ -450,7 +452,7 @@ JOIN homes h ON h.id = r.home_id
 WHERE r.billed
 ;
 CREATE VIEW v_problems AS SELECT h.label AS home, r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at,
-       p.resolved_at
+       p.resolved_at, p.machine
 FROM problems p
 LEFT JOIN runs r ON r.id = p.run_pk
 LEFT JOIN homes h ON h.id = r.home_id

@@ -483,9 +483,11 @@ def _unchanged_home(ledger: _Ledger, home: Home, report: SyncReport) -> int:
         raise _NotSure  # problems to record
     # Open problems the full sync would resolve now: on the home, runs/ or an entry of runs/.
     prefix = runs_dir + "/"
-    for (path,) in fetch("SELECT path FROM problems WHERE resolved_at IS NULL AND "
+    # (Another machine's problems at the same paths are its own sync's to resolve.)
+    machine = identity["machine"]
+    for (path,) in fetch("SELECT path FROM problems WHERE resolved_at IS NULL AND machine IN (?, '') AND "
                          "(path = ? OR path = ? OR substr(path, 1, ?) = ?)",
-                         (home.path, runs_dir, len(prefix), prefix)):
+                         (machine, home.path, runs_dir, len(prefix), prefix)):
         if not path.startswith(prefix) or "/" not in path[len(prefix):]:
             raise _NotSure
     # The listing (sorted by name) and the ledger's runs (ordered by run id) side by side.
@@ -522,8 +524,8 @@ def _unchanged_home(ledger: _Ledger, home: Home, report: SyncReport) -> int:
         raise _NotSure
     # Open problems on plans/ or a plan, which the full sync resolves when not seen again.
     plans_prefix = plans_dir + "/"
-    if fetch("SELECT 1 FROM problems WHERE resolved_at IS NULL AND (path = ? OR substr(path, 1, ?) = ?) LIMIT 1",
-             (plans_dir, len(plans_prefix), plans_prefix)):
+    if fetch("SELECT 1 FROM problems WHERE resolved_at IS NULL AND machine IN (?, '') AND "
+             "(path = ? OR substr(path, 1, ?) = ?) LIMIT 1", (machine, plans_dir, len(plans_prefix), plans_prefix)):
         raise _NotSure
     report.runs_seen += len(runs.entries)
     for listing, parent in ((runs, runs_dir), (plans, plans_dir)):

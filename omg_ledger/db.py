@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0015"
+HEAD_REVISION = "0016"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_NEW_PAGE_SIZE = 16384  # bytes per page of a ledger file this omg-ledger creates
 
@@ -369,10 +369,10 @@ def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
 # (or, on PostgreSQL, reading its schema) is a user's.
 def _ledger_names() -> frozenset[str]:
     from .schema import metadata
-    from .views import VIEWS_0002, VIEWS_0005, VIEWS_0006, VIEWS_0015
+    from .views import VIEWS_0002, VIEWS_0005, VIEWS_0006, VIEWS_0015, VIEWS_0016
 
     return frozenset({*metadata.tables, "invocation_files", "alembic_version", "v_invocations",
-                      *VIEWS_0002, *VIEWS_0005, *VIEWS_0006, *VIEWS_0015})
+                      *VIEWS_0002, *VIEWS_0005, *VIEWS_0006, *VIEWS_0015, *VIEWS_0016})
 
 
 def _set_user_objects_aside(conn: Connection) -> list:

@@ -946,9 +946,12 @@ def problems_text(problems: list[dict], include_resolved: bool) -> str:
     if not problems:
         return "no open input problems" if not include_resolved else "no input problems recorded"
     lines = []
+    # Machines are named only where problems of several are listed (one path may be a home on each).
+    several = len({p["machine"] for p in problems}) > 1
     for p in problems:
         state = "open" if p["open"] else f"resolved {safe(p['resolved_at'])}"
         where = f"{safe(p['home'])} {safe(p['run_id'])}: " if p["run_id"] else ""
+        machine = f", on {safe(p['machine'] or 'a machine not recorded')}" if several else ""
         lines.append(f"[{state}] {where}{safe(p['path'])} at byte {p['byte_offset']}: {safe(p['reason'])} "
-                     f"(first seen {safe(p['first_seen_at'])}, last {safe(p['last_seen_at'])})")
+                     f"(first seen {safe(p['first_seen_at'])}, last {safe(p['last_seen_at'])}{machine})")
     return "\n".join(lines)

@@ -422,7 +422,10 @@ problems = Table(
     Column("first_seen_at", TEXT, nullable=False),
     Column("last_seen_at", TEXT, nullable=False),
     Column("resolved_at", TEXT),  # a later sync re-read its file and found the cause gone; NULL: open
-    UniqueConstraint("path", "byte_offset", "reason"),
+    # The machine that read the path (tail.machine_source; '' recorded before machines
+    # were told apart): two machines' homes may have one path, each with its own problems.
+    Column("machine", TEXT, nullable=False, server_default=""),
+    UniqueConstraint("machine", "path", "byte_offset", "reason"),
 )
 
 # Reconciliation disagreements between state.json and the stream (derived; rebuilt
@@ -793,6 +796,9 @@ DOCS: dict[str, dict[str, str]] = {
         "first_seen_at": "When a sync first saw it (UTC).",
         "last_seen_at": "When a sync last saw it (UTC).",
         "resolved_at": "When a sync re-read the thing and no longer found the problem (UTC); NULL = open.",
+        "machine": "The machine whose sync found it (as homes.machine): another machine's home at the same path "
+                   "has problems of its own. Empty: recorded before problems named their machine, and it could "
+                   "not be told; the next sync to read the path again records it anew.",
     },
     "findings": {
         "": "Disagreements between state.json and the stream, per run (rebuilt with the run).",
@@ -914,7 +920,7 @@ def _add_view_docs() -> None:
     DOCS["v_problems"] = _view_docs(about("v_problems"), {
         **_HOME, "run_id": ("runs", "run_id"),
         **_same("problems", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at",
-               "resolved_at"),
+               "resolved_at", "machine"),
     })
     DOCS["v_findings"] = _view_docs(about("v_findings"), {
         **_HOME, "run_id": ("runs", "run_id"), "graph": ("runs", "graph_name"), **_same("findings", "seq", "kind"),

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import orjson
-from sqlalchemy import TEXT, func, literal, or_, select, update
+from sqlalchemy import TEXT, and_, func, literal, or_, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
@@ -129,25 +129,27 @@ def relocate_home(conn: Connection, home_id: int, old: str, new: str) -> None:
     conn.execute(update(streams).where(streams.c.kind == "run", streams.c.source == f"home:{home_id}",
                                        under(streams.c.path)).values(path=renamed(streams.c.path)))
     its_runs = select(runs.c.id).where(runs.c.home_id == home_id)
-    # A problem of no run under the old path is this home's unless another home is there now.
+    machine = conn.execute(select(schema.homes.c.machine).where(schema.homes.c.id == home_id)).scalar() or ""
+    # A problem of no run under the old path is this home's unless another home is there
+    # now (or it is another machine's).
     other_home_there = conn.execute(select(schema.homes.c.id).where(
         schema.homes.c.id != home_id, or_(*(under(column + "/") for column in (
             schema.homes.c.path, schema.homes.c.real_path))))).first() is not None
     whose = problems.c.run_pk.in_(its_runs)
     if not other_home_there:
-        whose = or_(whose, problems.c.run_pk.is_(None))
+        whose = or_(whose, and_(problems.c.run_pk.is_(None), machine_problems(problems.c.machine, machine)))
     moving = conn.execute(select(problems).where(under(problems.c.path), whose)).all()
     for problem in moving:
         path = bounded_path(new_prefix + problem.path[cut:])
         twin = conn.execute(select(problems).where(
-            problems.c.path == path, problems.c.byte_offset == problem.byte_offset,
-            problems.c.reason == problem.reason)).first()
+            machine_problems(problems.c.machine, machine), problems.c.path == path,
+            problems.c.byte_offset == problem.byte_offset, problems.c.reason == problem.reason)).first()
         if twin is None:
-            conn.execute(update(problems).where(problems.c.id == problem.id).values(path=path))
+            conn.execute(update(problems).where(problems.c.id == problem.id).values(path=path, machine=machine))
             continue
         # Recorded at the new path before (the home was named so once): one problem.
         conn.execute(update(problems).where(problems.c.id == twin.id).values(
-            first_seen_at=min(twin.first_seen_at, problem.first_seen_at),
+            machine=machine, first_seen_at=min(twin.first_seen_at, problem.first_seen_at),
             last_seen_at=max(twin.last_seen_at, problem.last_seen_at),
             resolved_at=None if problem.resolved_at is None or twin.resolved_at is None
             else max(twin.resolved_at, problem.resolved_at)))
@@ -960,26 +962,39 @@ def _insert_derived(conn: Connection, pending: PendingRows, sql: _Statements, ru
         _insert_rows(conn, pending, "goal_cycles", sql.dict_rows("goal_cycles", run_pk, [rows.goal_cycle]), fix)
 
 
-def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str) -> None:
+def record_problem(conn: Connection, run_pk: int | None, path: str, offset: int, reason: str, now: str,
+                   machine: str) -> None:
+    """A problem ``machine``'s sync found (tail.machine_source; for re-derivation, the
+    machine of the run's home): another machine's home may have the same path."""
     # Seen again: open again (resolved_at NULL), whatever a sync in between concluded. One
     # cached statement text (backend.upsert): a stream of bad lines is one call each.
     upsert(conn, schema.problems, _text_safe(dict(
-        run_pk=run_pk, path=bounded_path(path), byte_offset=offset, reason=bounded_reason(reason),
+        machine=machine, run_pk=run_pk, path=bounded_path(path), byte_offset=offset, reason=bounded_reason(reason),
         first_seen_at=now, last_seen_at=now, resolved_at=None)),
-        ["path", "byte_offset", "reason"], ["last_seen_at", "run_pk", "resolved_at"])
+        ["machine", "path", "byte_offset", "reason"], ["last_seen_at", "run_pk", "resolved_at"])
+
+
+def machine_problems(machine_column, machine: str):
+    """The problems a sync on ``machine`` reads again: its own, and those recorded before
+    problems named their machine ('': see resolve_problems)."""
+    return machine_column.in_([machine, ""])
 
 
 def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tuple[str, int, str]], now: str,
-                     under: str | None = None, not_reread: Iterable[str] = (), children_of: str | None = None) -> int:
-    """Mark resolved the open problems of what this sync re-read that it did not see again.
+                     machine: str, under: str | None = None, not_reread: Iterable[str] = (),
+                     children_of: str | None = None) -> int:
+    """Mark resolved the open problems of what this sync, on ``machine``, re-read that it
+    did not see again; another machine's problems at the same paths are its own.
 
     In scope: problems whose path is in ``paths``; or (``under``) is that directory or
     lies below it; or (``children_of``) is an entry directly in that directory — except
     paths in ``not_reread`` (a file skipped as unchanged, a stream only read on from its
     checkpoint, a run directory skipped by the change check did not re-observe its
     problems). ``seen``: the (path, offset, reason) recorded this time. Paths (as read, not
-    as stored) and reasons are compared as record_problem stores them: bounded. Returns how
-    many were resolved."""
+    as stored) and reasons are compared as record_problem stores them: bounded. A problem
+    recorded before problems named their machine ('') is resolved when in scope even if
+    seen: the caller has recorded it again under ``machine``. Returns how many were
+    resolved."""
     p = schema.problems.c
     direct = {bounded_path(path) for path in paths}
     in_scope = [p.path.in_(list(direct))]
@@ -990,7 +1005,8 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     if children_of is not None:
         prefixes.append(children_of.rstrip("/") + "/")
         in_scope.append(func.substr(p.path, 1, len(prefixes[0])) == prefixes[0])
-    query = select(p.id, p.path, p.byte_offset, p.reason).where(p.resolved_at.is_(None), or_(*in_scope))
+    query = select(p.id, p.path, p.byte_offset, p.reason, p.machine).where(
+        p.resolved_at.is_(None), machine_problems(p.machine, machine), or_(*in_scope))
     skip = {bounded_path(path) for path in not_reread}
     keep = {(bounded_path(path), offset, bounded_reason(reason)) for path, offset, reason in seen}
 
@@ -1000,7 +1016,8 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
         return path in direct or any(path.startswith(x) and "/" not in path[len(x):] for x in prefixes)
 
     stale = [row.id for row in conn.execute(query)
-             if scoped(row.path) and row.path not in skip and (row.path, row.byte_offset, row.reason) not in keep]
+             if scoped(row.path) and row.path not in skip
+             and (row.machine == "" or (row.path, row.byte_offset, row.reason) not in keep)]
     for start in range(0, len(stale), 500):
         conn.execute(update(schema.problems).where(p.id.in_(stale[start:start + 500])).values(resolved_at=now))
     return len(stale)

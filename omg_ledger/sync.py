@@ -77,6 +77,7 @@ from .store import (
     load_derive_state,
     load_file_contents,
     load_run_facts,
+    machine_problems,
     next_run_pk,
     record_problem,
     replace_derived,
@@ -359,11 +360,11 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     """Re-derive one run in the caller's savepoint. Returns the stream identities (before,
     after) whose copies are to be settled, or None when there was nothing to do."""
     backend_of(conn).lock_run(conn, run_pk)
-    stored = fetch_rows(conn, "SELECT derivation_version, stream_identity, dir_path FROM runs "
-                        f"WHERE id = {backend_of(conn).mark}", (run_pk,))
+    stored = fetch_rows(conn, "SELECT r.derivation_version, r.stream_identity, r.dir_path, h.machine FROM runs r "
+                        f"JOIN homes h ON h.id = r.home_id WHERE r.id = {backend_of(conn).mark}", (run_pk,))
     if not stored:
         return None  # gone from the ledger
-    [(version, stream_identity_before, dir_path)] = stored
+    [(version, stream_identity_before, dir_path, machine)] = stored
     if version >= derive.DERIVATION_VERSION and not force:
         return None  # another writer got there first
     clear_derived(conn, run_pk)  # (its derive state too)
@@ -379,7 +380,7 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     pending.flush(conn)
     for problem in _derived_problems(dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
-                       format_instant(datetime.now(UTC)))
+                       format_instant(datetime.now(UTC)), machine or "")
     return stream_identity_before, rows.run["stream_identity"]
 
 
@@ -392,9 +393,10 @@ def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pendin
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
     """A run whose stored facts the rules cannot derive keeps its older rows and is a
     problem (audit says so); it is tried again on every sync until a release fixes it."""
-    path = conn.execute(select(schema.runs.c.dir_path).where(schema.runs.c.id == run_pk)).scalar() or "?"
-    record_problem(conn, run_pk, path, 0, f"cannot derive this run's rows from its stored facts: "
-                                          f"{type(exc).__name__}: {exc}", format_instant(datetime.now(UTC)))
+    path, machine = conn.execute(select(schema.runs.c.dir_path, schema.homes.c.machine).join_from(
+        schema.runs, schema.homes, schema.homes.c.id == schema.runs.c.home_id).where(schema.runs.c.id == run_pk)).one()
+    record_problem(conn, run_pk, path or "?", 0, f"cannot derive this run's rows from its stored facts: "
+                   f"{type(exc).__name__}: {exc}", format_instant(datetime.now(UTC)), machine or "")
 
 
 def _underivable_problems(run_dir: str, read: RunDirRead, exc: UnderivableRun) -> list[Problem]:
@@ -444,6 +446,7 @@ class _HomeSync:
         self.report = report
         self.progress = progress
         self.now = now
+        self.machine = machine_source()  # (the machine this home is on: homes.machine)
         self.clock_ns = clock_ns
 
     def run(self) -> None:
@@ -464,7 +467,7 @@ class _HomeSync:
         listed = not any(item.path == runs_dir for item in skipped)
         with write_transaction(self.engine) as conn:
             resolve_problems(conn, [self.home.path, runs_dir], {(item.path, 0, item.reason) for item in skipped},
-                             self.now, children_of=runs_dir if listed else None,
+                             self.now, self.machine, children_of=runs_dir if listed else None,
                              not_reread={entry.path for entry in entries})
         if any(item.path == runs_dir for item in skipped):
             # runs/ itself could not be listed: that is damage, not every run vanishing.
@@ -685,9 +688,9 @@ class _HomeSync:
                 "run_pk": run_pk, **_dir_cache(path, prepared.dir_info, prepared.failed_info, now_ns,
                                                prepared.problems)})])
             for problem in prepared.problems:
-                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
             if self._has_open_problems_under(path):
-                resolve_problems(conn, [], _seen(prepared.problems), self.now,
+                resolve_problems(conn, [], _seen(prepared.problems), self.now, self.machine,
                                  under=path, not_reread=prepared.not_reread)
         self._received.clear()
         self._received_rows = 0
@@ -799,7 +802,7 @@ class _HomeSync:
         problems = read.problems + _derived_problems(path, rows)
         read.problems[:] = problems
         for problem in problems:
-            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+            record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
         self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
         self.report.runs_changed += 1
         self.report.events_ingested += new_events
@@ -838,7 +841,8 @@ class _HomeSync:
         if self.open_problem_paths is None:
             with self.engine.connect() as conn:
                 self.open_problem_paths = sorted(conn.execute(select(schema.problems.c.path).where(
-                    schema.problems.c.resolved_at.is_(None))).scalars())
+                    schema.problems.c.resolved_at.is_(None), machine_problems(schema.problems.c.machine, self.machine)
+                )).scalars())
         paths = self.open_problem_paths
         at = bisect.bisect_left(paths, path)
         if at < len(paths) and paths[at] == path:
@@ -857,7 +861,7 @@ class _HomeSync:
             self._resolve_unseen(conn, path, read.problems, _not_reread(path, read, checkpoint_before))
 
     def _resolve_unseen(self, conn: Connection, path: str, seen: list[Problem], not_reread: set[str]) -> None:
-        resolve_problems(conn, [], _seen(seen), self.now,
+        resolve_problems(conn, [], _seen(seen), self.now, self.machine,
                          under=path, not_reread=not_reread)
 
     def _not_indexed(self, run_pk: int | None, path: str, problems: list[Problem], not_reread: set[str]) -> None:
@@ -866,17 +870,17 @@ class _HomeSync:
         with contextlib.ExitStack() as stack:
             conn = self._conn if self._batch is not None else stack.enter_context(write_transaction(self.engine))
             for problem in problems:
-                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now)
+                record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
             if self._has_open_problems_under(path):
                 self._resolve_unseen(conn, path, problems, not_reread)
         self.report.problems.extend(problems)
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
         if self._batch is not None:
-            record_problem(self._conn, run_pk, path, offset, reason, self.now)  # committed with the batch
+            record_problem(self._conn, run_pk, path, offset, reason, self.now, self.machine)  # with the batch
         else:
             with write_transaction(self.engine) as conn:
-                record_problem(conn, run_pk, path, offset, reason, self.now)
+                record_problem(conn, run_pk, path, offset, reason, self.now, self.machine)
         self.report.problems.append(Problem(path, offset, reason))
 
     # -- the batch: several runs per transaction -----------------------------------------
@@ -947,7 +951,7 @@ class _HomeSync:
             # Every plan was read again just now: what it no longer shows is resolved.
             seen = _seen([Problem(p.path, 0, p.reason) for p in skipped]) | _seen(problems)
             with write_transaction(self.engine) as conn:
-                resolve_problems(conn, [], seen, self.now, under=plans_dir)
+                resolve_problems(conn, [], seen, self.now, self.machine, under=plans_dir)
         changed, gone = plans_to_write(rows, existing)
         if not changed and not gone:
             return
@@ -1243,14 +1247,14 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
             _problems_now(engine, report, [Problem(path, 0, f"invocation stream: directory {parent} does not exist")],
-                          now)
+                          now, source)
         else:
             # The runner has not appended yet (the file is created lazily): keep what we
             # have; what was wrong with a file that is not there is not wrong any more.
-            _resolve_stream_problems(engine, path, now)
+            _resolve_stream_problems(engine, path, now, source)
         return
     if read.tail is None:
-        _problems_now(engine, report, read.problems, now)
+        _problems_now(engine, report, read.problems, now, source)
         return
     with write_transaction(engine) as conn:
         if row is None:
@@ -1263,10 +1267,10 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         if read.replace or read.items or row is None:
             rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
         for problem in read.problems:
-            record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
+            record_problem(conn, None, problem.path, problem.offset, problem.reason, now, source)
         if checkpoint is None or _nothing_read(checkpoint) or read.replace:
             # Read from its first byte: what it no longer shows is resolved.
-            resolve_problems(conn, [path], _seen(read.problems), now)
+            resolve_problems(conn, [path], _seen(read.problems), now, source)
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(read.problems)
@@ -1293,36 +1297,37 @@ def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
                 same = not os.path.lexists(candidate["path"])  # moved away: nothing is there now
             if same and holds_what_was_read(path, Checkpoint.from_row(candidate)):
                 conn.execute(streams.update().where(streams.c.id == candidate["id"]).values(path=key))
-                _move_open_problems(conn, candidate["path"], key)
+                _move_open_problems(conn, candidate["path"], key, source)
                 return {**candidate, "path": key}
     return None
 
 
-def _move_open_problems(conn: Connection, old: str, new: str) -> None:
-    """The open problems recorded under ``old`` now under ``new``: one the same there already
-    (a problem is its path, offset and reason) is opened again, and the old row goes."""
+def _move_open_problems(conn: Connection, old: str, new: str, machine: str) -> None:
+    """``machine``'s open problems recorded under ``old`` now under ``new``: one the same
+    there already (a problem is its machine, path, offset and reason) is opened again, and
+    the old row goes."""
     problems = schema.problems
     p = problems.c
-    for row in conn.execute(select(p.id, p.byte_offset, p.reason).where(p.path == old, p.resolved_at.is_(None))
-                            ).all():
-        there = conn.execute(select(p.id).where(p.path == new, p.byte_offset == row.byte_offset,
+    for row in conn.execute(select(p.id, p.byte_offset, p.reason).where(
+            p.path == old, p.resolved_at.is_(None), machine_problems(p.machine, machine))).all():
+        there = conn.execute(select(p.id).where(p.machine == machine, p.path == new, p.byte_offset == row.byte_offset,
                                                 p.reason == row.reason)).scalar()
         if there is None:
-            conn.execute(problems.update().where(p.id == row.id).values(path=new))
+            conn.execute(problems.update().where(p.id == row.id).values(path=new, machine=machine))
         else:
             conn.execute(problems.update().where(p.id == there).values(resolved_at=None))
             conn.execute(problems.delete().where(p.id == row.id))
 
 
-def _resolve_stream_problems(engine: Engine, path: str, now: str) -> None:
-    """Resolve every open problem of the stream at ``path``."""
+def _resolve_stream_problems(engine: Engine, path: str, now: str, machine: str) -> None:
+    """Resolve every open problem ``machine`` has of the stream at ``path``."""
     problems = schema.problems.c
     with engine.connect() as conn:  # (a write transaction only when there is something to resolve)
-        if conn.execute(select(problems.id).where(problems.path == bounded_path(path), problems.resolved_at.is_(None))
-                        .limit(1)).first() is None:
+        if conn.execute(select(problems.id).where(problems.path == bounded_path(path), problems.resolved_at.is_(None),
+                                                  machine_problems(problems.machine, machine)).limit(1)).first() is None:
             return
     with write_transaction(engine) as conn:
-        resolve_problems(conn, [path], set(), now)
+        resolve_problems(conn, [path], set(), now, machine)
 
 
 def _seen(problems: Iterable[Problem]) -> set[tuple[str, int, str]]:
@@ -1336,8 +1341,8 @@ def _nothing_read(checkpoint: Checkpoint) -> bool:
     return checkpoint.end_offset == 0 and checkpoint.scan_offset is None
 
 
-def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str) -> None:
+def _problems_now(engine: Engine, report: SyncReport, problems: list[Problem], now: str, machine: str) -> None:
     with write_transaction(engine) as conn:
         for problem in problems:
-            record_problem(conn, None, problem.path, problem.offset, problem.reason, now)
+            record_problem(conn, None, problem.path, problem.offset, problem.reason, now, machine)
     report.problems.extend(problems)

@@ -198,3 +198,15 @@ VIEWS_0015: dict[str, tuple[str, str]] = {
     "v_runs": (VIEWS_0006["v_runs"][0], VIEWS_0006["v_runs"][1].replace(LEDGER_STATE_0006, LEDGER_STATE_0015)),
 }
 assert LEDGER_STATE_0015 in VIEWS_0015["v_runs"][1] and LEDGER_STATE_0015 != LEDGER_STATE_0006
+
+
+# Revision 0016: a problem names the machine whose sync found it (two machines' homes may
+# share a path in one ledger); v_problems carries it.
+VIEWS_0016: dict[str, tuple[str, str]] = {
+    **VIEWS_0015,
+    "v_problems": (
+        VIEWS_0015["v_problems"][0] + " machine: the machine whose sync found it.",
+        VIEWS_0015["v_problems"][1].replace("       p.resolved_at\n", "       p.resolved_at, p.machine\n", 1),
+    ),
+}
+assert "p.machine" in VIEWS_0016["v_problems"][1]

@@ -313,7 +313,7 @@ def _findings(reader, since_us: int | None) -> list:
 def _problems(engine: Engine, since_us: int | None) -> list:
     """Open problems only: one whose cause a later sync found gone is resolved."""
     since_text = None if since_us is None else format_instant(us_to_instant(since_us))
-    return [{k: m[k] for k in ("run_id", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at")}
+    return [{k: m[k] for k in ("run_id", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at", "machine")}
             for m in list_problems(engine, since_text=since_text)]
 
 

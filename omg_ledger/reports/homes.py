@@ -102,7 +102,8 @@ def forget_home(engine: Engine, label: str) -> int:
 
     homes, runs = schema.homes, schema.runs
     with write_transaction(engine) as conn:
-        home = conn.execute(select(homes.c.id, homes.c.path, homes.c.real_path).where(homes.c.label == label)).first()
+        home = conn.execute(select(homes.c.id, homes.c.path, homes.c.real_path, homes.c.machine).where(
+            homes.c.label == label)).first()
         if home is None:
             raise BadArgument(f"no home is labelled {label!r} (omg-ledger homes lists them)")
         home_id = home.id
@@ -113,7 +114,7 @@ def forget_home(engine: Engine, label: str) -> int:
             schema.problems.c.resolved_at.is_(None),
             schema.problems.c.run_pk.in_(select(runs.c.id).where(runs.c.home_id == home_id))).values(resolved_at=now))
         for directory in {home.path, home.real_path} - {None}:
-            resolve_problems(conn, [], [], now, under=directory)
+            resolve_problems(conn, [], [], now, home.machine or "", under=directory)
         identities = list(conn.execute(select(runs.c.stream_identity).where(runs.c.home_id == home_id)).scalars())
         count = conn.execute(select(func.count()).select_from(runs).where(runs.c.home_id == home_id)).scalar()
         conn.execute(schema.problems.update().where(schema.problems.c.run_pk.in_(

@@ -2,7 +2,9 @@
 
 A problem is open until a later sync re-reads what it is about (the file, the run
 directory, the home) and does not see it again: then ``resolved_at`` is set. Seen again,
-it is open again. ``audit`` counts open problems only.
+it is open again. ``audit`` counts open problems only. Each is the problem of the machine
+whose sync found it (``machine``, as ``homes.machine``): in a ledger several machines
+sync into, homes at the same path on two machines have problems of their own.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ def list_problems(engine: Engine, include_resolved: bool = False, since_text: st
         conditions.append("p.last_seen_at >= :since_text")
         params["since_text"] = since_text
     query = ("SELECT h.label AS home, r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, p.last_seen_at, "
-             "p.resolved_at FROM problems p LEFT JOIN runs r ON r.id = p.run_pk LEFT JOIN homes h ON h.id = r.home_id"
+             "p.resolved_at, p.machine FROM problems p LEFT JOIN runs r ON r.id = p.run_pk LEFT JOIN homes h ON h.id = r.home_id"
              + (" WHERE " + " AND ".join(conditions) if conditions else "")
-             + " ORDER BY p.path, p.byte_offset, p.reason")
+             + " ORDER BY p.path, p.byte_offset, p.reason, p.machine")
     with reading(engine) as reader:
         return [{**row, "open": row["resolved_at"] is None} for row in reader.dicts(query, params)]

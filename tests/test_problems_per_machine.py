@@ -1,0 +1,183 @@
+"""A problem belongs to the machine that saw it: in a ledger shared by several machines
+(README "PostgreSQL: one ledger for many machines"), two machines whose homes have the
+same path are two homes, and one machine's sync never resolves, re-opens or takes over
+the other's problems.
+
+The second machine is real: a sync run in its own mount and UTS namespaces, where
+another machine id is bind-mounted over /etc/machine-id, the hostname is another, and
+another directory is bind-mounted over the home's path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_problems import RUN, _clean
+
+OTHER_MACHINE_ID = "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"
+
+# In a new mount and UTS namespace: another hostname, another machine id wherever the
+# system keeps one, and the directory $2 seen at the path $3; then the command.
+_ON_MACHINE_B = """
+set -e
+hostname machine-b
+for id_file in /etc/machine-id /var/lib/dbus/machine-id; do
+    if [ -f "$id_file" ]; then mount --bind "$1" "$id_file"; fi
+done
+mount --bind "$2" "$3"
+shift 3
+exec "$@"
+"""
+
+
+def _omg(*args: str) -> list[str]:
+    return [sys.executable, "-m", "omg_ledger.cli", *args]
+
+
+def _on_machine_b(tmp_path: Path, home_b: Path, home_path: Path, command: list[str]) -> subprocess.CompletedProcess:
+    id_file = tmp_path / "machine-id-b"
+    id_file.write_text(OTHER_MACHINE_ID + "\n")
+    return subprocess.run(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh",
+                           str(id_file), str(home_b), str(home_path), *command], capture_output=True, text=True)
+
+
+def _problems(db: str) -> list[dict]:
+    out = subprocess.run(_omg("problems", "--db", db, "--all", "--json"), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def two_machines(tmp_path, db_url):
+    """The same run at the same path on two machines; machine A's copy has a torn state.json."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
+    run_a = _clean(home)
+    _clean(home_b)
+    (run_a / "state.json").write_text('{"schema": 3, "nodes": {')  # torn mid-write, on A only
+    probe = "from omg_ledger.tail import machine_source; print(machine_source())"
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
+    there = _on_machine_b(tmp_path, home_b, home, [sys.executable, "-c", probe])
+    assert there.returncode == 0, there.stderr
+    assert there.stdout != here  # really another machine
+    return home, home_b, run_a / "state.json"
+
+
+def test_another_machines_sync_of_the_same_path_leaves_a_problem_open(tmp_path, db_url, two_machines):
+    home, home_b, torn = two_machines
+    sync_a = _omg("sync", "--db", db_url, "--home", str(home), "--json")
+    sync_b = _omg("sync", "--db", db_url, "--home", str(home), "--json")
+
+    first = subprocess.run(sync_a, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    [seen_by_a] = _problems(db_url)
+    assert seen_by_a["path"] == str(torn) and seen_by_a["open"] is True
+
+    # Machine B reads its own copy of the run at the same path: whole, nothing wrong.
+    second = _on_machine_b(tmp_path, home_b, home, sync_b)
+    assert second.returncode == 0, second.stderr
+    assert [(p["path"], p["run_id"], p["open"]) for p in _problems(db_url)] == [(str(torn), RUN, True)]
+
+    # A's file is unchanged: A's next sync does not read it again, and the problem stays.
+    third = subprocess.run(sync_a, capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    [still] = _problems(db_url)
+    assert still["open"] is True and still["machine"] == seen_by_a["machine"]
+    audit = subprocess.run(_omg("audit", "--db", db_url, "--json"), capture_output=True, text=True)
+    assert audit.returncode == 1 and [p["path"] for p in json.loads(audit.stdout)["problems"]] == [str(torn)]
+
+
+def test_the_same_problem_on_two_machines_is_two_problems(tmp_path, db_url, two_machines):
+    home, home_b, torn = two_machines
+    (home_b / "runs" / RUN / "state.json").write_text('{"schema": 3, "nodes": {')  # torn on B too
+    assert subprocess.run(_omg("sync", "--db", db_url, "--home", str(home)), capture_output=True).returncode == 0
+    b = _on_machine_b(tmp_path, home_b, home, _omg("sync", "--db", db_url, "--home", str(home)))
+    assert b.returncode == 0, b.stderr
+    problems = _problems(db_url)
+    assert [p["path"] for p in problems] == [str(torn), str(torn)]
+    assert len({p["machine"] for p in problems}) == 2 and len({p["home"] for p in problems}) == 2
+
+    # B's copy repaired: B's problem resolves, A's stays open.
+    (home_b / "runs" / RUN / "state.json").write_text(json.dumps({"schema": 3, "run_id": RUN, "nodes": {}}))
+    b = _on_machine_b(tmp_path, home_b, home, _omg("sync", "--db", db_url, "--home", str(home)))
+    assert b.returncode == 0, b.stderr
+    by_home = {p["home"]: p["open"] for p in _problems(db_url)}
+    assert sorted(by_home.values()) == [False, True]
+    assert by_home[next(h for h in by_home if "machine-b" not in h)] is True
+
+
+def test_upgrading_names_the_machine_of_each_problem_where_the_ledger_tells_it(tmp_path, db_url):
+    """Revision 0016 fills problems.machine: from the run's home, the runner stream at the
+    path, the one machine whose homes hold the path, or the only machine; else ''."""
+    import os
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from omg_ledger.db import alembic_config, open_ledger, write_transaction
+    from omg_ledger.sync import Home, sync
+    from omg_ledger.tail import machine_source
+
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    (run_dir / "state.json").write_text('{"schema": 3, "nodes": {')  # a run's problem
+    os.symlink(run_dir, home / "runs" / "elsewhere")  # a problem of no run, under the home
+    stream = tmp_path / "runner" / "events.jsonl"
+    stream.parent.mkdir()
+    stream.write_text("not json\n")  # a runner stream's problem
+    engine = open_ledger(db_url)
+    sync(engine, [Home.from_path(str(home), "a")], invocation_files=[str(stream)])
+    here = machine_source()
+    with write_transaction(engine) as conn:
+        command.downgrade(alembic_config(conn), "0015")
+        for label, path, machine in (("b", "/srv/b-home", "machine:b"), ("c", "/srv/c-home", "machine:c")):
+            conn.execute(text("INSERT INTO homes (label, path, machine) VALUES (:l, :p, :m)"),
+                         {"l": label, "p": path, "m": machine})
+        for path in ("/srv/b-home/runs/x", "/srv/nowhere/file"):
+            conn.execute(text("INSERT INTO problems (run_pk, path, byte_offset, reason, first_seen_at, last_seen_at) "
+                              "VALUES (NULL, :p, 0, 'r', 't', 't')"), {"p": path})
+        command.upgrade(alembic_config(conn), "head")
+    with engine.connect() as conn:
+        machines = dict(conn.execute(text("SELECT path, machine FROM problems")).all())
+    engine.dispose()
+    assert machines == {
+        str(run_dir / "state.json"): here,  # its run's home
+        str(home / "runs" / "elsewhere"): here,  # under a home of one machine
+        str(stream): here,  # the runner stream read there
+        "/srv/b-home/runs/x": "machine:b",
+        "/srv/nowhere/file": "",  # three machines, none holding the path: not told
+    }
+
+
+def test_a_problem_of_no_machine_is_recorded_anew_by_the_next_sync_that_reads_its_path(tmp_path, db_url):
+    from sqlalchemy import text
+
+    from omg_ledger.db import open_ledger, write_transaction
+    from omg_ledger.sync import Home, sync
+    from omg_ledger.tail import machine_source
+
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    (run_dir / "state.json").write_text('{"schema": 3, "nodes": {')
+    engine = open_ledger(db_url)
+    sync(engine, [Home.from_path(str(home), "a")])
+    with write_transaction(engine) as conn:  # as an upgrade that could not tell its machine leaves it
+        conn.execute(text("UPDATE problems SET machine = ''"))
+    torn = (run_dir / "state.json").read_bytes()
+    (run_dir / "state.json").unlink()
+    (run_dir / "state.json").write_bytes(torn)  # the same bytes in a new file: read again, the same problem
+    sync(engine, [Home.from_path(str(home), "a")])
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT machine, reason, resolved_at IS NULL FROM problems ORDER BY id")).all()
+    engine.dispose()
+    # One open problem, now this machine's; the row that named none is resolved.
+    [(old_machine, old_reason, old_open), (new_machine, new_reason, new_open)] = rows
+    assert (old_machine, old_open) == ("", False) and (new_machine, new_open) == (machine_source(), True)
+    assert new_reason == old_reason
