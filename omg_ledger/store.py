@@ -97,13 +97,39 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
         return found.id
     if by_label is not None:
         unknown = by_label.real_path is None  # recorded before homes had identities
-        if not unknown and explicit and not relabel:
+        elsewhere = not unknown and by_label.machine is not None and by_label.machine != machine
+        if elsewhere and not explicit:
+            # Another machine of the same hostname has a home at this path: this machine's
+            # is another home (taking that one over would mark its runs gone, and that
+            # machine's next sync would take it back).
+            label = _label_on_this_machine(conn, label, machine)
+        elif not unknown and explicit and not relabel and elsewhere:
+            raise HomeConflict(
+                f"home {label!r} is {by_label.path} on another machine ({by_label.machine}); give this "
+                f"machine's home a label of its own (--home LABEL={path}), or sync with --relabel to point "
+                f"{label!r} here (its runs on that machine are then marked gone)")
+        elif not unknown and explicit and not relabel:
             raise HomeConflict(
                 f"home {label!r} is {by_label.path}, not {path}; to point the label at {path} (its runs "
                 f"under {by_label.path} are then marked gone), sync with --relabel")
-        conn.execute(homes.update().where(homes.c.id == by_label.id).values(path=path, **identity))
-        return by_label.id
+        else:
+            conn.execute(homes.update().where(homes.c.id == by_label.id).values(path=path, **identity))
+            return by_label.id
     return conn.execute(homes.insert().values(label=label, path=path, **identity)).inserted_primary_key[0]
+
+
+def _label_on_this_machine(conn: Connection, label: str, machine: str) -> str:
+    """The default label ``<hostname>:<path>`` of a home on ``machine`` when another
+    machine's home has it: ``<hostname>#<machine id's first 8 characters>:<path>`` (the
+    whole machine id in the unlikely case that is taken too)."""
+    hostname, _, rest = label.partition(":")
+    machine_id = machine.partition(":")[2] or machine
+    for tag in (machine_id[:8], machine_id):
+        candidate = f"{hostname}#{tag}:{rest}"
+        if conn.execute(select(schema.homes.c.id).where(schema.homes.c.label == candidate)).first() is None:
+            return candidate
+    raise HomeConflict(f"home {label!r} is on another machine, and so is {candidate!r}: give this machine's home "
+                       f"a label of its own (--home LABEL=DIR)")
 
 
 def relocate_home(conn: Connection, home_id: int, old: str, new: str) -> None:

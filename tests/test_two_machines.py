@@ -1,16 +1,17 @@
-"""A problem belongs to the machine that saw it: in a ledger shared by several machines
-(README "PostgreSQL: one ledger for many machines"), two machines whose homes have the
-same path are two homes, and one machine's sync never resolves, re-opens or takes over
-the other's problems.
+"""Two machines, one ledger (README "PostgreSQL: one ledger for many machines"): homes
+at the same path on two machines are two homes, whatever their hostnames; one machine's
+sync never takes over the other's home, nor resolves, re-opens or takes over its
+problems.
 
 The second machine is real: a sync run in its own mount and UTS namespaces, where
-another machine id is bind-mounted over /etc/machine-id, the hostname is another, and
-another directory is bind-mounted over the home's path.
+another machine id is bind-mounted over /etc/machine-id, the hostname is another (or
+kept), and another directory is bind-mounted over the home's path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,11 +23,12 @@ from .test_problems import RUN, _clean
 
 OTHER_MACHINE_ID = "0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"
 
-# In a new mount and UTS namespace: another hostname, another machine id wherever the
-# system keeps one, and the directory $2 seen at the path $3; then the command.
+# In a new mount and UTS namespace: another hostname ($HOSTNAME_B, unless empty), another
+# machine id wherever the system keeps one, and the directory $2 seen at the path $3; then
+# the command.
 _ON_MACHINE_B = """
 set -e
-hostname machine-b
+if [ -n "$HOSTNAME_B" ]; then hostname "$HOSTNAME_B"; fi
 for id_file in /etc/machine-id /var/lib/dbus/machine-id; do
     if [ -f "$id_file" ]; then mount --bind "$1" "$id_file"; fi
 done
@@ -40,11 +42,14 @@ def _omg(*args: str) -> list[str]:
     return [sys.executable, "-m", "omg_ledger.cli", *args]
 
 
-def _on_machine_b(tmp_path: Path, home_b: Path, home_path: Path, command: list[str]) -> subprocess.CompletedProcess:
+def _on_machine_b(tmp_path: Path, home_b: Path, home_path: Path, command: list[str],
+                  hostname: str = "machine-b") -> subprocess.CompletedProcess:
+    """``command`` run on machine B ("" as ``hostname``: B has this machine's hostname)."""
     id_file = tmp_path / "machine-id-b"
     id_file.write_text(OTHER_MACHINE_ID + "\n")
     return subprocess.run(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh",
-                           str(id_file), str(home_b), str(home_path), *command], capture_output=True, text=True)
+                           str(id_file), str(home_b), str(home_path), *command], capture_output=True, text=True,
+                          env={**os.environ, "HOSTNAME_B": hostname})
 
 
 def _problems(db: str) -> list[dict]:
@@ -116,8 +121,6 @@ def test_the_same_problem_on_two_machines_is_two_problems(tmp_path, db_url, two_
 def test_upgrading_names_the_machine_of_each_problem_where_the_ledger_tells_it(tmp_path, db_url):
     """Revision 0016 fills problems.machine: from the run's home, the runner stream at the
     path, the one machine whose homes hold the path, or the only machine; else ''."""
-    import os
-
     from alembic import command
     from sqlalchemy import text
 
@@ -181,3 +184,48 @@ def test_a_problem_of_no_machine_is_recorded_anew_by_the_next_sync_that_reads_it
     [(old_machine, old_reason, old_open), (new_machine, new_reason, new_open)] = rows
     assert (old_machine, old_open) == ("", False) and (new_machine, new_open) == (machine_source(), True)
     assert new_reason == old_reason
+
+
+def test_a_machine_of_the_same_hostname_with_a_home_at_the_same_path_does_not_take_it_over(tmp_path, db_url,
+                                                                                          two_machines):
+    """The default label <hostname>:<path> names machine A's home already: B's home is
+    another home, labelled with B's machine id, and neither sync marks the other's runs
+    gone (before, B took the home over, marked A's run gone, and A took it back)."""
+    import socket
+
+    home, home_b, _ = two_machines
+    other_run = "20261129-110000.000000001-1"
+    (home_b / "runs" / RUN).rename(home_b / "runs" / other_run)
+    for name in ("events.jsonl", "state.json"):
+        path = home_b / "runs" / other_run / name
+        path.write_text(path.read_text().replace(RUN, other_run))
+    sync = _omg("sync", "--db", db_url, "--home", str(home))
+    for step in ("a", "b", "a", "b"):
+        done = (subprocess.run(sync, capture_output=True, text=True) if step == "a"
+                else _on_machine_b(tmp_path, home_b, home, sync, hostname=""))
+        assert done.returncode == 0, done.stderr
+    homes = json.loads(subprocess.run(_omg("homes", "--db", db_url, "--json"), capture_output=True,
+                                      text=True).stdout)
+    label_a, label_b = f"{socket.gethostname()}:{home}", f"{socket.gethostname()}#{OTHER_MACHINE_ID[:8]}:{home}"
+    assert sorted((h["label"], h["runs"], h["gone"]) for h in homes) == sorted([(label_a, 1, 0), (label_b, 1, 0)])
+    assert {h["label"]: h["machine"] for h in homes}[label_b] == f"machine:{OTHER_MACHINE_ID}"
+    runs = json.loads(subprocess.run(_omg("runs", "--db", db_url, "--json"), capture_output=True, text=True).stdout)
+    assert sorted((r["run_id"], r["home"]) for r in runs) == [(RUN, label_a), (other_run, label_b)]
+
+
+def test_a_label_given_for_another_machines_home_is_refused_naming_that_machine(tmp_path, db_url, two_machines):
+    home, home_b, _ = two_machines
+    first = subprocess.run(_omg("sync", "--db", db_url, "--home", f"shared={home}"), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    refused = _on_machine_b(tmp_path, home_b, home, _omg("sync", "--db", db_url, "--home", f"shared={home}"))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"omg-ledger: error: home 'shared' is {home} on another machine ({_machine_here()}); give this machine's "
+        f"home a label of its own (--home LABEL={home}), or sync with --relabel to point 'shared' here (its runs on "
+        f"that machine are then marked gone)"]
+
+
+def _machine_here() -> str:
+    from omg_ledger.tail import machine_source
+
+    return machine_source()
