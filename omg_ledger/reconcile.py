@@ -780,6 +780,15 @@ def reconcile(run: RunInput) -> RunRows:
                            last_execution.get(node_id))
                  for node_id in sorted({*graph_nodes, *records, *last_execution})]
 
+    if r.event_count == 0 and run.snapshot is not None:
+        # No line of the stream (a copy without it): the plan commit that carries the
+        # planner's spend is not there, and state.json's record of that call is all
+        # there is to go by, as its node records are for the nodes.
+        planning = _snapshot_planning_cost(snapshot)
+        if planning is not None:
+            cost, unknown, tokens = r._bounded(*planning, _tokens(snapshot.get("planning_usage")), "state.json", None)
+            r.add_late_charge(Charge(0, "planning", None, PLANNING, None, None, None, None,
+                                     cost, unknown, tokens, "state.json", None, None))
     assessed = _assess_cost(run.assess)
     if assessed is not None:
         # The assessment call's spend exists only here. It is dated at the assessed run's
@@ -823,6 +832,17 @@ def _assess_cost(assess: dict | None) -> tuple[int | None, bool] | None:
     if assess.get("assess_cost_unknown") or not isinstance(cost, int | float) or isinstance(cost, bool):
         return None, True
     return usd_nanos(cost), False
+
+
+def _snapshot_planning_cost(snapshot: dict) -> tuple[int | None, bool] | None:
+    """(nano-dollars or None, unknown) of the planner's call as state.json records it, or
+    None when it records none (not an auto run). On Codex it writes planning_cost_unknown
+    and no planning_cost_usd: a call paid for at a price nobody recorded."""
+    if snapshot.get("planning_cost_unknown"):
+        return None, True
+    if "planning_cost_usd" not in snapshot:
+        return None
+    return usd_nanos(snapshot["planning_cost_usd"]), False
 
 
 def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:

@@ -169,6 +169,11 @@ def parse_state(content: bytes) -> dict:
     for key in ("planning_cost_usd",):
         if key in data and not _number(data[key]):
             raise BadSnapshot(f"state.json '{key}' must be a non-negative number, got {shown(data[key])}")
+    usage = data.get("planning_usage")
+    if usage is not None and (
+        not isinstance(usage, dict) or not all(_int(usage.get(t, 0), MAX_TOKENS) for t in TOKEN_FIELDS)
+    ):
+        raise BadSnapshot("state.json 'planning_usage' must hold non-negative integer token counts")
     for key in ("goal", "build_evidence", "gate", "inputs"):
         if key in data and data[key] is not None and not isinstance(data[key], dict):
             raise BadSnapshot(f"state.json '{key}' must be an object")

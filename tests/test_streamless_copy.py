@@ -139,3 +139,32 @@ def test_the_readers_stream_less_suffix_is_the_one_derive_mints():
 
     assert runs.STREAM_LESS == derive.STREAM_LESS
     assert derive.stream_identity("r1", None) == "r1" + runs.STREAM_LESS
+
+
+AUTO_RUN = "20261129-181524.161957784-1"  # s36: planner $0.0456 + two nodes $0.0330 (engine's runs list: $0.0786)
+CODEX_AUTO_RUN = "20261129-181522.625907719-1"  # s32: planner and two nodes on Codex, no price, tokens only
+
+
+def test_a_stream_less_auto_run_bills_the_planning_call_its_snapshot_records(tmp_path, db_url):
+    """The only copy of an auto run, without its stream: state.json is all there is to go
+    by, and it records the planner's call (planning_cost_usd, or planning_cost_unknown
+    with planning_usage on Codex) beside the nodes' records. That call was paid for; the
+    engine's own runs list counts it from state.json alone."""
+    home = tmp_path / "home"
+    for run in (AUTO_RUN, CODEX_AUTO_RUN):
+        shutil.copytree(CORPUS / "home" / "runs" / run, home / "runs" / run)
+        (home / "runs" / run / "events.jsonl").unlink()
+    age_tree(home)
+    _cli("sync", "--db", db_url, "--home", f"b={home}")
+    listed = {r["run_id"]: r for r in json.loads(_cli("runs", "--db", db_url, "--json"))}
+    auto = listed[AUTO_RUN]
+    assert (auto["cost_nano_usd"], auto["invocations"], auto["unknown_cost_invocations"]) == (78_600_000, 3, 0)
+    codex = listed[CODEX_AUTO_RUN]
+    assert (codex["cost_nano_usd"], codex["invocations"], codex["unknown_cost_invocations"]) == (0, 3, 3)
+    # The planner's tokens (2,100/1,500/320/64) beside the nodes' (4,000/3,000/500/200, 7,000/5,000/900/300).
+    assert [codex[k] for k in ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens")] \
+        == [13_100, 9_500, 1_720, 564]
+    nodes = {r["key"]: r for r in json.loads(_cli("cost", "--db", db_url, "--by", "node", "--json"))["rows"]}
+    assert nodes["auto-build-evidence/(planning)"]["cost_nano_usd"] == 45_600_000
+    assert nodes["auto-codex/(planning)"]["unknown_cost_invocations"] == 1
+    assert _total(db_url) == 78_600_000
