@@ -425,6 +425,40 @@ def test_report_sums_past_2_63_nanos_are_exact(tmp_path, db_url):
         assert shown["total"]["cost_nano_usd"] == expected
 
 
+def test_metrics_and_the_html_report_sum_past_2_63_nanos_exactly(tmp_path, db_url):
+    """The same twelve runs at the bound: `metrics` and `report --html` sum known spend
+    themselves (per runtime and graph; per day and runtime; redone work), and SQLite's
+    SUM() stopped both with 'integer overflow' (exit 3) where `cost` answers."""
+    from decimal import Decimal
+
+    from omg_ledger.reports import metrics
+    from omg_ledger.reports.overview import overview
+
+    home = tmp_path / "home"
+    for n in range(12):
+        write_stream(home, f"r{n:02d}", charges_at_cap(f"r{n:02d}", 10_000))
+    engine = open_ledger(db_url)
+    try:
+        assert sync(engine, [Home.from_path(str(home))]).problems == []
+        expected = 12 * RUN_BOUND_NANOS
+        families = {f["name"]: f["samples"] for f in metrics.collect(engine)}
+        [(labels, usd)] = families["omg_ledger_known_spend_usd"]
+        assert labels == {"runtime": "(no snapshot)", "graph": "(no graph)"}
+        assert Decimal(usd) * 10**9 == expected
+        page = overview(engine, tz="UTC")
+        assert page["total"]["cost_nano_usd"] == expected
+        assert [(d["day"], d["runtimes"]["(no snapshot)"]["cost_nano_usd"]) for d in page["days"]] == \
+            [("2026-11-29", expected)]
+        # Every charge of node a but its run's last was done again (in the same leg).
+        assert page["redone"]["feedback"]["cost_nano_usd"] == 12 * 9_999 * CAP_NANOS
+    finally:
+        engine.dispose()
+    if db_url.startswith("sqlite"):
+        db = db_url.removeprefix("sqlite:///")
+        assert cli("metrics", "--db", db).returncode == 0
+        assert cli("report", "--html", str(tmp_path / "page.html"), "--tz", "UTC", "--db", db).returncode == 0
+
+
 def test_the_per_run_bound_counts_a_prefix_of_the_run():
     from omg_ledger.bounds import beyond_run_bound
 

@@ -99,6 +99,18 @@ SPLIT = {"cost_nano_usd": 10**9, **{name: 10**6 for name in TOKEN_FIELDS}}
 COUNTS = ("invocations", "unknown_cost_invocations")
 
 
+def exact_sum(column: str, name: str) -> str:
+    """SUM of a nano-dollar column in SQL text that cannot overflow, for a report of its
+    own: a high and a low part (``<name>_hi``, ``<name>_lo``), joined by joined_sum."""
+    part = SPLIT["cost_nano_usd"]
+    return f"SUM({column} / {part}) AS {name}_hi, SUM({column} % {part}) AS {name}_lo"
+
+
+def joined_sum(high: int | None, low: int | None) -> int:
+    """The exact sum of an exact_sum's two parts."""
+    return summed(high) * SPLIT["cost_nano_usd"] + summed(low)
+
+
 def _measure_names(split: bool) -> list[str]:
     return [*COUNTS, *((f"{n}_hi" for n in SPLIT) if split else SPLIT), *((f"{n}_lo" for n in SPLIT) if split else ())]
 

@@ -29,6 +29,7 @@ from ..backend import reading
 from ..invocations import parse_rfc3339
 from ..status import ABANDONED, STATUSES
 from ..units import NANOS_PER_USD, instant_to_us, summed
+from .cost import exact_sum, joined_sum
 from .graphs import NO_GRAPH
 from .runs import iter_runs
 
@@ -57,11 +58,13 @@ def _seconds(us: int) -> str:
 
 
 # Spend and invocations by runtime and graph, over the billed copies (a run copied into
-# several homes counts once); the keys `cost --by runtime` and `--by node` use.
+# several homes counts once); the keys `cost --by runtime` and `--by node` use. Known
+# spend is summed in two parts: twelve runs at the per-run bound pass SQLite's 2**63.
 _SPEND_SQL = (
     "SELECT CASE WHEN r.runtime IS NOT NULL THEN r.runtime "
     f"WHEN r.snapshot_schema IS NULL THEN '{NO_SNAPSHOT}' ELSE '(unknown)' END AS runtime, "
-    f"COALESCE(r.graph_name, '{NO_GRAPH}') AS graph, SUM(c.cost_nano_usd) AS known, COUNT(*) AS invocations, "
+    f"COALESCE(r.graph_name, '{NO_GRAPH}') AS graph, {exact_sum('c.cost_nano_usd', 'known')}, "
+    "COUNT(*) AS invocations, "
     "SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS unpriced "
     "FROM charges c JOIN runs r ON r.id = c.run_pk WHERE r.billed GROUP BY 1, 2")
 
@@ -82,7 +85,7 @@ def collect(engine: Engine) -> list[dict]:
 
     families = [
         {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
-         "samples": by_group(lambda g: _usd(summed(g["known"])))},
+         "samples": by_group(lambda g: _usd(joined_sum(g["known_hi"], g["known_lo"])))},
         {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
          "samples": by_group(lambda g: str(int(g["invocations"])))},
         {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..backend import bind_list, reading
 from ..prices import PriceBook
-from ..units import instant_to_us, summed, us_to_instant
+from ..units import instant_to_us, us_to_instant
 from .audit import audit_report
 from .cost import (
     BUCKET_US,
@@ -33,6 +33,8 @@ from .cost import (
     _conditions_sql,
     _period_key,
     cost_report,
+    exact_sum,
+    joined_sum,
     period_start,
     straddling_buckets,
     window,
@@ -60,7 +62,7 @@ def _day_key(at_us: int | None, zone) -> str:
 # into days in the report's zone (the same buckets as `cost --by day`); a bucket that
 # straddles two days is summed again per charge time ({slot} c.at_us).
 _DAYS_SQL = ("SELECT {slot} AS slot, r.runtime AS runtime, (r.snapshot_schema IS NULL) AS no_snapshot, "
-             "SUM(c.cost_nano_usd) AS known, COUNT(*) AS invocations, "
+             f"{exact_sum('c.cost_nano_usd', 'known')}, COUNT(*) AS invocations, "
              "SUM(CASE WHEN c.cost_unknown THEN 1 ELSE 0 END) AS unpriced "
              "FROM charges c JOIN runs r ON r.id = c.run_pk WHERE {where} "
              "GROUP BY {slot}, r.runtime, (r.snapshot_schema IS NULL)")
@@ -87,9 +89,9 @@ def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
             redone = {b * BUCKET_US for b in straddling}
             rows = [row for row in rows if row[0] not in redone] + list(
                 reader.rows(_DAYS_SQL.format(slot="c.at_us", where=where), params))
-        for at_us, runtime, no_snapshot, known, invocations, unpriced in rows:
+        for at_us, runtime, no_snapshot, known_hi, known_lo, invocations, unpriced in rows:
             into = cell(_day_key(at_us, zone), _runtime_key(runtime, no_snapshot))
-            into["cost_nano_usd"] += summed(known)
+            into["cost_nano_usd"] += joined_sum(known_hi, known_lo)
             into["invocations"] += int(invocations)
             into["unknown_cost_invocations"] += int(unpriced or 0)
     if prices is not None:
@@ -114,7 +116,7 @@ _REDONE_SQL = (
     "SELECT CASE WHEN c.kind = 'feedback' OR c.leg_ordinal = c.last_leg "
     "OR (c.leg_ordinal IS NULL AND c.last_leg IS NULL) THEN 'feedback' ELSE 'retry' END AS cause, "
     "COUNT(*) AS invocations, SUM(CASE WHEN c.cost_nano_usd IS NULL THEN 1 ELSE 0 END) AS unpriced, "
-    "SUM(c.cost_nano_usd) AS known "
+    f"{exact_sum('c.cost_nano_usd', 'known')} "
     "FROM (SELECT run_pk, seq, kind, leg_ordinal, cost_nano_usd, at_us, MAX(seq) OVER node AS last_seq, "
     "FIRST_VALUE(leg_ordinal) OVER (node ORDER BY seq DESC) AS last_leg "
     "FROM charges WHERE node_id IS NOT NULL WINDOW node AS (PARTITION BY run_pk, node_id)) c "
@@ -126,9 +128,9 @@ def _redone(engine, win) -> dict:
            for cause in ("feedback", "retry")}
     params: dict = {}
     with reading(engine) as reader:
-        for cause, invocations, unpriced, known in reader.rows(_REDONE_SQL.format(
+        for cause, invocations, unpriced, known_hi, known_lo in reader.rows(_REDONE_SQL.format(
                 where=_conditions_sql(win, (), params)), params):
-            out[cause] = {"cost_nano_usd": summed(known), "invocations": int(invocations),
+            out[cause] = {"cost_nano_usd": joined_sum(known_hi, known_lo), "invocations": int(invocations),
                           "unknown_cost_invocations": int(unpriced or 0)}
     return out
 
