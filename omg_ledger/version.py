@@ -43,4 +43,7 @@ VERSION = "0.1.0"
 #    duration, as it has no judged (the record's was that terminal's); a diverged copy's
 #    finding names the copy's own line number where the streams differ (blank or bad
 #    lines before it counted), not the index among its stored lines.
-DERIVATION_VERSION = 14
+# 15: a copy without a line of its stream bills the planner's call its state.json records
+#    (planning_cost_usd; planning_cost_unknown with planning_usage's tokens), as the
+#    engine's runs list counts it; a planning_usage that holds no token counts is damage.
+DERIVATION_VERSION = 15

@@ -84,15 +84,16 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     # another case as its field and version 12 a lone surrogate escape as U+FFFD, and no scale
     # line holds any; version 13 reads a negative budget_usd as none, and no scale snapshot
     # holds one; version 14 leaves a snapshot_behind node's duration unknown and numbers a
-    # diverged copy's line as in its file, and the scale corpus has neither: its rows are
-    # the v4 ones but for those and the version stamp.
-    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (14, 4), (
+    # diverged copy's line as in its file, and the scale corpus has neither; version 15 bills
+    # a stream-less copy's planning call from its state.json, and every scale run has its
+    # stream: its rows are the v4 ones but for those and the version stamp.
+    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (15, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
     # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
     # them out (test_corpus_scale checks their values); every other runs column is compared.
     with fast.connect() as conn:
-        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {14}
+        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {15}
     ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)},
                   as_of={"runs": {"derivation_version": lambda row: 4},
                          "rounds": {"cost_nano_usd": _v4_execution_cost}})
