@@ -321,7 +321,8 @@ def test_capped_problem_reasons_stay_distinct(db_url):
     try:
         with write_transaction(engine) as conn:
             for reason in reasons * 2:  # recording again only updates last_seen_at
-                record_problem(conn, None, "/x/events.jsonl", 7, reason, "2026-11-29T00:00:00.000000Z")
+                record_problem(conn, None, "/x/events.jsonl", 7, reason, "2026-11-29T00:00:00.000000Z",
+                               "machine:a")
         stored = [reason for _, _, reason in problems_of(engine)]
     finally:
         engine.dispose()
