@@ -103,16 +103,14 @@ def resolve_home(conn: Connection, label: str, path: str, explicit: bool, identi
             # is another home (taking that one over would mark its runs gone, and that
             # machine's next sync would take it back).
             label = _label_on_this_machine(conn, label, machine)
-        elif not unknown and explicit and not relabel and elsewhere:
-            raise HomeConflict(
-                f"home {label!r} is {by_label.path} on another machine ({by_label.machine}); give this "
-                f"machine's home a label of its own (--home LABEL={path}), or sync with --relabel to point "
-                f"{label!r} here (its runs on that machine are then marked gone)")
-        elif not unknown and explicit and not relabel:
-            raise HomeConflict(
-                f"home {label!r} is {by_label.path}, not {path}; to point the label at {path} (its runs "
-                f"under {by_label.path} are then marked gone), sync with --relabel")
         else:
+            if not unknown and explicit and not relabel:
+                raise HomeConflict(
+                    f"home {label!r} is {by_label.path} on another machine ({by_label.machine}); give this "
+                    f"machine's home a label of its own (--home LABEL={path}), or sync with --relabel to point "
+                    f"{label!r} here (its runs on that machine are then marked gone)" if elsewhere else
+                    f"home {label!r} is {by_label.path}, not {path}; to point the label at {path} (its runs "
+                    f"under {by_label.path} are then marked gone), sync with --relabel")
             conn.execute(homes.update().where(homes.c.id == by_label.id).values(path=path, **identity))
             return by_label.id
     return conn.execute(homes.insert().values(label=label, path=path, **identity)).inserted_primary_key[0]
