@@ -13,6 +13,7 @@ import signal
 import sys
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for `kill`
 AUDIT_NEWEST_FAILS = 20  # FAILs of each kind `audit` lists without --verbose: a summary a person reads
 
 
@@ -339,9 +340,8 @@ def ledger_errors(f: Callable) -> Callable:
                 exc = _unreadable_value_of(kwargs) or exc
             _say_line(f"omg-ledger: error: {_one_line(exc)}")
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            _to_stderr("omg-ledger: interrupted")
-            sys.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
         except (ValueError, TypeError, ArithmeticError):
             # A value no report expects (a user's hand edit: text in an integer column):
             # name it if the ledger holds one; anything else is a bug, and shows as one.
@@ -365,6 +365,44 @@ def ledger_errors(f: Callable) -> Callable:
             sys.exit(EXIT_DATABASE)
 
     return wrapper
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, a service manager stopping a job) in a command that
+    writes the ledger: it ends as Ctrl-C ends it — the open transaction rolled back, a
+    sync's workers stopped and their work files removed — under its own name and code."""
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    # Once: a second SIGTERM must not cut the clean-up of the first short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Terminated
+
+
+def ends_cleanly_on_sigterm(f: Callable) -> Callable:
+    """SIGTERM raises _Terminated while ``f`` runs (Python's default would kill the
+    process on the spot, leaving a sync's work files and an undocumented exit status)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            before = signal.signal(signal.SIGTERM, _raise_terminated)
+        except ValueError:  # not the main thread: the signal is not ours to handle
+            return f(*args, **kwargs)
+        try:
+            return f(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, before)
+
+    return wrapper
+
+
+def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
+    if isinstance(exc, _Terminated):
+        _to_stderr("omg-ledger: terminated")
+        sys.exit(EXIT_TERMINATED)
+    _to_stderr("omg-ledger: interrupted")
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def open_db(db: str | None):
@@ -546,9 +584,8 @@ class _LedgerGroup(click.Group):
             _output_failed(exc)
         except click.UsageError as exc:
             _usage_error(exc, ctx.command_path)
-        except KeyboardInterrupt:
-            _to_stderr("omg-ledger: interrupted")
-            sys.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            _interrupted(exc)
         except Exception as exc:
             # Only a database error that reached here is ours to word; a command that
             # never touched the database (--help) must not pay for importing SQLAlchemy.
@@ -596,6 +633,7 @@ def main() -> None:
               help="Processes that read and derive new runs beside the one writing the ledger. "
                    "Default: one per CPU when a home has 100 or more new runs; 0: none.")
 @ledger_errors
+@ends_cleanly_on_sigterm
 def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, workers) -> None:
     """Index oh-my-graph run directories into the ledger.
 
@@ -612,7 +650,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     Exit codes: 0 done; 1 done with problems (--strict only); 2 usage (a home that is
     not there and was never indexed, a label that names another home); 3 database trouble;
     75 another sync holds the ledger for longer than --wait, or a worker process was
-    killed (runs committed so far are kept: sync again).
+    killed (runs committed so far are kept: sync again); 130 Ctrl-C, 143 SIGTERM (the
+    open batch rolled back, runs committed so far kept).
     """
     from .change_check import unchanged_sync
     from .db import HEAD_REVISION, check_sqlite_target
@@ -672,6 +711,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
 @ledger_errors
+@ends_cleanly_on_sigterm
 def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     """Re-derive runs from the facts stored in the ledger; no home is read.
 
@@ -686,7 +726,7 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
       omg-ledger rebuild --json
       omg-ledger rebuild --run 20261129-181518.678721711-1
     Exit codes: 0 done; 2 no such run (or another usage error); 3 database trouble;
-    75 the ledger is busy.
+    75 the ledger is busy; 130 Ctrl-C, 143 SIGTERM (runs re-derived so far kept).
     """
     from .sync import rebuild as run_rebuild
 

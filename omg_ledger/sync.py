@@ -1130,12 +1130,14 @@ _WORKER = _Worker()
 
 
 def _worker_started(paths, tables: dict[str, list[str]]) -> None:
-    """In a pool worker: its work file; Ctrl-C is the writer's to handle (it ends the
-    pool), and a worker dies with the writer (kill -9 included) instead of waiting for
-    work forever."""
+    """In a pool worker: its work file; Ctrl-C and SIGTERM (sent to the whole process
+    group by a terminal, `timeout` or a service manager) are the writer's to handle (it
+    ends the pool), and a worker dies with the writer (kill -9 included) instead of
+    waiting for work forever."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(Exception):  # Linux only; elsewhere the pool's own shutdown stands
         import ctypes
 

@@ -160,6 +160,56 @@ def test_ctrl_c_while_waiting_for_the_sync_lock_is_one_line_and_exit_130(tmp_pat
     assert err == "omg-ledger: interrupted\n", err
 
 
+# `rebuild` as the command line runs it, paused inside its first batch (10 runs re-derived
+# in a transaction not committed yet): a point, not a moment, to send SIGTERM at.
+REBUILD_PAUSED_MID_BATCH = r"""
+import os, sys, time
+from omg_ledger import sync
+from omg_ledger.cli import main
+
+rederive = sync._rederive_run
+done = []
+
+def rederive_then_pause(conn, run_pk, force):
+    result = rederive(conn, run_pk, force)
+    done.append(run_pk)
+    if len(done) == 10:
+        os.write(int(sys.argv[1]), b"paused\n")
+        while True:
+            time.sleep(60)
+    return result
+
+sync._rederive_run = rederive_then_pause
+main(sys.argv[2:], prog_name="omg-ledger")
+"""
+
+
+def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_path, corpus_home):
+    from .ledger_dump import diff, dump
+
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
+    before = dump(str(db))
+    reader, writer = os.pipe()
+    rebuild = subprocess.Popen([sys.executable, "-c", REBUILD_PAUSED_MID_BATCH, str(writer), "rebuild", "--db", str(db)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[writer])
+    os.close(writer)
+    try:
+        with os.fdopen(reader, "rb") as said:
+            assert said.readline() == b"paused\n", rebuild.communicate(timeout=60)
+        rebuild.send_signal(signal.SIGTERM)
+        out, err = rebuild.communicate(timeout=60)
+    finally:
+        if rebuild.poll() is None:
+            rebuild.kill()
+            rebuild.wait()
+    assert (rebuild.returncode, out, err) == (143, "", "omg-ledger: terminated\n")
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert dump(str(db)) == before, diff(dump(str(db)), before)
+    assert cli("rebuild", "--db", str(db), "--wait", "0").returncode == 0  # the sync lock was released
+
+
 # Deliver a real SIGINT to the process itself at a chosen import: while the command
 # line loads its libraries (click), and inside a command (the sync pipeline's import).
 INTERRUPT_AT_IMPORT = """

@@ -283,6 +283,92 @@ def test_ctrl_c_mid_sync_stops_the_workers_removes_their_files_and_keeps_whole_b
     assert after == reference, diff(after, reference)
 
 
+# The real command line, paused after its first batch has committed: a point in the
+# sync, not a moment, for the test to send its signal at. The workers go on meanwhile.
+PAUSED_AFTER_FIRST_BATCH = r"""
+import os, sys, time
+from omg_ledger import sync
+from omg_ledger.cli import main
+
+commit = sync._HomeSync._commit
+
+def commit_then_pause(self):
+    writes = self._batch is not None or bool(self._received)
+    commit(self)
+    if writes:
+        os.write(int(sys.argv[1]), b"committed\n")
+        while True:
+            time.sleep(60)
+
+sync._HomeSync._commit = commit_then_pause
+main(sys.argv[2:], prog_name="omg-ledger")
+"""
+
+
+def _children_of(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return [int(child) for child in children.read().split()]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("to_group", [False, True], ids=["to-the-sync", "to-its-process-group"])
+def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_behind(
+        scale_home, reference, tmp_path, to_group):
+    """`kill`, `timeout` and a service manager stop a sync with SIGTERM (the last two send
+    it to the workers too): it ends as Ctrl-C does (the open batch rolled back, the
+    workers stopped, their files removed), says so in one line and exits 143 (128 +
+    SIGTERM), which the README lists; the next sync carries on to the ledger a cold sync
+    makes."""
+    import fcntl
+    import subprocess
+    import sys
+
+    db = tmp_path / "ledger.sqlite"
+    reader, writer = os.pipe()
+    sync_cli = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_AFTER_FIRST_BATCH, str(writer), "sync", "--db", str(db),
+         "--home", f"scale={scale_home}", "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[writer], start_new_session=to_group)
+    os.close(writer)
+    try:
+        with os.fdopen(reader, "rb") as said:
+            assert said.readline() == b"committed\n", sync_cli.communicate(timeout=60)
+        workers = _children_of(sync_cli.pid)
+        assert workers and Path(f"{db}.sync-work").is_dir()
+        if to_group:
+            os.killpg(sync_cli.pid, signal.SIGTERM)
+        else:
+            sync_cli.send_signal(signal.SIGTERM)
+        out, err = sync_cli.communicate(timeout=60)
+    finally:
+        if sync_cli.poll() is None:
+            sync_cli.kill()
+            sync_cli.wait()
+    assert (sync_cli.returncode, out, err) == (143, "", "omg-ledger: terminated\n")
+    assert not Path(f"{db}.sync-work").exists()
+    assert not any(_running(pid) for pid in workers)
+    with open(f"{db}.sync-lock") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
+    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    held = set(_runs_and_event_counts(db))
+    assert 0 < len(held) < SCALE_RUNS and held == set(runs[:len(held)])  # whole batches, in order
+    engine = open_ledger(str(db))
+    try:
+        sync(engine, [Home.from_path(str(scale_home), "scale")])
+        after = dump(engine)
+    finally:
+        engine.dispose()
+    assert after == reference, diff(after, reference)
+
+
 def _own_temporary_work_dirs() -> list[str]:
     import tempfile
 
