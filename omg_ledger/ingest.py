@@ -116,16 +116,20 @@ def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, laz
     a run that said nothing yet, a runner that has not appended yet). ``lazy``: the
     lines are read while ``items`` is iterated (the file stays open until then)."""
     stored = checkpoint or Checkpoint()
+    # A file that cannot be opened is remembered as an absent one is: what was read stays,
+    # its identity is forgotten, so once it opens it is read from its first byte and every
+    # problem of it (this one too) is looked at again.
+    unopened = stored.without_file()
     try:
         tail = TailReader(path, checkpoint, parse) if lazy else read_new_lines(path, checkpoint, parse)
     except FileNotFoundError:
         return None
     except NotARegularFile as exc:
-        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {exc}")], path)
+        return StreamRead(None, unopened, [Problem(path, 0, f"{label}: {exc}")], path)
     except OSError as exc:
         reason = ("is a symlink (not followed; give the real path)" if exc.errno == errno.ELOOP
                   else f"cannot open: {exc.strerror or exc}")
-        return StreamRead(None, stored, [Problem(path, 0, f"{label}: {reason}")], path)
+        return StreamRead(None, unopened, [Problem(path, 0, f"{label}: {reason}")], path)
     return StreamRead(tail, stored, [], path)
 
 

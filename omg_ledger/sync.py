@@ -1256,6 +1256,9 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
             _resolve_stream_problems(engine, path, now, source)
         return
     if read.tail is None:
+        if row is not None:  # its identity forgotten: once it opens, it is read from its first byte
+            with write_transaction(engine) as conn:
+                conn.execute(streams.update().where(streams.c.id == row["id"]).values(**read.checkpoint.as_row()))
         _problems_now(engine, report, read.problems, now, source)
         return
     with write_transaction(engine) as conn:

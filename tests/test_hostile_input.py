@@ -35,6 +35,7 @@ from omg_ledger.sync import Home, sync
 
 from .builders import age_tree, copy_run, retarget
 from .conftest import CORPUS_HOME
+from .ledger_dump import diff, dump
 
 TS = "2026-11-29T18:15:12.93149401Z"
 
@@ -662,6 +663,55 @@ def test_a_failed_dir_that_could_not_be_listed_is_listed_once_it_can_be(tmp_path
         assert [p for p in list_problems(engine) if p["open"]] == []
     finally:
         engine.dispose()
+
+
+def _open_problems(db: Path) -> set[tuple[str, int, str]]:
+    engine = open_ledger(str(db))
+    try:
+        return {(p["path"], p["byte_offset"], p["reason"]) for p in list_problems(engine) if p["open"]}
+    finally:
+        engine.dispose()
+
+
+def test_a_stream_that_could_not_be_opened_for_a_while_is_read_from_its_first_byte_once_it_can_be(tmp_path):
+    """A stream read before, then unreadable for one sync while its run goes on appending
+    (the open fails), then readable: the next read starts from its first byte, so "cannot
+    open" is resolved (audit stops asking for attention) and the bad lines in it are open.
+    Then the ledger is what one sync of the files makes."""
+    reason = _can_drop_dac()
+    if reason:
+        pytest.skip(reason)
+    run_id = "20261129-181512.929654081-1"
+    home = tmp_path / "home"
+    run_dir = copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+    stream = run_dir / "events.jsonl"
+    bad_at = stream.stat().st_size
+    with stream.open("ab") as out:
+        out.write(b"{not json\n")
+    age_tree(home)
+    db = tmp_path / "ledger.sqlite"
+    first = _sync_obeying_modes(db, home)
+    assert first.returncode == 0, first.stderr.decode()
+    bad_line = _open_problems(db)
+    assert [(path, offset) for path, offset, _ in bad_line] == [(str(stream), bad_at)]
+    os.chmod(stream, 0)
+    second_bad_at = stream.stat().st_size
+    with stream.open("ab") as out:  # (this process may: root)
+        out.write(b"{still not json\n")
+    unreadable = _sync_obeying_modes(db, home)
+    assert unreadable.returncode == 0, unreadable.stderr.decode()
+    cannot_open = (str(stream), 0, "events.jsonl: cannot open: Permission denied")
+    assert _open_problems(db) == bad_line | {cannot_open}
+    os.chmod(stream, 0o600)
+    again = _sync_obeying_modes(db, home)
+    assert again.returncode == 0, again.stderr.decode()
+    assert {(path, offset) for path, offset, _ in _open_problems(db)} == {(str(stream), bad_at),
+                                                                         (str(stream), second_bad_at)}
+    cold = tmp_path / "cold.sqlite"
+    assert _sync_obeying_modes(cold, home).returncode == 0
+    healed, clean = dump(str(db)), dump(str(cold))
+    del healed["problems"], clean["problems"]  # (the resolved row stays, as history)
+    assert healed == clean, diff(healed, clean)
 
 
 def test_a_stream_of_garbage_is_every_problem_in_the_ledger_and_a_hundred_lines_on_stderr(tmp_path):

@@ -428,6 +428,36 @@ def test_missing_file_is_not_damage_but_missing_directory_is(engine, stream, tmp
     assert "does not exist" in report.problems[0].reason
 
 
+def _open_problems(engine) -> set[tuple[str, int, str]]:
+    with engine.connect() as conn:
+        return {tuple(r) for r in conn.execute(text(
+            "SELECT path, byte_offset, reason FROM problems WHERE resolved_at IS NULL"))}
+
+
+def test_a_stream_that_could_not_be_opened_for_a_while_is_read_from_its_first_byte_once_it_can_be(
+        engine, stream, tmp_path):
+    """For one sync a FIFO is at the stream's path (never read) while the runner goes on
+    appending to the file; then the file is back at its path, the same inode. The next read
+    starts from its first byte: the FIFO's problem is resolved, the bad line stays open,
+    and the rows are what one read of the file makes."""
+    stream.write_bytes(start("zen", "M1", ts(0)) + b"{not json\n")
+    sync(engine, stream)
+    bad_line = _open_problems(engine)
+    assert [(path, offset) for path, offset, _ in bad_line] == [(str(stream), len(start("zen", "M1", ts(0))))]
+    aside = tmp_path / "aside.jsonl"
+    os.rename(stream, aside)
+    os.mkfifo(stream)
+    append(aside, end("zen", "M1", ts(1), "GO", 1000))
+    report = sync(engine, stream)
+    assert [(p.path, p.offset) for p in report.problems] == [(str(stream), 0)]
+    assert "not a regular file" in report.problems[0].reason
+    os.unlink(stream)
+    os.rename(aside, stream)
+    sync(engine, stream)
+    assert _open_problems(engine) == bad_line
+    assert invocation_rows(engine) == [("paired", "zen", "M1", "GO", 1000, "reported", 1, 3)]
+
+
 def test_vanished_file_keeps_its_rows(engine, stream):
     stream.write_bytes(start("zen", "M1", ts(0)) + end("zen", "M1", ts(1), "GO", 1000))
     sync(engine, stream)
