@@ -111,8 +111,24 @@ def create_ledger_engine(db: str) -> Engine:
 
     url = database_url(db)
     if url.startswith("sqlite"):
+        from .ledger import plain_sqlite_file
+
         _prepare_sqlite_file(url)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        path = plain_sqlite_file(url)
+        if path is not None:
+            # mode=rw: the file is made above, 0600; a connection opened later (a sync opens
+            # several) never makes it again — a ledger removed mid-sync is an error then, not
+            # a new empty file at its path with the umask's mode.
+            import sqlite3
+            from urllib.parse import quote
+
+            def connect() -> sqlite3.Connection:
+                return sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True,
+                                       timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+
+            engine = create_engine(url, creator=connect)
+        else:
+            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # pragma: no cover - trivial

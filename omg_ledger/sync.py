@@ -191,6 +191,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     deadline = started + wait_seconds
     now = format_instant(datetime.fromtimestamp(clock_ns() / 1e9, UTC))
     _refuse_unknown_missing_homes(engine, homes)
+    ledger_file = _ledger_file(engine)
     try:
         for home in homes:
             with sync_lock(engine, home_lock_scopes(home.path, home.label), _left(deadline), home.label):
@@ -208,6 +209,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     except OperationalError as exc:
         # Disk full, I/O error, read-only or lost database: the open transaction
         # rolled back (every run is all-or-nothing), so say what and stop.
+        _refuse_a_lost_ledger_file(ledger_file)
         raise DatabaseUnavailable(
             f"cannot write the ledger database: {exc.orig}; runs committed so far are kept, "
             f"the next sync carries on") from exc
@@ -215,11 +217,38 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
         raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
     except sqlite3.Error as exc:
         # The pool's copy into the ledger runs inside SQLite itself (workfile.copy_attached).
+        _refuse_a_lost_ledger_file(ledger_file)
         raise DatabaseUnavailable(
             f"cannot write the ledger database: {exc}; runs committed so far are kept, "
             f"the next sync carries on") from exc
+    # A file removed while it is open is still written without an error: done is said only
+    # of a ledger still at its path.
+    _refuse_a_lost_ledger_file(ledger_file)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _ledger_file(engine: Engine) -> tuple[str, tuple[int, int] | None] | None:
+    """A SQLite ledger's path and the file it names now (device, inode); None for PostgreSQL."""
+    path = backend_of(engine).file_path(engine)
+    return None if path is None else (path, _file_at(path))
+
+
+def _file_at(path: str) -> tuple[int, int] | None:
+    info = stat_or_none(os.path.realpath(path))
+    return None if info is None else (info.st_dev, info.st_ino)
+
+
+def _refuse_a_lost_ledger_file(ledger_file: tuple[str, tuple[int, int] | None] | None) -> None:
+    """DatabaseUnavailable when the ledger's path no longer names the file this sync opened
+    (removed, or another put in its place): what the sync wrote went with that file."""
+    if ledger_file is None:
+        return
+    path, opened = ledger_file
+    if _file_at(path) != opened:
+        raise DatabaseUnavailable(
+            f"the ledger file {path} was removed or replaced while this sync ran: what the sync wrote went with "
+            f"the file it had opened; sync again (into the file now there, or a new ledger from the homes)")
 
 
 def read_again_what_older_rules_refused(conn: Connection, home_id: int) -> None:

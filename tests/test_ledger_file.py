@@ -1,10 +1,14 @@
 """The SQLite file a sync creates: its page size, read from the file's own header
-(bytes 16-17, big-endian: the SQLite file format), not from omg-ledger."""
+(bytes 16-17, big-endian: the SQLite file format), not from omg-ledger; and that it is
+made once, never again by a connection opened later."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
+import pytest
+from sqlalchemy.exc import OperationalError
 
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
@@ -47,3 +51,21 @@ def test_an_existing_ledger_file_keeps_its_page_size(corpus_home, tmp_path):
     assert header_page_size(db) == 4096
     sync_into(db, corpus_home)
     assert header_page_size(db) == 4096
+
+
+def test_a_connection_opened_after_the_ledger_file_was_removed_does_not_make_it_again(tmp_path):
+    """The file is made once, 0600, when the ledger is opened. A sync opens more connections
+    as it goes: one opened after the file was removed (`rm`, a clean-up job) fails, instead
+    of leaving a new empty file with the umask's mode that the next sync would take for the
+    ledger."""
+    db = tmp_path / "ledger.sqlite"
+    engine = open_ledger(str(db))
+    try:
+        assert db.stat().st_mode & 0o777 == 0o600
+        db.unlink()
+        engine.dispose()  # the idle connections go: the next statement opens a new one
+        with pytest.raises(OperationalError, match="unable to open database file"), engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    finally:
+        engine.dispose()
+    assert not db.exists()

@@ -283,26 +283,65 @@ def test_ctrl_c_mid_sync_stops_the_workers_removes_their_files_and_keeps_whole_b
     assert after == reference, diff(after, reference)
 
 
-# The real command line, paused after its first batch has committed: a point in the
-# sync, not a moment, for the test to send its signal at. The workers go on meanwhile.
+# The real command line, paused after its first batch has committed until the test
+# writes a byte to the pipe it gave it: a point in the sync, not a moment, for the test
+# to act at. The workers go on meanwhile.
 PAUSED_AFTER_FIRST_BATCH = r"""
-import os, sys, time
+import os, sys
 from omg_ledger import sync
 from omg_ledger.cli import main
 
 commit = sync._HomeSync._commit
+paused = []
 
 def commit_then_pause(self):
     writes = self._batch is not None or bool(self._received)
     commit(self)
-    if writes:
+    if writes and not paused:
+        paused.append(True)
         os.write(int(sys.argv[1]), b"committed\n")
-        while True:
-            time.sleep(60)
+        os.read(int(sys.argv[2]), 1)
 
 sync._HomeSync._commit = commit_then_pause
-main(sys.argv[2:], prog_name="omg-ledger")
+main(sys.argv[3:], prog_name="omg-ledger")
 """
+
+
+class PausedSync:
+    """The command line's sync of ``home`` into ``db`` (PAUSED_AFTER_FIRST_BATCH)."""
+
+    def __init__(self, db: Path, home: Path, *options: str, new_session: bool = False) -> None:
+        import subprocess
+        import sys
+
+        said, self._says = os.pipe()
+        self._resume, told = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PAUSED_AFTER_FIRST_BATCH, str(self._says), str(self._resume), "sync",
+             "--db", str(db), "--home", f"scale={home}", *options],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[self._says, self._resume],
+            start_new_session=new_session)
+        os.close(self._says)
+        os.close(self._resume)
+        self._said = os.fdopen(said, "rb")
+        self._told = told
+
+    def paused(self) -> None:
+        assert self._said.readline() == b"committed\n", self.proc.communicate(timeout=60)
+
+    def resume(self) -> None:
+        os.write(self._told, b"x")
+
+    def finish(self) -> tuple[int, str, str]:
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._said.close()
+            os.close(self._told)
+        return self.proc.returncode, out, err
 
 
 def _children_of(pid: int) -> list[int]:
@@ -328,31 +367,17 @@ def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_be
     SIGTERM), which the README lists; the next sync carries on to the ledger a cold sync
     makes."""
     import fcntl
-    import subprocess
-    import sys
 
     db = tmp_path / "ledger.sqlite"
-    reader, writer = os.pipe()
-    sync_cli = subprocess.Popen(
-        [sys.executable, "-c", PAUSED_AFTER_FIRST_BATCH, str(writer), "sync", "--db", str(db),
-         "--home", f"scale={scale_home}", "--workers", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[writer], start_new_session=to_group)
-    os.close(writer)
-    try:
-        with os.fdopen(reader, "rb") as said:
-            assert said.readline() == b"committed\n", sync_cli.communicate(timeout=60)
-        workers = _children_of(sync_cli.pid)
-        assert workers and Path(f"{db}.sync-work").is_dir()
-        if to_group:
-            os.killpg(sync_cli.pid, signal.SIGTERM)
-        else:
-            sync_cli.send_signal(signal.SIGTERM)
-        out, err = sync_cli.communicate(timeout=60)
-    finally:
-        if sync_cli.poll() is None:
-            sync_cli.kill()
-            sync_cli.wait()
-    assert (sync_cli.returncode, out, err) == (143, "", "omg-ledger: terminated\n")
+    sync_cli = PausedSync(db, scale_home, "--workers", "2", new_session=to_group)
+    sync_cli.paused()
+    workers = _children_of(sync_cli.proc.pid)
+    assert workers and Path(f"{db}.sync-work").is_dir()
+    if to_group:
+        os.killpg(sync_cli.proc.pid, signal.SIGTERM)
+    else:
+        sync_cli.proc.send_signal(signal.SIGTERM)
+    assert sync_cli.finish() == (143, "", "omg-ledger: terminated\n")
     assert not Path(f"{db}.sync-work").exists()
     assert not any(_running(pid) for pid in workers)
     with open(f"{db}.sync-lock") as lock:
@@ -367,6 +392,35 @@ def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_be
     finally:
         engine.dispose()
     assert after == reference, diff(after, reference)
+
+
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_a_ledger_file_removed_mid_sync_is_an_error_and_never_made_again_by_the_sync(
+        scale_home, reference, tmp_path, workers):
+    """`rm ledger.sqlite` (a clean-up job, a slip) while a sync runs: what the sync writes
+    from then on goes to a file that no longer has a name. It must not end as done (exit 0),
+    nor say that the runs it committed are kept, nor make a new file at that path on its
+    own (with the umask's mode: the README promises a 0600 ledger); the next sync starts the
+    ledger again, as a cold sync makes it."""
+    db = tmp_path / "ledger.sqlite"
+    sync_cli = PausedSync(db, scale_home, "--workers", workers)
+    sync_cli.paused()
+    db.unlink()
+    sync_cli.resume()
+    code, out, err = sync_cli.finish()
+    assert (code, out) == (3, ""), err
+    assert err.startswith("omg-ledger: error: ") and err.count("\n") == 1, err
+    assert f"the ledger file {db} was removed or replaced while this sync ran" in err, err
+    assert "kept" not in err, err
+    assert not db.exists()
+    engine = open_ledger(str(db))
+    try:
+        sync(engine, [Home.from_path(str(scale_home), "scale")])
+        after = dump(engine)
+    finally:
+        engine.dispose()
+    assert after == reference, diff(after, reference)
+    assert db.stat().st_mode & 0o777 == 0o600
 
 
 def _own_temporary_work_dirs() -> list[str]:
