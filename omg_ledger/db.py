@@ -351,7 +351,8 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
     except OperationalError as exc:
         if is_locked(str(exc.orig)):
             raise ledger_locked(f"the ledger database {engine.url!r}") from exc
-        raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}") from exc
+        raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}"
+                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc.orig))}") from exc
 
 
 def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
@@ -451,7 +452,8 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
         engine.dispose()
         if is_locked(str(exc)):
             raise ledger_locked(f"the ledger database {shown_url(db)}") from exc
-        raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}") from exc
+        raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}"
+                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc))}") from exc
     except BaseException:
         engine.dispose()
         raise
@@ -728,9 +730,9 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
             raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
         if is_locked(str(exc)):
             raise ledger_locked(f"the ledger database {shown}") from exc
-        path = engine.url.database if engine.dialect.name == "sqlite" else None
+        path = _sqlite_path(engine)
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
-                                  f"{_wal_hint(path)}") from exc
+                                  f"{_wal_hint(path)}{_full_disk_hint(path, str(exc))}") from exc
     except SQLAlchemyError as exc:
         if "not a database" in str(exc):
             raise NotALedger(f"{shown} {NOT_SQLITE}") from exc
@@ -760,7 +762,7 @@ def _sqlite_revision(path: str, shown: str) -> str | None:
         if is_locked(str(exc)):
             raise ledger_locked(f"the ledger database {shown}") from exc
         raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}"
-                                  f"{_wal_hint(path)}") from exc
+                                  f"{_wal_hint(path)}{_full_disk_hint(path, str(exc))}") from exc
     return None if row is None else row[0]
 
 
@@ -798,6 +800,25 @@ def _wal_hint(path: str | None) -> str:
         return ""
     return (f" (a WAL-mode ledger needs its {os.path.basename(path)}-shm file, which does not exist and which "
             f"you may not create here: read a copy instead, see README 'Sharing a ledger')")
+
+
+def _full_disk_hint(path: str | None, message: str) -> str:
+    """Why SQLite says only "disk I/O error" when it opens a WAL ledger on a full file
+    system: it cannot make or grow the -shm file beside it (readers need it too)."""
+    if not path or "disk I/O error" not in message:
+        return ""
+    try:
+        free = os.statvfs(os.path.dirname(os.path.abspath(path))).f_bavail
+    except OSError:
+        return ""
+    if free:
+        return ""
+    return (f" (the file system holding it is full: SQLite cannot make or grow {os.path.basename(path)}-shm "
+            f"beside it, which every reader needs too; free some space there)")
+
+
+def _sqlite_path(engine: Engine) -> str | None:
+    return engine.url.database if engine.dialect.name == "sqlite" else None
 
 
 def _table_names(conn: Connection) -> set[str]:

@@ -10,6 +10,7 @@ the ledger must hold exactly what one clean sync of the same files produces
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -871,6 +872,35 @@ def test_full_disk_is_a_clear_error_and_a_later_sync_with_space_succeeds(big_hom
         assert_runs_atomic(dump(str(db), cache_hints=True), runs_of(clean), "after disk full")
         assert_clean_exit(cli("sync", "--db", db, "--home", big_home))
         assert_same(dump(str(db), cache_hints=True), clean, "after disk full and a retry")
+
+
+def test_a_full_file_system_under_the_ledger_is_named_when_sqlite_says_only_disk_io_error(home, tmp_path):
+    """A ledger closed cleanly has no -shm file; with no byte free beside it SQLite cannot
+    make one, and every command fails with SQLite's bare "disk I/O error", which reads as
+    failing hardware. The error says the file system is full (exit 3); freed, all is well."""
+    mount = tmp_path / "small"
+    with small_filesystem(mount, "4m") as grow:
+        if grow is None:
+            pytest.skip("no tmpfs can be mounted here (root needed): a full file system cannot be made")
+        db = mount / "ledger.sqlite"
+        lib_sync(db, home)
+        assert sorted(p.name for p in mount.iterdir()) == ["ledger.sqlite", "ledger.sqlite.sync-lock"]
+        filler = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(filler, bytes(1 << 16))
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+        finally:
+            os.close(filler)
+        for args in (["runs"], ["audit"], ["sync", "--home", home]):
+            result = cli(*args, "--db", db)
+            assert_clean_exit(result, 3)
+            assert result.stderr.startswith("omg-ledger: error: ") and result.stderr.count("\n") == 1, result.stderr
+            assert "disk I/O error (the file system holding it is full" in result.stderr, result.stderr
+        (mount / "filler").unlink()
+        assert_clean_exit(cli("runs", "--db", db))
+        assert_clean_exit(cli("sync", "--db", db, "--home", home))
 
 
 @pytest.fixture(scope="module")
