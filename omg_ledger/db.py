@@ -485,6 +485,7 @@ def stderr_say(message: str) -> None:
 RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): what runs, show, cost, audit read
 # 0010 (runs.passes*): audit reads each run's PASS counts there; before it, from the nodes.
 PASS_COUNTS_SINCE = "0010"
+PROBLEM_MACHINES_SINCE = "0016"  # problems.machine: before it, every problem reads as of no machine ('')
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
 
