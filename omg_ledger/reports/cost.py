@@ -101,13 +101,19 @@ COUNTS = ("invocations", "unknown_cost_invocations")
 
 def exact_sum(column: str, name: str) -> str:
     """SUM of a nano-dollar column in SQL text that cannot overflow, for a report of its
-    own: a high and a low part (``<name>_hi``, ``<name>_lo``), joined by joined_sum."""
+    own: a high and a low part (``<name>_hi``, ``<name>_lo``), joined by joined_sum, and
+    how many values are no integer (``<name>_odd``: text or a real typed into a SQLite
+    ledger by hand, which the parts would sum as 0 or round; never on PostgreSQL)."""
     part = SPLIT["cost_nano_usd"]
-    return f"SUM({column} / {part}) AS {name}_hi, SUM({column} % {part}) AS {name}_lo"
+    return (f"SUM({column} / {part}) AS {name}_hi, SUM({column} % {part}) AS {name}_lo, "
+            f"SUM(CASE WHEN {column} <> CAST({column} AS BIGINT) THEN 1 ELSE 0 END) AS {name}_odd")
 
 
-def joined_sum(high: int | None, low: int | None) -> int:
-    """The exact sum of an exact_sum's two parts."""
+def joined_sum(high: int | None, low: int | None, odd: int | None) -> int:
+    """The exact sum of an exact_sum's parts; ValueError (as summed) when a value summed
+    is no integer."""
+    if odd:
+        raise ValueError(f"a sum of an integer column met {odd} value(s) that are no integer")
     return summed(high) * SPLIT["cost_nano_usd"] + summed(low)
 
 

@@ -85,7 +85,7 @@ def collect(engine: Engine) -> list[dict]:
 
     families = [
         {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
-         "samples": by_group(lambda g: _usd(joined_sum(g["known_hi"], g["known_lo"])))},
+         "samples": by_group(lambda g: _usd(joined_sum(g["known_hi"], g["known_lo"], g["known_odd"])))},
         {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
          "samples": by_group(lambda g: str(int(g["invocations"])))},
         {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",

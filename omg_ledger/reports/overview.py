@@ -89,9 +89,9 @@ def _days(engine, win, zone, prices: PriceBook | None) -> list[dict]:
             redone = {b * BUCKET_US for b in straddling}
             rows = [row for row in rows if row[0] not in redone] + list(
                 reader.rows(_DAYS_SQL.format(slot="c.at_us", where=where), params))
-        for at_us, runtime, no_snapshot, known_hi, known_lo, invocations, unpriced in rows:
+        for at_us, runtime, no_snapshot, known_hi, known_lo, known_odd, invocations, unpriced in rows:
             into = cell(_day_key(at_us, zone), _runtime_key(runtime, no_snapshot))
-            into["cost_nano_usd"] += joined_sum(known_hi, known_lo)
+            into["cost_nano_usd"] += joined_sum(known_hi, known_lo, known_odd)
             into["invocations"] += int(invocations)
             into["unknown_cost_invocations"] += int(unpriced or 0)
     if prices is not None:
@@ -128,9 +128,9 @@ def _redone(engine, win) -> dict:
            for cause in ("feedback", "retry")}
     params: dict = {}
     with reading(engine) as reader:
-        for cause, invocations, unpriced, known_hi, known_lo in reader.rows(_REDONE_SQL.format(
+        for cause, invocations, unpriced, known_hi, known_lo, known_odd in reader.rows(_REDONE_SQL.format(
                 where=_conditions_sql(win, (), params)), params):
-            out[cause] = {"cost_nano_usd": joined_sum(known_hi, known_lo), "invocations": int(invocations),
+            out[cause] = {"cost_nano_usd": joined_sum(known_hi, known_lo, known_odd), "invocations": int(invocations),
                           "unknown_cost_invocations": int(unpriced or 0)}
     return out
 
