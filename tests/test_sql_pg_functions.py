@@ -224,3 +224,13 @@ def test_postgres_backslashes_cannot_hide_a_call_when_strings_take_them(pg_serve
     assert victim.execute("SELECT 1").fetchone() == (1,)
     assert result.exit_code == 0, result.output
     assert "pg_terminate_backend" in result.stdout  # the text of the one string
+
+
+@pytest.mark.parametrize("line_end", ["\r", "\n", "\r\n"], ids=["cr", "lf", "crlf"])
+def test_postgres_a_line_comment_ends_where_postgresql_ends_it(pg_ledger, victim, line_end):  # noqa: F811
+    """PostgreSQL ends a -- comment at a carriage return as at a line feed: a call on the
+    line after it is in the code, and refused."""
+    pid = victim.info.backend_pid
+    assert_refused(pg_ledger, f"SELECT 1 AS n -- a comment{line_end}, pg_terminate_backend({pid})", expect=OUTSIDE)
+    assert victim.execute("SELECT 1").fetchone() == (1,)
+

@@ -208,9 +208,9 @@ def _is_word_char(ch: str) -> bool:
 def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
     """(kind, text) pieces: kind is 'code', 'string', 'ident' or 'comment'.
 
-    `dialect` picks the lexical rules: "postgresql" knows E'…' backslash escapes and
-    nested /* */ comments and has no [ ] or ` quoting; "sqlite" the reverse; "" (saved
-    queries, which run on both) follows SQLite's quoting.
+    `dialect` picks the lexical rules: "postgresql" knows E'…' backslash escapes, nested
+    /* */ comments and -- comments ended by \r, and has no [ ] or ` quoting; "sqlite" the
+    reverse; "" (saved queries, which run on both) follows SQLite's quoting.
     """
     postgres = dialect == "postgresql"
     quotes = "'\"" if postgres else "'\"`"
@@ -245,8 +245,7 @@ def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
             kind, end = "ident", (sql.find("]", i) + 1 or n)
         elif sql.startswith("--", i):
             kind = "comment"
-            nl = sql.find("\n", i)
-            end = n if nl == -1 else nl + 1
+            end = _line_comment_end(sql, i, postgres)
         elif sql.startswith("/*", i):
             kind = "comment"
             end = _comment_end(sql, i, nested=postgres)
@@ -262,6 +261,13 @@ def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
         i = start = end
     flush(n)
     return spans
+
+
+def _line_comment_end(sql: str, i: int, postgres: bool) -> int:
+    """Index just past the -- comment opening at `i`: its line end included. PostgreSQL
+    ends it at a carriage return too (its lexer takes \\r as a newline); SQLite only at \\n."""
+    ends = [end for end in (sql.find("\n", i), sql.find("\r", i) if postgres else -1) if end != -1]
+    return min(ends) + 1 if ends else len(sql)
 
 
 def _comment_end(sql: str, i: int, nested: bool) -> int:
