@@ -234,3 +234,33 @@ def test_postgres_a_line_comment_ends_where_postgresql_ends_it(pg_ledger, victim
     assert_refused(pg_ledger, f"SELECT 1 AS n -- a comment{line_end}, pg_terminate_backend({pid})", expect=OUTSIDE)
     assert victim.execute("SELECT 1").fetchone() == (1,)
 
+
+# E'…' continued by another quoted piece after white space holding a newline (SQL's
+# string continuation): the piece is part of the E'' string and takes its backslash
+# escapes, so \' does not end it and the call after it is in the code.
+CONTINUED_E_STRINGS = [
+    ("SELECT E'a'\n'\\'', pg_terminate_backend({pid}) AS x --'", "newline"),
+    ("SELECT E'a'\r'\\'', pg_terminate_backend({pid}) AS x --'", "carriage-return"),
+    ("SELECT E'a' \t\n \n\f '\\'', pg_terminate_backend({pid}) AS x --'", "blank-lines"),
+    ("SELECT E'a' -- a comment\n'\\'', pg_terminate_backend({pid}) AS x --'", "comment-then-newline"),
+    ("SELECT E'a'\n-- a comment\n'\\'', pg_terminate_backend({pid}) AS x --'", "newline-comment-newline"),
+    ("SELECT E'a'\n'b'\n'\\'', pg_terminate_backend({pid}) AS x --'", "continued-twice"),
+]
+
+
+@pytest.mark.parametrize("statement", [c[0] for c in CONTINUED_E_STRINGS], ids=[c[1] for c in CONTINUED_E_STRINGS])
+def test_postgres_a_continued_e_string_keeps_its_escapes(pg_ledger, victim, statement):  # noqa: F811
+    pid = victim.info.backend_pid
+    assert_refused(pg_ledger, statement.format(pid=pid), expect=OUTSIDE)
+    assert victim.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_postgres_a_call_inside_a_continued_string_is_text(pg_ledger, victim):  # noqa: F811
+    """The converse: a name in the continuation of a string (E'' or not) is not a call."""
+    pid = victim.info.backend_pid
+    for statement in (f"SELECT E'a\\''\n'pg_terminate_backend({pid})' AS s",
+                      f"SELECT 'a'\r'pg_terminate_backend({pid})' AS s"):
+        result = run_cli(pg_ledger, statement)
+        assert result.exit_code == 0, (statement, result.output)
+        assert "(1 row(s))" in result.stdout
+    assert victim.execute("SELECT 1").fetchone() == (1,)

@@ -198,6 +198,15 @@ KNOWN_NON_READING = {
 }
 
 
+# What continues a PostgreSQL string after its closing quote (SQL's rule): white space
+# and -- comments holding at least one newline, then a quote. The next piece is then the
+# same string, so an E'' string's backslash escapes go on in it. (\v: PostgreSQL 16's
+# white space; to an older server it is no white space at all, so it never lexes this.)
+# Possessive: each run of white space or comment is taken whole, never split two ways
+# (backtracking over a long one would take exponential time).
+_PG_STRING_CONTINUES = re.compile(r"(?:[ \t\f\v]|--[^\n\r]*+)*+[\n\r](?:[ \t\n\r\f\v]++|--[^\n\r]*+[\n\r])*+'")
+
+
 def _is_word_char(ch: str) -> bool:
     """A character an identifier continues with. Every non-ASCII character is one to
     PostgreSQL and SQLite alike (their lexers take any byte >= 0x80), a no-break space
@@ -208,9 +217,10 @@ def _is_word_char(ch: str) -> bool:
 def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
     """(kind, text) pieces: kind is 'code', 'string', 'ident' or 'comment'.
 
-    `dialect` picks the lexical rules: "postgresql" knows E'…' backslash escapes, nested
-    /* */ comments and -- comments ended by \r, and has no [ ] or ` quoting; "sqlite" the
-    reverse; "" (saved queries, which run on both) follows SQLite's quoting.
+    `dialect` picks the lexical rules: "postgresql" knows E'…' backslash escapes (in the
+    string's continued pieces too), nested /* */ comments and -- comments ended by \r,
+    and has no [ ] or ` quoting; "sqlite" the reverse; "" (saved queries, which run on
+    both) follows SQLite's quoting.
     """
     postgres = dialect == "postgresql"
     quotes = "'\"" if postgres else "'\"`"
@@ -237,6 +247,9 @@ def code_spans(sql: str, dialect: str = "") -> list[tuple[str, str]]:
                 if sql[j] == ch:
                     if j + 1 < n and sql[j + 1] == ch:
                         j += 2
+                        continue
+                    if backslash and (more := _PG_STRING_CONTINUES.match(sql, j + 1)):
+                        j = more.end()  # the next piece is this E'' string's, escapes and all
                         continue
                     break
                 j += 1
