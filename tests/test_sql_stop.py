@@ -137,6 +137,37 @@ def test_timeout_stops_a_runaway_statement_with_one_line_and_exit_2(db_url, ledg
         assert _running_on_postgres(db_url) == 0
 
 
+# One step of SQLite's virtual machine that runs for hours, where SQLite never looks for
+# a stop: instr() compares its needle (20 million "a" and a "b") at each of 80 million
+# places of the haystack, 1.6e15 byte comparisons in one function call, no loop around it.
+ONE_LONG_STEP = "SELECT instr(printf('%.*c', 100000000, 'a'), printf('%.*c', 20000000, 'a') || 'b') AS place"
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "timeout"])
+def test_a_statement_in_one_long_sqlite_step_is_stopped_too(sqlite_url, tmp_path, stop):
+    ledger_db = sqlite_url.removeprefix("sqlite:///")
+    open_ledger(sqlite_url).dispose()
+    timeout = "0" if stop == "ctrl-c" else "1"
+    proc = subprocess.Popen([*CLI, "sql", ONE_LONG_STEP, "--db", ledger_db, "--timeout", timeout],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if stop == "ctrl-c":
+            _wait_until_running(proc, sqlite_url, ledger_db)
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=SAFETY_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out == ""
+    if stop == "ctrl-c":
+        assert (proc.returncode, err) == (130, "omg-ledger: interrupted\n")
+    else:
+        assert proc.returncode == 2, err
+        assert err.startswith("omg-ledger: error: the query was stopped after 1 s (--timeout)"), err
+        assert len(err.splitlines()) == 1, err
+
+
 def test_the_library_timeout_restores_ctrl_c(db_url, ledger_db):
     """In a program that imports the library, a timed-out statement leaves SIGINT as it was."""
     engine = open_ledger(db_url)

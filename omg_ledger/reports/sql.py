@@ -27,10 +27,10 @@ On a shared server, connect `sql` with a role that can only read (README, Securi
 
 A statement can always be stopped: ``timeout`` seconds end it with
 :class:`QueryTimedOut`, and Ctrl-C ends it at once as a ``KeyboardInterrupt``. On
-SQLite a progress handler checks both every few thousand virtual-machine steps (a
-SIGINT only sets a flag while the statement runs: Python runs signal handlers between
-bytecodes, never inside a long ``sqlite3`` step, so the handler is where it is seen).
-On PostgreSQL the server ends the statement (``SET LOCAL statement_timeout``), and
+SQLite the statement runs in a thread the caller waits for (Python runs a SIGINT
+handler between bytecodes, never inside a long ``sqlite3`` step, and SQLite looks for a
+stop only between the steps of a loop: one step can run for hours), and is then told to
+stop (:class:`_SqliteStatement`). On PostgreSQL the server ends the statement (``SET LOCAL statement_timeout``), and
 Ctrl-C cancels it on the server and waits (briefly) for the server to confirm.
 
 Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
 from importlib import resources
@@ -462,53 +463,72 @@ def _one_line(message: str) -> str:
     return " ".join(message.strip().splitlines()[:1]) or "the database rejected the statement"
 
 
-# How many SQLite virtual-machine steps run between two checks for Ctrl-C and the
-# deadline: a few microseconds of work, so a stop is seen at once and the check costs
-# nothing measurable.
+# How many SQLite virtual-machine steps run between two checks for a stop: a few
+# microseconds of work, so a stop is seen at once and the check costs nothing measurable.
 _PROGRESS_STEPS = 10_000
+# How long a stopped statement is given to end before the caller goes on without it.
+_STOP_GRACE_S = 1.0
 
 
-class _Stop:
-    """When a SQLite statement must stop: Ctrl-C, or its deadline. `now` is the progress
-    handler. While the `with` block runs, Ctrl-C only sets a flag; leaving the block then
-    raises KeyboardInterrupt as Ctrl-C would have. Only when Ctrl-C is Python's default
-    on the main thread: a program that handles SIGINT itself keeps its own handler."""
+class _SqliteStatement(threading.Thread):
+    """One statement on a read-only connection of its own, run in a thread so that the
+    caller waits for it, not in it: Ctrl-C and the deadline end the caller's wait at once.
+    SQLite itself notices a stop (its progress handler, or an interrupt) only between
+    the steps of a loop, and one step can run for hours (instr() over two strings of
+    millions of characters), so a stopped statement is given a moment to end and is
+    otherwise left to end by itself; its thread closes the connection when it does."""
 
-    def __init__(self, timeout: float | None) -> None:
-        import time
+    def __init__(self, path: str, statement: str, params: dict) -> None:
+        super().__init__(name="omg-ledger sql", daemon=True)
+        self._path, self._statement, self._params = path, statement, params
+        self.stopped = False
+        self.done = threading.Event()
+        self.outcome: tuple[list[str], list[tuple]] | BaseException | None = None
 
-        self._clock = time.monotonic
-        self._deadline = None if timeout is None else self._clock() + timeout
-        self.interrupted = False
-        self._installed = False
-
-    def expired(self) -> bool:
-        return self._deadline is not None and self._clock() >= self._deadline
-
-    def now(self) -> int:
-        return int(self.interrupted or self.expired())
-
-    def _on_sigint(self, _signum: int, _frame: object) -> None:
-        self.interrupted = True
-
-    def __enter__(self) -> _Stop:
-        import signal
-
+    def run(self) -> None:
         try:
-            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-                signal.signal(signal.SIGINT, self._on_sigint)
-                self._installed = True
-        except ValueError:  # not the main thread: signals are not ours to handle
-            pass
-        return self
+            conn = sqlite3.connect(f"file:{quote(self._path)}?mode=ro", uri=True, timeout=30)
+        except sqlite3.Error as exc:
+            self.outcome = QueryFailed(f"cannot open {self._path} read-only: {exc}")
+            self.done.set()
+            return
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            _declare_pragma_tables(conn)
+            conn.set_authorizer(_authorizer)
+            conn.set_progress_handler(lambda: int(self.stopped), _PROGRESS_STEPS)
+            # sqlite3 compiles one statement and raises if anything but comments follows.
+            cursor = conn.execute(self._statement, self._params)
+            columns = [d[0] for d in cursor.description or []]
+            self.outcome = (columns, cursor.fetchall() if cursor.description else [])
+        except BaseException as exc:  # (handed to the caller, which raises it)
+            self.outcome = exc
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
+            conn.close()
+            self.done.set()
 
-    def __exit__(self, *_exc: object) -> None:
-        import signal
+    def result(self, timeout: float | None) -> tuple[list[str], list[tuple]]:
+        """Start the statement and wait for its columns and rows, at most ``timeout``
+        seconds (None: no limit); a Ctrl-C while waiting stops it too."""
+        self.start()
+        if timeout is not None and timeout >= threading.TIMEOUT_MAX:  # (longer than any wait can be)
+            timeout = None
+        try:
+            if not self.done.wait(timeout):
+                self._stop_and_wait()
+                raise timed_out(timeout)
+        except KeyboardInterrupt:
+            self._stop_and_wait()
+            raise
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
 
-        if self._installed:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        if self.interrupted:
-            raise KeyboardInterrupt
+    def _stop_and_wait(self) -> None:
+        self.stopped = True
+        self.done.wait(_STOP_GRACE_S)
 
 
 def _sqlite_run(engine: Engine, statement: str, params: dict | None,
@@ -521,34 +541,16 @@ def _sqlite_run(engine: Engine, statement: str, params: dict | None,
     if not path or path == ":memory:":
         raise BadArgument("read-only SQL needs a ledger in a file or on a server, not an in-memory SQLite")
     try:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=30)
-    except sqlite3.Error as exc:
-        raise QueryFailed(f"cannot open {path} read-only: {exc}") from exc
-    stop = _Stop(timeout)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        _declare_pragma_tables(conn)
-        conn.set_authorizer(_authorizer)
-        conn.set_progress_handler(stop.now, _PROGRESS_STEPS)
-        with stop:
-            # sqlite3 compiles one statement and raises if anything but comments follows.
-            cursor = conn.execute(statement, params or {})
-            columns = [d[0] for d in cursor.description or []]
-            rows = cursor.fetchall() if cursor.description else []
-        return QueryResult(columns, rows)
+        columns, rows = _SqliteStatement(path, statement, params or {}).result(timeout)
     except sqlite3.ProgrammingError as exc:
         if "one statement" in str(exc):
             raise ReadOnlyViolation("refused: more than one statement (nothing was run)") from exc
         raise QueryFailed(_one_line(str(exc))) from exc
     except sqlite3.Error as exc:
-        if stop.expired() and "interrupt" in str(exc).lower():
-            raise timed_out(timeout) from None
         if _is_write_error(str(exc)):
             raise ReadOnlyViolation(f"refused: the statement would write ({exc}); nothing was changed") from exc
         raise QueryFailed(_one_line(str(exc))) from exc
-    finally:
-        conn.rollback()
-        conn.close()
+    return QueryResult(columns, rows)
 
 
 # SQLSTATEs PostgreSQL raises for an attempt to write or to leave read-only mode.
