@@ -264,3 +264,27 @@ def test_postgres_a_call_inside_a_continued_string_is_text(pg_ledger, victim):  
         assert result.exit_code == 0, (statement, result.output)
         assert "(1 row(s))" in result.stdout
     assert victim.execute("SELECT 1").fetchone() == (1,)
+
+
+# The server's configuration files (pg_hba.conf, pg_ident.conf, postgresql.conf) are
+# server files like those pg_read_file reads: their views and functions are refused, and
+# so are the functions that read tables named in a string (a view among them).
+CONFIGURATION_FILES = [
+    ("SELECT * FROM pg_hba_file_rules", "hba-view"),
+    ("SELECT * FROM pg_catalog.pg_file_settings", "file-settings-view"),
+    ('SELECT * FROM "pg_ident_file_mappings"', "ident-view-quoted"),
+    ("SELECT * FROM pg_hba_file_rules()", "hba-function"),
+    ("SELECT count(*) FROM pg_show_all_file_settings()", "file-settings-function"),
+    ("SELECT table_to_xml('pg_hba_file_rules', true, false, '')", "table-to-xml"),
+    ("SELECT schema_to_xml('pg_catalog', true, false, '')", "schema-to-xml"),
+]
+
+
+@pytest.mark.parametrize("statement", [c[0] for c in CONFIGURATION_FILES], ids=[c[1] for c in CONFIGURATION_FILES])
+def test_postgres_the_servers_configuration_files_are_not_read(pg_ledger, statement):  # noqa: F811
+    assert_refused(pg_ledger, statement, expect="(nothing was run)")
+
+
+def test_postgres_a_configuration_view_named_in_text_is_no_reference(pg_ledger):  # noqa: F811
+    result = run_cli(pg_ledger, "SELECT 'pg_hba_file_rules' AS pg_settings_view -- pg_file_settings")
+    assert result.exit_code == 0, result.output

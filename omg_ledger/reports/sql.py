@@ -368,10 +368,17 @@ PG_DENIED_FUNCTIONS = (
     "pg_import_system_collations", "txid_current", "pg_current_xact_id", "brin_summarize_new_values",
     "brin_summarize_range", "brin_desummarize_range", "gin_clean_pending_list", "pg_nextoid",
     "pg_log_standby_snapshot", "pg_sync_replication_slots", "pg_restore_*", "pg_clear_*",
+    "pg_hba_file_rules", "pg_ident_file_mappings", "pg_show_all_file_settings",
 )
-# Functions that run SQL given to them as text, which the check above cannot read.
+# Functions that run SQL given to them as text, or read the tables a text names (the
+# views below among them), which the check above cannot read.
 PG_SQL_RUNNING_FUNCTIONS = ("query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "ts_stat",
-                            "ts_rewrite")
+                            "ts_rewrite", "table_to_xml", "table_to_xmlschema", "table_to_xml_and_xmlschema",
+                            "schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema")
+# Views that show the server's configuration files (pg_hba.conf, pg_ident.conf,
+# postgresql.conf): server files like those pg_read_file reads, refused wherever the
+# statement names them.
+PG_DENIED_RELATIONS = ("pg_hba_file_rules", "pg_ident_file_mappings", "pg_file_settings")
 
 # A name (PostgreSQL's: any non-ASCII character is a letter, "$" may follow the first),
 # white space, or any other one character.
@@ -392,6 +399,18 @@ def pg_called_functions(statement: str) -> list[str]:
     whatever schema qualifies it and whatever comments sit between. Nothing in a
     string, a comment or a $$ body counts. A U&"…" name is refused: its escapes could
     spell any name."""
+    tokens = _pg_tokens(statement)
+    return [name for (is_name, name), after in zip(tokens, tokens[1:], strict=False)
+            if is_name and after == (False, "(")]
+
+
+def pg_named(statement: str) -> list[str]:
+    """Every name in the statement's code (functions, tables, columns…), as
+    :func:`pg_called_functions` reads them."""
+    return [name for is_name, name in _pg_tokens(statement) if is_name]
+
+
+def _pg_tokens(statement: str) -> list[tuple[bool, str]]:
     tokens: list[tuple[bool, str]] = []  # (is a name, its text): names, "(" and the rest
     spans = code_spans(statement, "postgresql")
     for index, (kind, piece) in enumerate(spans):
@@ -409,21 +428,24 @@ def pg_called_functions(statement: str) -> list[str]:
                     tokens.append((True, match.group("name").translate(_ASCII_LOWER)))
                 elif not match.group("space"):
                     tokens.append((False, match.group(0)))
-    return [name for (is_name, name), after in zip(tokens, tokens[1:], strict=False)
-            if is_name and after == (False, "(")]
+    return tokens
 
 
 def refuse_pg_functions_outside_transaction(statement: str) -> None:
     """Refuse a statement that calls a function of :data:`PG_DENIED_FUNCTIONS` or
     :data:`PG_SQL_RUNNING_FUNCTIONS`. Defence in depth: a function someone with write
     access defines can still wrap one; the reading role is the boundary (README)."""
+    for name in pg_named(statement):
+        if name in PG_DENIED_RELATIONS:
+            raise ReadOnlyViolation(f"refused: the statement reads {name}, which shows the server's configuration "
+                                    "files (nothing was run)")
     for name in pg_called_functions(statement):
         if _pg_denied(name):
             raise ReadOnlyViolation(f"refused: the statement calls {name}, which acts outside the read-only "
                                     "transaction (nothing was run)")
         if name in PG_SQL_RUNNING_FUNCTIONS:
-            raise ReadOnlyViolation(f"refused: the statement calls {name}, which runs SQL given as text that "
-                                    "cannot be checked (nothing was run)")
+            raise ReadOnlyViolation(f"refused: the statement calls {name}, which runs SQL given as text, or reads "
+                                    "tables named in text, that cannot be checked (nothing was run)")
 
 
 # -- execution --------------------------------------------------------------------------
