@@ -352,7 +352,8 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
         if is_locked(str(exc.orig)):
             raise ledger_locked(f"the ledger database {engine.url!r}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}"
-                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc.orig))}") from exc
+                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc.orig))}"
+                                  f"{_read_only_dir_hint(_sqlite_path(engine), str(exc.orig))}") from exc
 
 
 def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
@@ -453,7 +454,8 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
         if is_locked(str(exc)):
             raise ledger_locked(f"the ledger database {shown_url(db)}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}"
-                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc))}") from exc
+                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc))}"
+                                  f"{_read_only_dir_hint(_sqlite_path(engine), str(exc))}") from exc
     except BaseException:
         engine.dispose()
         raise
@@ -816,6 +818,20 @@ def _full_disk_hint(path: str | None, message: str) -> str:
         return ""
     return (f" (the file system holding it is full: SQLite cannot make or grow {os.path.basename(path)}-shm "
             f"beside it, which every reader needs too; free some space there)")
+
+
+def _read_only_dir_hint(path: str | None, message: str) -> str:
+    """Why SQLite says only "unable to open database file" (or that the database is read
+    only) when a sync opens a ledger in a directory it may not write: to write a WAL
+    ledger it makes the -wal and -shm files beside it."""
+    if not path or not any(words in message for words in ("unable to open database file", "readonly database")):
+        return ""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.access(directory, os.W_OK):
+        return ""
+    name = os.path.basename(path)
+    return (f" (its directory {directory} is not writable here: to write the ledger SQLite makes {name}-wal "
+            f"and {name}-shm beside it; sync where the directory is writable, or to a copy elsewhere)")
 
 
 def _sqlite_path(engine: Engine) -> str | None:
