@@ -272,9 +272,11 @@ def read_again_what_older_rules_refused(conn: Connection, home_id: int) -> None:
 
 def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None:
     """A home directory that does not exist is a problem to record for a home the ledger
-    indexes already (a disk not mounted: its runs stay, marked nothing); one it has never
-    indexed is a mistyped --home or OMG_HOME, refused before anything is written, so a
-    cron job never keeps syncing a home that is not there."""
+    indexes already on this machine (a disk not mounted: its runs stay, marked nothing);
+    one it has never indexed here is a mistyped --home or OMG_HOME, refused before
+    anything is written, so a cron job never keeps syncing a home that is not there.
+    Another machine's home at the same path or with the same label is not this
+    machine's (a home of no recorded machine, synced before homes had one, may be)."""
     missing = [home for home in homes if not os.path.isdir(home.path)]
     if not missing:
         return
@@ -282,11 +284,11 @@ def _refuse_unknown_missing_homes(engine: Engine, homes: Sequence[Home]) -> None
     with engine.connect() as conn:
         for home in missing:
             identity = home_identity(home.path)
-            named = [homes_t.c.path == home.path,
-                     (homes_t.c.machine == identity["machine"]) & (homes_t.c.real_path == identity["real_path"])]
+            named = [homes_t.c.path == home.path, homes_t.c.real_path == identity["real_path"]]
             if home.explicit:
                 named.append(homes_t.c.label == home.label)
-            if conn.execute(select(homes_t.c.id).where(or_(*named))).first() is None:
+            here = or_(homes_t.c.machine == identity["machine"], homes_t.c.machine.is_(None))
+            if conn.execute(select(homes_t.c.id).where(here, or_(*named))).first() is None:
                 raise _unknown_missing_home(home)
 
 

@@ -229,3 +229,42 @@ def _machine_here() -> str:
     from omg_ledger.tail import machine_source
 
     return machine_source()
+
+
+def _really_another_machine(tmp_path: Path, directory: Path, mount_point: Path) -> None:
+    probe = "from omg_ledger.tail import machine_source; print(machine_source())"
+    here = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
+    there = _on_machine_b(tmp_path, directory, mount_point, [sys.executable, "-c", probe])
+    assert there.returncode == 0, there.stderr
+    assert there.stdout != here
+
+
+def _homes(db: str) -> list[dict]:
+    out = subprocess.run(_omg("homes", "--db", db, "--json"), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_home_missing_on_machine_b_is_refused_there_though_machine_a_has_one_at_that_path(tmp_path, db_url):
+    """A home directory that is not there is a problem to record only for a home this
+    machine has synced before (a disk not mounted); machine A's home at the same path is
+    no home of B's: B's mistyped --home is refused, and nothing is written."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    parent = tmp_path / "parent"
+    home = parent / "home"
+    _clean(home)
+    nothing = tmp_path / "nothing-on-b"
+    nothing.mkdir()
+    _really_another_machine(tmp_path, nothing, parent)
+    first = subprocess.run(_omg("sync", "--db", db_url, "--home", str(home)), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    before = _homes(db_url)
+    for given in (str(home), f"mine={home}"):
+        on_b = _on_machine_b(tmp_path, nothing, parent, _omg("sync", "--db", db_url, "--home", given))
+        assert on_b.returncode == 2, (on_b.returncode, on_b.stderr)
+        assert on_b.stderr.strip().splitlines() == [
+            f"omg-ledger: error: home directory {home} does not exist and this ledger has never indexed a home "
+            f"there: check --home or OMG_HOME (nothing was indexed)"]
+    assert _homes(db_url) == before
+    assert _problems(db_url) == []
