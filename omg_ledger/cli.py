@@ -838,6 +838,9 @@ def show(db, as_json, run_id, home_label, tz, estimate, prices_file) -> None:
     zone = zone_named(tz) if tz else None
     engine = open_db_readonly(db, RUN_TABLES_SINCE)
     labels = _home_labels(engine, (home_label,) if home_label is not None else ())
+    if len(labels) > 1:
+        raise BadArgument(f"--home {home_label!r} is the directory of {len(labels)} homes "
+                          f"({', '.join(labels)}): give one's label")
     detail = show_run(engine, run_id, labels[0] if labels else None)
     prices = _price_book(estimate, prices_file)
     if prices is not None:

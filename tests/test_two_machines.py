@@ -268,3 +268,58 @@ def test_a_home_missing_on_machine_b_is_refused_there_though_machine_a_has_one_a
             f"there: check --home or OMG_HOME (nothing was indexed)"]
     assert _homes(db_url) == before
     assert _problems(db_url) == []
+
+
+def test_a_home_named_by_its_directory_is_this_machines_home_at_that_path(tmp_path, db_url, two_machines):
+    """`--home DIR` on a reading command names the home at DIR on the machine it runs on:
+    another machine's home at the same path is another directory (before, `show RUN --home
+    DIR` took the first label in order, another machine's, and found no such run; `runs`
+    and `cost` counted both machines' homes)."""
+    home, home_b, _ = two_machines
+    other_run = "20261129-110000.000000001-1"
+    (home_b / "runs" / RUN).rename(home_b / "runs" / other_run)
+    for name in ("events.jsonl", "state.json"):
+        path = home_b / "runs" / other_run / name
+        path.write_text(path.read_text().replace(RUN, other_run))
+    sync = _omg("sync", "--db", db_url, "--home", str(home))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    on_b = _on_machine_b(tmp_path, home_b, home, sync, hostname="a-machine-b")  # its label sorts first
+    assert on_b.returncode == 0, on_b.stderr
+    labels = {h["machine"]: h["label"] for h in _homes(db_url)}
+    label_a, label_b = labels[_machine_here()], labels[f"machine:{OTHER_MACHINE_ID}"]
+
+    def read(*args: str, on_b: bool = False) -> subprocess.CompletedProcess:
+        command = _omg(*args, "--db", db_url, "--json")
+        done = _on_machine_b(tmp_path, home_b, home, command) if on_b else subprocess.run(
+            command, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    for on_b, run_id, label in ((False, RUN, label_a), (True, other_run, label_b)):
+        shown = read("show", run_id, "--home", str(home), on_b=on_b)
+        assert (shown["run_id"], shown["home"]) == (run_id, label)
+        assert [(r["run_id"], r["home"]) for r in read("runs", "--home", str(home), on_b=on_b)] == [(run_id, label)]
+        assert read("cost", "--home", str(home), on_b=on_b)["total"]["invocations"] == 1
+    # A label still names any machine's home.
+    assert read("show", other_run, "--home", label_b)["home"] == label_b
+
+
+def test_show_refuses_a_directory_that_names_homes_of_two_other_machines(tmp_path, db_url, two_machines):
+    """On a host with no home at DIR (one that only reads the ledger), `--home DIR` names
+    every machine's home there: `show` asks for a label instead of taking one of them."""
+    home, home_b, _ = two_machines
+    sync = _omg("sync", "--db", db_url, "--home", str(home))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    assert _on_machine_b(tmp_path, home_b, home, sync).returncode == 0
+    labels = sorted(h["label"] for h in _homes(db_url))
+    elsewhere = tmp_path / "home-on-c"
+    elsewhere.mkdir()
+    third = tmp_path / "machine-id-c"
+    third.write_text("0c" * 16 + "\n")
+    command = _omg("show", RUN, "--home", str(home), "--db", db_url)
+    on_c = subprocess.run(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh", str(third),
+                           str(elsewhere), str(home), *command], capture_output=True, text=True,
+                          env={**os.environ, "HOSTNAME_B": "machine-c"})
+    assert on_c.returncode == 2, on_c.stderr
+    assert on_c.stderr.strip().splitlines() == [
+        f"omg-ledger: error: --home {str(home)!r} is the directory of 2 homes ({', '.join(labels)}): give one's label"]

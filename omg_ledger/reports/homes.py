@@ -50,22 +50,29 @@ def _common_parent(first: str | None, last: str | None) -> str | None:
 
 def home_labels_of(engine: Engine, given: Iterable[str]) -> tuple[str, ...]:
     """The labels ``--home`` names on a reading command: each a home's label, or the
-    directory of a home (the path it was synced as, or where its symlinks lead). One
-    that is neither is a usage error naming the labels there are: a filter that matched
-    no home would print an empty table, or $0, as if that were the answer."""
+    directory of a home (the path it was synced as, or where its symlinks lead): this
+    machine's home there, or where this machine has none (a host that only reads the
+    ledger), every machine's. One that is neither is a usage error naming the labels
+    there are: a filter that matched no home would print an empty table, or $0, as if
+    that were the answer."""
+    from ..tail import machine_source
+
     given = tuple(given)
     if not given:
         return ()
     with reading(engine) as reader:
-        homes = list(reader.rows("SELECT label, path, real_path FROM homes ORDER BY label"))
-    labels = {label for label, _, _ in homes}
+        homes = list(reader.rows("SELECT label, path, real_path, machine FROM homes ORDER BY label"))
+    labels = {label for label, _, _, _ in homes}
+    here = machine_source()
     out = []
     for name in given:
         if name in labels:
             out.append(name)
             continue
         where = os.path.realpath(os.path.expanduser(name))
-        named = [label for label, path, real_path in homes if where in (path, real_path)]
+        at = [(label, machine) for label, path, real_path, machine in homes if where in (path, real_path)]
+        # Another machine's home at the same path is another directory.
+        named = [label for label, machine in at if machine == here] or [label for label, _ in at]
         if not named:
             known = ", ".join(repr(label) for label in sorted(labels)) or "none yet"
             raise BadArgument(f"--home {name!r} is no home of this ledger: give a label or a home's directory "
