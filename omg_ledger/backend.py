@@ -226,6 +226,11 @@ class Backend:
     def lock_identities(self, conn: Connection, identities: Sequence[str]) -> None:
         """Inside a write transaction: one writer at a time settles the copies of a run."""
 
+    def ended_by_deadlock(self, exc: BaseException) -> bool:
+        """Whether the database rolled the transaction back to break a deadlock with another
+        writer (the other goes on), so that doing the work again may succeed."""
+        return False
+
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         """Rows with explicit ids were inserted into ``tables``: new ids must come after them."""
 
@@ -529,6 +534,9 @@ class PostgresBackend(Backend):
         if keys:
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, k) FROM unnest(%s::integer[]) AS k ORDER BY k",
                                  (keys,))
+
+    def ended_by_deadlock(self, exc: BaseException) -> bool:
+        return getattr(getattr(exc, "orig", None), "sqlstate", None) == "40P01"  # deadlock_detected
 
     def after_explicit_ids(self, conn: Connection, tables: Sequence[str]) -> None:
         from sqlalchemy import text

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -195,7 +195,15 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     try:
         for home in homes:
             with sync_lock(engine, home_lock_scopes(home.path, home.label), _left(deadline), home.label):
-                _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
+                looked = report.runs_seen, report.runs_listed, len(report.symlinked_dirs)
+
+                def sync_home(home: Home = home, looked: tuple[int, int, int] = looked) -> None:
+                    # (Done again, the home is looked at again: its runs are not seen twice.)
+                    report.runs_seen, report.runs_listed = looked[:2]
+                    del report.symlinked_dirs[looked[2]:]
+                    _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
+
+                _again_after_deadlock(engine, sync_home)
         seen: set[str] = set()
         for given in invocation_files:
             # Its real path: a stream named through a symlink is the file it leads to.
@@ -205,7 +213,8 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
                 with sync_lock(engine, INVOCATIONS_SCOPE + path, _left(deadline)):
                     _sync_invocation_stream(engine, path, report, now)
         with sync_lock(engine, DERIVE_SCOPE, _left(deadline)):
-            report.runs_rederived = _rederive(engine, None, progress).runs_rederived
+            report.runs_rederived = _again_after_deadlock(engine, lambda: _rederive(engine, None, progress)
+                                                          ).runs_rederived
     except OperationalError as exc:
         # Disk full, I/O error, read-only or lost database: the open transaction
         # rolled back (every run is all-or-nothing), so say what and stop.
@@ -226,6 +235,28 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     _refuse_a_lost_ledger_file(ledger_file)
     report.seconds = time.monotonic() - started
     return report
+
+
+# Times a home's sync or the re-derivation is done in all when the database ends it to break
+# a deadlock with another writer.
+DEADLOCK_TRIES = 3
+_T = TypeVar("_T")
+
+
+def _again_after_deadlock(engine: Engine, work: Callable[[], _T]) -> _T:
+    """``work`` (a home's sync, or the re-derivation: each commits batch by batch and
+    carries on from what is committed), done again when PostgreSQL rolled its batch back
+    to break a deadlock: two machines' syncs writing copies of one run at once each hold
+    their own copy's row and wait for the other to settle which copy is billed
+    (store.settle_copies); the other one goes on, and this one then settles after it."""
+    tries = 1
+    while True:
+        try:
+            return work()
+        except OperationalError as exc:
+            if tries >= DEADLOCK_TRIES or not backend_of(engine).ended_by_deadlock(exc):
+                raise
+        tries += 1
 
 
 def _ledger_file(engine: Engine) -> tuple[str, tuple[int, int] | None] | None:

@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -45,11 +47,18 @@ def _omg(*args: str) -> list[str]:
 def _on_machine_b(tmp_path: Path, home_b: Path, home_path: Path, command: list[str],
                   hostname: str = "machine-b") -> subprocess.CompletedProcess:
     """``command`` run on machine B ("" as ``hostname``: B has this machine's hostname)."""
+    started = _start_on_machine_b(tmp_path, home_b, home_path, command, hostname)
+    out, err = started.communicate()
+    return subprocess.CompletedProcess(started.args, started.returncode, out, err)
+
+
+def _start_on_machine_b(tmp_path: Path, home_b: Path, home_path: Path, command: list[str],
+                        hostname: str = "machine-b") -> subprocess.Popen:
     id_file = tmp_path / "machine-id-b"
     id_file.write_text(OTHER_MACHINE_ID + "\n")
-    return subprocess.run(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh",
-                           str(id_file), str(home_b), str(home_path), *command], capture_output=True, text=True,
-                          env={**os.environ, "HOSTNAME_B": hostname})
+    return subprocess.Popen(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh",
+                             str(id_file), str(home_b), str(home_path), *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HOSTNAME_B": hostname})
 
 
 def _problems(db: str) -> list[dict]:
@@ -323,3 +332,63 @@ def test_show_refuses_a_directory_that_names_homes_of_two_other_machines(tmp_pat
     assert on_c.returncode == 2, on_c.stderr
     assert on_c.stderr.strip().splitlines() == [
         f"omg-ledger: error: --home {str(home)!r} is the directory of 2 homes ({', '.join(labels)}): give one's label"]
+
+
+def _append(run_dir: Path, count: int) -> None:
+    """``count`` more lines on the run's stream, as a leg going on writes them."""
+    from .test_cost import ev, t
+
+    with open(run_dir / "events.jsonl", "a") as f:
+        for n in range(count):
+            f.write(json.dumps({**ev(RUN, t(f"10:00:{10 + n}"), "node_started", node_id=f"n{n}"), "run_id": RUN},
+                               separators=(",", ":")) + "\n")
+
+
+def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg_url):
+    """Machine A holds a run, machine B a copy of it; both copies grow, and both machines
+    sync at once (cron at the same minute). Each sync writes its own copy's row, then waits
+    to settle which copy is billed; the one that settles first must change the other's row,
+    which the other holds: PostgreSQL ends one of them to break the deadlock (before, that
+    sync stopped with exit 3). It is synced again, and settles after the other."""
+    import psycopg
+
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
+    run_a, run_b = _clean(home), _clean(home_b)
+    lines = (run_b / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_b / "events.jsonl").write_text("".join(lines[:3]))  # B's copy was taken mid-run
+    _really_another_machine(tmp_path, home_b, home)
+    sync = _omg("sync", "--db", pg_url, "--home", str(home))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    first_b = _on_machine_b(tmp_path, home_b, home, sync)
+    assert first_b.returncode == 0, first_b.stderr
+    conninfo = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        [(identity,)] = set(conn.execute("SELECT stream_identity FROM runs").fetchall())
+        assert sorted(conn.execute("SELECT event_count, billed FROM runs").fetchall()) == [(3, False), (4, True)]
+    _append(run_a, 1)  # A's copy: 5 lines
+    _append(run_b, 3)  # B's copy: 6 lines, now the one to bill
+    # Both syncs are let through to the settling at once, B's first: while a third
+    # connection holds the lock they settle under (store.settle_copies), each waits there.
+    key = zlib.crc32(identity.encode()) & 0x7FFFFFFF  # (backend.PostgresBackend.lock_identities)
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 2 AND NOT granted"
+    with psycopg.connect(conninfo, autocommit=True) as holder, psycopg.connect(conninfo, autocommit=True) as watch:
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(2, %s)", (key,))
+        started = []
+        for start in (lambda: _start_on_machine_b(tmp_path, home_b, home, sync),
+                      lambda: subprocess.Popen(sync, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)):
+            started.append(start())
+            deadline = time.monotonic() + 120
+            while watch.execute(waiting).fetchone()[0] < len(started):
+                assert all(p.poll() is None for p in started), [p.communicate() for p in started]
+                assert time.monotonic() < deadline, "the syncs never reached the settling"
+                time.sleep(0.05)
+        holder.execute("COMMIT")
+        done = [(p, *p.communicate(timeout=300)) for p in started]
+    assert [(p.returncode, err) for p, _, err in done] == [(0, ""), (0, "")]
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute("SELECT h.machine, r.event_count, r.billed FROM runs r JOIN homes h ON h.id = r.home_id "
+                            "ORDER BY r.event_count").fetchall()
+    assert rows == [(_machine_here(), 5, False), (f"machine:{OTHER_MACHINE_ID}", 6, True)]
