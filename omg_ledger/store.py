@@ -154,14 +154,17 @@ def relocate_home(conn: Connection, home_id: int, old: str, new: str) -> None:
                                        under(streams.c.path)).values(path=renamed(streams.c.path)))
     its_runs = select(runs.c.id).where(runs.c.home_id == home_id)
     machine = conn.execute(select(schema.homes.c.machine).where(schema.homes.c.id == home_id)).scalar() or ""
-    # A problem of no run under the old path is this home's unless another home is there
-    # now (or it is another machine's).
-    other_home_there = conn.execute(select(schema.homes.c.id).where(
-        schema.homes.c.id != home_id, or_(*(under(column + "/") for column in (
-            schema.homes.c.path, schema.homes.c.real_path))))).first() is not None
+    # A problem of no run under the old path is this home's unless another home of this
+    # machine is there now. Another machine's home there has problems of its own: then only
+    # those this machine recorded are this home's ('', of no recorded machine, may be either's).
+    homes = schema.homes
+    there = select(homes.c.id).where(homes.c.id != home_id, or_(*(under(column + "/") for column in (
+        homes.c.path, homes.c.real_path))))
     whose = problems.c.run_pk.in_(its_runs)
-    if not other_home_there:
-        whose = or_(whose, and_(problems.c.run_pk.is_(None), machine_problems(problems.c.machine, machine)))
+    if conn.execute(there.where(homes.c.machine == machine)).first() is None:
+        elsewhere = conn.execute(there.where(homes.c.machine != machine)).first() is not None
+        mine = problems.c.machine == machine if elsewhere else machine_problems(problems.c.machine, machine)
+        whose = or_(whose, and_(problems.c.run_pk.is_(None), mine))
     moving = conn.execute(select(problems).where(under(problems.c.path), whose)).all()
     for problem in moving:
         path = bounded_path(new_prefix + problem.path[cut:])

@@ -392,3 +392,25 @@ def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg
         rows = conn.execute("SELECT h.machine, r.event_count, r.billed FROM runs r JOIN homes h ON h.id = r.home_id "
                             "ORDER BY r.event_count").fetchall()
     assert rows == [(_machine_here(), 5, False), (f"machine:{OTHER_MACHINE_ID}", 6, True)]
+
+
+def test_a_home_moved_away_from_a_path_another_machine_has_a_home_at_takes_its_problems_along(tmp_path, db_url,
+                                                                                             two_machines):
+    """Machine A's home renamed: its problems of no run under the old path are renamed
+    with it, though machine B has a home at that old path (B's problems are B's own).
+    Before, they stayed at the old path, open for ever: no sync of A reads it again, and
+    B's syncs never resolve A's problems."""
+    home, home_b, _ = two_machines
+    os.symlink("/nowhere", home / "runs" / "a-link")  # a problem of no run, on A only
+    sync = _omg("sync", "--db", db_url, "--home", str(home))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    on_b = _on_machine_b(tmp_path, home_b, home, sync)
+    assert on_b.returncode == 0, on_b.stderr
+    moved = tmp_path / "home-renamed"
+    home.rename(moved)
+    again = subprocess.run(_omg("sync", "--db", db_url, "--home", str(moved)), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    open_problems = [(p["path"], p["machine"]) for p in _problems(db_url) if p["open"]]
+    # (the torn state.json of A's run is its run's: renamed with it)
+    assert sorted(open_problems) == sorted([(str(moved / "runs" / "a-link"), _machine_here()),
+                                            (str(moved / "runs" / RUN / "state.json"), _machine_here())])
