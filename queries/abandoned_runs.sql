@@ -7,7 +7,7 @@
 -- `omg-ledger runs --status ABANDONED` or `omg-ledger audit`. Before resuming an
 -- abandoned run, check for an orphaned model-CLI process still spending.
 --
--- :since  only runs with an event at or after this UTC day or instant [default: ]
+-- :since  only runs with an event at or after this day or instant (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

@@ -6,7 +6,7 @@
 -- status_class: success | judged (a negative verdict, not a failure) | failure | NULL (no end).
 -- Percentiles need code: `omg-ledger invocations --by role` adds p50/p95.
 --
--- :since  earliest start (an end without a start: its end), UTC text such as 2026-11-01 [default: ]
+-- :since  earliest start (an end without a start: its end), a day or instant such as 2026-11-01 (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

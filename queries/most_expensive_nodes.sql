@@ -5,7 +5,7 @@
 -- invocations sort by their known spend; check unpriced_invocations.
 --
 -- :limit  how many rows [default: 20]
--- :since  only runs with an event at or after this UTC day or instant [default: ]
+-- :since  only runs with an event at or after this day or instant (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

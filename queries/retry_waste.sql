@@ -10,7 +10,7 @@
 -- unpriced_invocations: failed or feedback executions and retries whose price nobody
 -- recorded (Codex, cost_unknown): they count 0 in the sums, which are then lower bounds.
 --
--- :since  only runs with an event at or after this UTC day or instant [default: ]
+-- :since  only runs with an event at or after this day or instant (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 WITH waste AS (

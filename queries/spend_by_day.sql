@@ -5,8 +5,8 @@
 -- own zone use `omg-ledger cost --by day --tz ZONE`. cost_usd is a lower bound
 -- whenever unpriced_invocations > 0 (Codex reports no price).
 --
--- :since  first UTC day or instant to include, e.g. 2026-11-01 [default: ]
--- :until  UTC day or instant to stop before, e.g. 2026-12-01 [default: ]
+-- :since  first day or instant to include, e.g. 2026-11-01 (without an offset: in --tz, default the local zone; --tz UTC for whole UTC days) [default: ]
+-- :until  day or instant to stop before, e.g. 2026-12-01 (without an offset: in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

@@ -4,8 +4,8 @@
 -- killed mid-call, a refused plan) have none and are grouped as '(no graph)'.
 -- Charges are selected by their own time, so :since/:until cut inside a run.
 --
--- :since  UTC day or instant, inclusive [default: ]
--- :until  UTC day or instant, exclusive [default: ]
+-- :since  day or instant, inclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
+-- :until  day or instant, exclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

@@ -5,8 +5,8 @@
 -- Grouped per runtime, graph and charge kind, with the tokens that were reported so
 -- a price can be estimated elsewhere.
 --
--- :since  UTC day or instant, inclusive [default: ]
--- :until  UTC day or instant, exclusive [default: ]
+-- :since  day or instant, inclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
+-- :until  day or instant, exclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

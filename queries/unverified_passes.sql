@@ -6,7 +6,7 @@
 -- This lists the self-reported, exit-only and unknown ones, with how many of the
 -- run's passes were verified or approved beside them.
 --
--- :since  only runs with an event at or after this UTC day or instant [default: ]
+-- :since  only runs with an event at or after this day or instant (a date or time without an offset is read in --tz, default the local zone) [default: ]
 --
 -- Portable: SQLite and PostgreSQL.
 SELECT

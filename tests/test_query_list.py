@@ -48,7 +48,7 @@ def test_one_query_is_described_by_name(how):
     assert result.exit_code == 0, result.output
     assert result.output.startswith("spend_by_day — known spend")
     assert "run that spans midnight is split across both days" in result.output
-    assert "--param since=VALUE  first UTC day or instant to include" in result.output
+    assert "--param since=VALUE  first day or instant to include" in result.output
     assert "(default '')" in result.output
 
 

@@ -1012,3 +1012,20 @@ def test_sqlite_and_postgresql_give_the_same_rows_in_the_same_order(world, reque
         assert len(rows) == len(view(lite, name)) and other == rows, name
         if name != "v_problems":
             assert rows, name
+
+
+def test_a_time_parameter_says_in_which_zone_a_date_is_read(ledger):
+    """`query --param since=2026-12-03` reads the date in --tz, the local zone by default
+    (README: the time grammar), as every --since does: in Berlin the window opens at
+    23:00 UTC the day before, so spend_by_day's UTC days start with 2026-12-02. A header
+    calling the parameter a "UTC day" would promise whole UTC days; each says how it is read."""
+    berlin = query(ledger, "spend_by_day", zone=ZoneInfo("Europe/Berlin"), since="2026-12-03")
+    assert berlin[0]["day"] == "2026-12-02"
+    assert query(ledger, "spend_by_day", since="2026-12-03")[0]["day"] == "2026-12-03"
+    from omg_ledger.reports.sql import saved_queries
+
+    for q in saved_queries():
+        for param in q.params:
+            if param.name in ("since", "until"):
+                assert not re.search(r"UTC (day or|text)", param.description), (q.name, param)
+                assert "--tz" in param.description, (q.name, param.description)

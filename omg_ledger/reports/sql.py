@@ -37,7 +37,7 @@ Saved queries are the ``*.sql`` files of the ``omg_ledger.queries`` package (the
 repository's top-level ``queries/``). Each starts with a comment header: its first
 line is the summary, and each parameter is declared on a line of its own::
 
-    -- :since  earliest charge time, UTC text such as 2026-11-01 [default: ]
+    -- :since  earliest charge time, such as 2026-11-01 (without an offset: in --tz) [default: ]
 
 A parameter without ``[default: …]`` is required. Values are typed by name: ``since``
 and ``until`` (and any ``*_at``) go through the time grammar of ``--since`` (7d, 3mo,
