@@ -602,7 +602,9 @@ DOCS: dict[str, dict[str, str]] = {
                          "Unpriced work is not in it: see unknown_cost_invocations.",
         "invocations": "Paid invocations (charges) of the run.",
         "unknown_cost_invocations": "Invocations with no known price (Codex, killed calls): the cost is a lower bound.",
-        "unrecorded_attempts": "Retried calls the engine never billed (spend recorded nowhere).",
+        "unrecorded_attempts": "Calls paid for but recorded nowhere: a plain retry's failed attempt, a "
+                               "session-limited call or one killed with a leg a later leg followed (one killed in "
+                               "the open leg of an ABANDONED run needs the live status: `omg-ledger runs`).",
         **_TOKEN_DOCS,
         "passes": "Nodes of the run whose latest verdict is PASS (nodes.verdict).",
         "passes_verified": "PASS nodes whose provenance is verified (a success check the engine ran and judged).",
@@ -618,7 +620,8 @@ DOCS: dict[str, dict[str, str]] = {
         "run_pk": _RUN_PK,
         "ordinal": "Leg number, 1-based, in file order.",
         "phase": "planning or run.",
-        "kind": "planning, initial, resume, retry or after-abandoned.",
+        "kind": "planning, initial, resume (after a paused leg), retry (after a failed one), rerun (after a "
+                "passed one) or after-abandoned (after one that never ended).",
         "started_at": "When the leg started (UTC).",
         "started_at_us": "started_at as epoch microseconds.",
         "finished_at": "When the leg finished (UTC); NULL while open.",
@@ -635,14 +638,17 @@ DOCS: dict[str, dict[str, str]] = {
             "order, across legs and rounds), recovered from the snapshot when the event was dropped.",
         "run_pk": _RUN_PK,
         "node_id": "The node's id in the graph.",
-        "node_type": "Node type from the snapshot's graph; NULL for a model-CLI node.",
+        "node_type": "Node type as the snapshot's graph writes it: claude-run (a model-CLI node, whatever the "
+                     "runtime) or gate; NULL when the graph gives none (the engine reads that as claude-run) or the "
+                     "node is not in the graph.",
         "in_graph": "1 when the node is in the snapshot's graph.",
         "verdict": "PASS, FAIL, or NULL (not settled).",
         "verdict_source": "stream, or snapshot (a dropped event recovered from state.json).",
         "state": "settled, running, paused, unfinished or pending.",
         "retries": "Retries the node took.",
         "round": "Feedback round of the verdict (0 = initial pass).",
-        "provenance": "How the verdict was reached (e.g. judged, self-reported, exit-only).",
+        "provenance": "How the PASS was reached: verified, approved, self-reported or exit-only; NULL on a FAIL "
+                      "and on a PASS that predates the field.",
         "judged": "The engine's judged field: 1 when a judge decided the verdict.",
         "budget_nano_usd": "The node's budget in nano-dollars; NULL when it has none.",
         "duration_ns": "Duration the engine reported, in nanoseconds.",
@@ -652,12 +658,14 @@ DOCS: dict[str, dict[str, str]] = {
         "artifact_path": "Artifact path as the engine recorded it (on the engine's machine).",
         "has_artifact": "1 when the .out artifact is on disk.",
         "has_failed_output": "1 when a failed/ reply is on disk.",
-        "budget_overrun": "1 for a FAIL whose .out is on disk: a post-hoc budget failure.",
+        "budget_overrun": "1 for a FAIL the engine gave for its budget_usd (the terminal's detail is the engine's "
+                          "\"exceeded budget_usd\" message and the FAIL is not judged), with or without a .out.",
         "last_leg": "Last leg in which the node ran.",
         "cost_nano_usd": "Known spend of the node over every leg and round, in nano-dollars.",
         "invocations": "Paid invocations of the node.",
         "unknown_cost_invocations": "Invocations of the node with no known price.",
-        "unrecorded_attempts": "Retried calls of the node the engine never billed.",
+        "unrecorded_attempts": "Calls of the node paid for but recorded nowhere: a plain retry's failed attempt, "
+                               "a session-limited call or one killed with a leg a later leg followed.",
         "snapshot_verdict": "Verdict in state.json.",
         "snapshot_round": "Round in state.json.",
         "snapshot_cost_nano_usd": "Cost in state.json (latest leg only), in nano-dollars.",
@@ -705,10 +713,12 @@ DOCS: dict[str, dict[str, str]] = {
         "run_pk": _RUN_PK,
         "seq": "Charge number within the run.",
         "leg_ordinal": "Leg number (legs.ordinal).",
-        "leg_kind": "Kind of that leg.",
+        "leg_kind": "Kind of that leg (legs.kind: planning, initial, resume, retry, rerun or after-abandoned); "
+                    "assessment for the assessment, which follows the cycle's last leg and belongs to none.",
         "node_id": "The node charged, when a node was.",
         "round": "Feedback round (0 = initial pass).",
-        "kind": "node, feedback, planning, refused, assessment, recovered or other.",
+        "kind": "node, feedback, retry (a plain node_retried that carried accounting), planning, refused, "
+                "assessment, recovered or other.",
         "at": "When the charge counts (UTC): the event's time.",
         "at_us": "at as epoch microseconds.",
         "cost_nano_usd": "Spend in nano-dollars (1e-9 USD); NULL = unknown, never 0 for unknown.",

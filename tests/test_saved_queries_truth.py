@@ -1029,3 +1029,23 @@ def test_a_time_parameter_says_in_which_zone_a_date_is_read(ledger):
             if param.name in ("since", "until"):
                 assert not re.search(r"UTC (day or|text)", param.description), (q.name, param)
                 assert "--tz" in param.description, (q.name, param.description)
+
+
+def test_the_column_docs_name_the_values_the_views_hold(ledger):
+    """DOCS (Datasette's descriptions) name every value these columns take on real data,
+    and the overrun rule is the engine's message, never the .out (3 overruns here have none)."""
+    from omg_ledger.schema import DOCS
+
+    for view_name, column in (("v_nodes", "node_type"), ("v_nodes", "provenance"), ("v_charges", "leg_kind"),
+                              ("v_node_rounds", "leg_kind"), ("v_charges", "kind")):
+        with ledger.connect() as conn:
+            values = {v for (v,) in conn.execute(text(f"SELECT DISTINCT {column} FROM {view_name}")) if v}
+        words = set(re.findall(r"[\w-]+", DOCS[view_name][column]))
+        assert values <= words, (view_name, column, values - words)
+    assert "judged" not in DOCS["v_nodes"]["provenance"]  # judged is a column of its own, no provenance
+    with ledger.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM v_nodes WHERE budget_overrun AND NOT has_artifact")
+                            ).scalar() == 3
+    assert ".out" not in DOCS["v_nodes"]["budget_overrun"].split("budget_usd")[0]
+    # Session-limited and killed calls are unrecorded attempts too, not only retries.
+    assert "session" in DOCS["v_nodes"]["unrecorded_attempts"] and "session" in DOCS["v_runs"]["unrecorded_attempts"]
