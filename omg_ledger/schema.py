@@ -661,7 +661,9 @@ DOCS: dict[str, dict[str, str]] = {
         "budget_overrun": "1 for a FAIL the engine gave for its budget_usd (the terminal's detail is the engine's "
                           "\"exceeded budget_usd\" message and the FAIL is not judged), with or without a .out.",
         "last_leg": "Last leg in which the node ran.",
-        "cost_nano_usd": "Known spend of the node over every leg and round, in nano-dollars.",
+        "cost_nano_usd": "Known spend of the node over every leg and round, in nano-dollars. Unpriced work is "
+                         "not in it: with unknown_cost_invocations above 0 it is a lower bound (0 for a node "
+                         "whose every invocation is unpriced, e.g. Codex).",
         "invocations": "Paid invocations of the node.",
         "unknown_cost_invocations": "Invocations of the node with no known price.",
         "unrecorded_attempts": "Calls of the node paid for but recorded nowhere: a plain retry's failed attempt, "

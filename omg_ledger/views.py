@@ -9,8 +9,13 @@ rounds, earlier legs and assessments included, each exactly once), so
 Conventions in every view:
 
 * ``cost_nano_usd`` is exact integer nano-dollars; ``cost_usd`` the same as a float
-  (``cost_nano_usd / 1e9``) for display. NULL means *unknown*, never zero: sum
-  ``cost_nano_usd`` for exact totals and count the NULLs beside them.
+  (``cost_nano_usd / 1e9``) for display. Of one invocation (``v_charges``) or one
+  execution (``v_node_rounds``), NULL means *unknown*, never zero: sum
+  ``cost_nano_usd`` for exact totals and count the NULLs beside them. A run's or a
+  node's (``v_runs``, ``v_nodes``) is the known spend of its priced invocations, beside
+  ``unknown_cost_invocations``: with any of those it is a lower bound (``v_runs.
+  cost_is_lower_bound``), so a run of Codex calls alone reads 0 with its unknown count,
+  never a known $0.
 * ``home`` is the home label, ``run_id`` the engine's run id: together they are the key.
 * Times are UTC text (``2026-11-29T18:15:18.132685Z``) and ``*_at_us`` epoch µs.
 * Status is **not** here: it needs a live lock probe (``omg-ledger runs``).
