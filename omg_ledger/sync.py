@@ -651,6 +651,8 @@ class _HomeSync:
         except OSError as exc:
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
+            if known is not None:
+                self._distrust_dir_mtimes(known.run_pk)
             return
         if new_pk is not None:
             self._writer()
@@ -658,6 +660,17 @@ class _HomeSync:
         self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
         if moved_from is not None and self._has_open_problems_under(moved_from):
             resolve_moved_run_problems(self._writer(), known.run_pk, moved_from, self.now)
+
+    def _distrust_dir_mtimes(self, run_pk: int) -> None:
+        """A held run whose directory could not be listed is listed again by every sync
+        until it can be: making it readable changes its ctime, not its mtime."""
+        row = {"run_pk": run_pk, "dir_mtime_ns": None, "failed_dir_mtime_ns": None}
+        columns = ["dir_mtime_ns", "failed_dir_mtime_ns"]
+        if self._batch is not None:
+            upsert(self._conn, schema.ingest_state, row, ["run_pk"], columns)  # with the batch
+        else:
+            with write_transaction(self.engine) as conn:
+                upsert(conn, schema.ingest_state, row, ["run_pk"], columns)
 
     def _pool(self, new_runs: int):
         """Worker processes, each with its work file, for ``new_runs`` new runs, or None

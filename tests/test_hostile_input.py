@@ -25,13 +25,15 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from omg_ledger import schema
-from omg_ledger.db import open_ledger
+from omg_ledger.change_check import unchanged_sync
+from omg_ledger.db import HEAD_REVISION, open_ledger
 from omg_ledger.discover import list_run_dir
 from omg_ledger.feed import MAX_LINE_BYTES, SUPPORTED_SCHEMA, engine_fields
 from omg_ledger.ingest import read_run_stream
 from omg_ledger.reports.problems import list_problems
 from omg_ledger.reports.runs import list_runs
 from omg_ledger.sync import Home, sync
+from omg_ledger.version import DERIVATION_VERSION
 
 from .builders import age_tree, copy_run, retarget
 from .conftest import CORPUS_HOME
@@ -663,6 +665,37 @@ def test_a_failed_dir_that_could_not_be_listed_is_listed_once_it_can_be(tmp_path
         assert [p for p in list_problems(engine) if p["open"]] == []
     finally:
         engine.dispose()
+
+
+def test_a_run_directory_that_could_not_be_listed_is_read_again_once_it_can_be(tmp_path):
+    """A run read before, then unlistable for one sync (its problem recorded), then made
+    listable by chmod, which changes the directory's ctime, not its mtime: the next sync
+    reads it again and resolves the problem, and the sync after that is the no-op."""
+    reason = _can_drop_dac()
+    if reason:
+        pytest.skip(reason)
+    run_id = "20261129-181512.929654081-1"
+    home = tmp_path / "home"
+    run_dir = copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+    age_tree(home)
+    db = tmp_path / "ledger.sqlite"
+    assert _sync_obeying_modes(db, home).returncode == 0
+    mtime_ns = run_dir.stat().st_mtime_ns
+    os.chmod(run_dir, 0)
+    try:
+        denied = _sync_obeying_modes(db, home)
+    finally:
+        os.chmod(run_dir, 0o755)
+    assert run_dir.stat().st_mtime_ns == mtime_ns
+    assert denied.returncode == 0 and b"Traceback" not in denied.stderr, denied.stderr.decode()
+    assert [(p["path"], p["reason"]) for p in json.loads(denied.stdout)["problems"]] == [
+        (str(run_dir), "cannot list run directory: Permission denied")]
+    again = _sync_obeying_modes(db, home)
+    assert again.returncode == 0 and json.loads(again.stdout)["problems"] == [], again.stdout
+    assert _open_problems(db) == set()
+    noop = unchanged_sync(str(db), [Home("h", str(home), explicit=False)], head_revision=HEAD_REVISION,
+                          derivation_version=DERIVATION_VERSION)
+    assert noop is not None and noop.runs_seen == 1
 
 
 def _open_problems(db: Path) -> set[tuple[str, int, str]]:
