@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,6 +165,26 @@ def test_a_problem_in_runs_that_went_away_is_resolved(home, db, tmp_path):
     _sync(db, home)
     assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NULL") == []
     assert _rows(db, "SELECT path FROM problems WHERE resolved_at IS NOT NULL") == [(str(link),)]
+
+
+def test_a_run_directory_with_an_mtime_in_the_future_is_trusted_once_its_ctime_is_old(home, db):
+    """`touch -d` ahead, or `rsync -t` from a machine whose clock is ahead: the mtime is in
+    the future, but the file system stamped the change (ctime) in the past. Once that is
+    outside the racy window, the mtime is remembered, and the sync after is the no-op
+    instead of listing the run again on every sync."""
+    day_ahead = time.time_ns() + 86_400 * 10**9
+    run_dir = home / "runs" / "r-extra"
+    os.utime(run_dir, ns=(day_ahead, day_ahead))
+    engine = open_ledger(db)
+    try:
+        # The sync runs 10 s after the touch (as a cron sync would, later).
+        sync(engine, [Home.from_path(str(home), LABEL)], clock_ns=lambda: time.time_ns() + 10 * 10**9)
+    finally:
+        engine.dispose()
+    assert _rows(db, "SELECT i.dir_mtime_ns FROM ingest_state i JOIN runs r ON r.id = i.run_pk "
+                     "WHERE r.run_id = 'r-extra'") == [(day_ahead,)]
+    again = _sync(db, home, importtime=True)
+    assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_changed"] == 0
 
 
 def test_another_label_for_an_indexed_home_is_still_refused(home, db):
