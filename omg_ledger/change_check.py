@@ -481,14 +481,17 @@ def _unchanged_home(ledger: _Ledger, home: Home, report: SyncReport) -> int:
     plans = list_home_dir(plans_dir)
     if runs.skipped or plans.skipped:
         raise _NotSure  # problems to record
-    # Open problems the full sync would resolve now: on the home, runs/ or an entry of runs/.
+    # Open problems the full sync would resolve now: on the home, runs/ or an entry of runs/,
+    # or under an entry no longer listed of a run the ledger never held (store.resolve_problems).
     prefix = runs_dir + "/"
+    listed = {entry.run_id for entry in runs.entries}
     # (Another machine's problems at the same paths are its own sync's to resolve.)
     machine = identity["machine"]
-    for (path,) in fetch("SELECT path FROM problems WHERE resolved_at IS NULL AND machine IN (?, '') AND "
-                         "(path = ? OR path = ? OR substr(path, 1, ?) = ?)",
-                         (machine, home.path, runs_dir, len(prefix), prefix)):
-        if not path.startswith(prefix) or "/" not in path[len(prefix):]:
+    for path, run_pk in fetch("SELECT path, run_pk FROM problems WHERE resolved_at IS NULL AND machine IN (?, '') "
+                              "AND (path = ? OR path = ? OR substr(path, 1, ?) = ?)",
+                              (machine, home.path, runs_dir, len(prefix), prefix)):
+        entry, below, _ = path[len(prefix):].partition("/")
+        if not path.startswith(prefix) or not below or (run_pk is None and entry not in listed):
             raise _NotSure
     # The listing (sorted by name) and the ledger's runs (ordered by run id) side by side.
     known = known_in_order(ledger.stream, ledger.mark, home_id, ledger.run_order)

@@ -1014,7 +1014,8 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     did not see again; another machine's problems at the same paths are its own.
 
     In scope: problems whose path is in ``paths``; or (``under``) is that directory or
-    lies below it; or (``children_of``) is an entry directly in that directory — except
+    lies below it; or (``children_of``) is an entry directly in that directory, or lies
+    below one not in ``not_reread`` with no run of the ledger (a run never indexed) — except
     paths in ``not_reread`` (a file skipped as unchanged, a stream only read on from its
     checkpoint, a run directory skipped by the change check did not re-observe its
     problems). ``seen``: the (path, offset, reason) recorded this time. Paths (as read, not
@@ -1032,18 +1033,26 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     if children_of is not None:
         prefixes.append(children_of.rstrip("/") + "/")
         in_scope.append(func.substr(p.path, 1, len(prefixes[0])) == prefixes[0])
-    query = select(p.id, p.path, p.byte_offset, p.reason, p.machine).where(
+    query = select(p.id, p.path, p.byte_offset, p.reason, p.machine, p.run_pk).where(
         p.resolved_at.is_(None), machine_problems(p.machine, machine), or_(*in_scope))
     skip = {bounded_path(path) for path in not_reread}
     keep = {(bounded_path(path), offset, bounded_reason(reason)) for path, offset, reason in seen}
 
-    def scoped(path: str) -> bool:
+    def scoped(path: str, run_pk: int | None) -> bool:
         if under is not None and (path == under or path.startswith(under.rstrip("/") + "/")):
             return True
-        return path in direct or any(path.startswith(x) and "/" not in path[len(x):] for x in prefixes)
+        if path in direct:
+            return True
+        for x in prefixes:
+            if path.startswith(x):
+                entry, below, _ = path[len(x):].partition("/")
+                # Below an entry: only that of a run the ledger never held (its problem is
+                # all there is of it) whose entry is not there now.
+                return not below or (run_pk is None and x + entry not in skip)
+        return False
 
     stale = [row.id for row in conn.execute(query)
-             if scoped(row.path) and row.path not in skip
+             if scoped(row.path, row.run_pk) and row.path not in skip
              and (row.machine == "" or (row.path, row.byte_offset, row.reason) not in keep)]
     for start in range(0, len(stale), 500):
         conn.execute(update(schema.problems).where(p.id.in_(stale[start:start + 500])).values(resolved_at=now))

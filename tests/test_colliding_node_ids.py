@@ -194,6 +194,30 @@ def test_the_cli_syncs_past_such_a_run_and_strict_says_so(tmp_path):
     assert strict.stderr.count("omg-ledger: problem:") == 1
 
 
+def test_the_problem_of_such_a_run_is_resolved_once_its_directory_is_removed(tmp_path):
+    """The run is not indexed, so the ledger holds no run for it, only its problem; once its
+    directory is gone, the next sync (the no-op check first) resolves that problem, as a
+    full sync does, instead of leaving it open for good."""
+    home, runs, bad = _home(tmp_path)
+    _write_stream(bad, (bad / "events.jsonl").read_bytes(), [(NUL_ID, "nul"), (FFFD_ID, "fffd")])
+    db = tmp_path / "ledger.sqlite"
+
+    def sync_cli() -> list[dict]:
+        synced = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", str(db), "--home", str(home),
+                                 "--json", "--workers", "0"], capture_output=True, text=True, timeout=120)
+        assert synced.returncode == 0 and "Traceback" not in synced.stderr, synced.stderr
+        return json.loads(synced.stdout)["problems"]
+
+    assert [p["path"] for p in sync_cli()] == [f"{bad}/events.jsonl"]
+    shutil.rmtree(bad)
+    assert sync_cli() == []
+    engine = open_ledger(str(db))
+    try:
+        assert [(path, resolved) for path, _, _, resolved, _ in _problems(engine)] == [(f"{bad}/events.jsonl", True)]
+    finally:
+        engine.dispose()
+
+
 def test_rebuild_keeps_the_rows_of_a_run_whose_stored_lines_collide_and_records_it(db_url, tmp_path):
     """Stored lines naming both ids (stored here through store.write_events, the path a
     sync stores lines by: no sync stores such a run): rebuild records the run as one it
