@@ -588,9 +588,14 @@ class _HomeSync:
                 self._work = None
         vanished = self._vanished({entry.run_id for entry in entries}) if not_gone > listed_not_gone else []
         if vanished:
-            # History is kept: a run whose directory is gone stays, marked gone.
+            # History is kept: a run whose directory is gone stays, marked gone. Its open
+            # problems end here (kept as history): what they were about is gone with it.
             with write_transaction(self.engine) as conn:
                 conn.execute(update(schema.runs).where(schema.runs.c.id.in_(vanished)).values(gone=True))
+                p = schema.problems.c
+                conn.execute(update(schema.problems).where(
+                    p.run_pk.in_(vanished), p.resolved_at.is_(None), machine_problems(p.machine, self.machine)
+                ).values(resolved_at=self.now))
                 settle_copies(conn, conn.execute(select(schema.runs.c.stream_identity).where(
                     schema.runs.c.id.in_(vanished))).scalars())
             self.report.runs_gone += len(vanished)

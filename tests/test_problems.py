@@ -25,6 +25,7 @@ from .cli_checks import one_line_error
 from .test_cost import NOW, ev, passed, state, t, write_run
 
 RUN = "20261129-100000.000000001-1"
+OTHER_RUN = "20261129-110000.000000001-1"
 
 
 def _sync(engine, home, label="hand"):
@@ -93,6 +94,28 @@ def test_a_stream_problem_resolves_only_when_the_stream_is_read_again_from_the_s
     _rewrite(run_dir / "events.jsonl", "".join(lines))  # a new file without the bad line
     _sync(engine, home)
     assert list_problems(engine) == []
+
+
+def test_a_runs_problems_end_when_its_directory_is_removed_and_its_history_stays(db_url, tmp_path):
+    """The cause of a problem in a run's files is gone with its directory: nothing is left
+    to fix, so audit stops asking (the run stays, marked gone; the problem stays as history)."""
+    import shutil
+
+    home = tmp_path / "home"
+    run_dir = _clean(home)
+    _clean(home, OTHER_RUN)
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_dir / "events.jsonl").write_text(lines[0] + "{not json\n" + "".join(lines[1:]))
+    engine = open_ledger(db_url)
+    _sync(engine, home)
+    assert [(p["path"], p["open"]) for p in list_problems(engine)] == [(str(run_dir / "events.jsonl"), True)]
+    shutil.rmtree(run_dir)
+    _sync(engine, home)
+    assert {r["run_id"]: r["gone"] for r in list_runs(engine)} == {RUN: True, OTHER_RUN: False}
+    assert list_problems(engine) == []
+    [kept] = list_problems(engine, include_resolved=True)
+    assert kept["run_id"] == RUN and kept["resolved_at"] is not None
+    assert "open input problem(s)" not in " ".join(audit_report(engine, now=NOW)["attention"])
 
 
 def _gone_for_now(home):
