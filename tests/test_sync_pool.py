@@ -274,13 +274,7 @@ def test_ctrl_c_mid_sync_stops_the_workers_removes_their_files_and_keeps_whole_b
     assert multiprocessing.active_children() == []
     runs = sorted(p.name for p in (scale_home / "runs").iterdir())
     assert set(_runs_and_event_counts(db)) == set(runs[:100])  # the interrupted third batch left nothing
-    engine = open_ledger(str(db))
-    try:
-        sync(engine, [Home.from_path(str(scale_home), "scale")])
-        after = dump(engine)
-    finally:
-        engine.dispose()
-    assert after == reference, diff(after, reference)
+    _next_sync_makes(db, scale_home, reference)
 
 
 # The real command line, paused after its first batch has committed until the test
@@ -385,13 +379,7 @@ def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_be
     runs = sorted(p.name for p in (scale_home / "runs").iterdir())
     held = set(_runs_and_event_counts(db))
     assert 0 < len(held) < SCALE_RUNS and held == set(runs[:len(held)])  # whole batches, in order
-    engine = open_ledger(str(db))
-    try:
-        sync(engine, [Home.from_path(str(scale_home), "scale")])
-        after = dump(engine)
-    finally:
-        engine.dispose()
-    assert after == reference, diff(after, reference)
+    _next_sync_makes(db, scale_home, reference)
 
 
 @pytest.mark.parametrize("workers", ["2", "0"])
@@ -413,6 +401,13 @@ def test_a_ledger_file_removed_mid_sync_is_an_error_and_never_made_again_by_the_
     assert f"the ledger file {db} was removed or replaced while this sync ran" in err, err
     assert "kept" not in err, err
     assert not db.exists()
+    _next_sync_makes(db, scale_home, reference)
+    assert db.stat().st_mode & 0o777 == 0o600
+
+
+def _next_sync_makes(db, scale_home, reference) -> None:
+    """The next sync of the home into ``db`` (after a sync that was stopped) makes the
+    ledger a cold sync makes."""
     engine = open_ledger(str(db))
     try:
         sync(engine, [Home.from_path(str(scale_home), "scale")])
@@ -420,7 +415,6 @@ def test_a_ledger_file_removed_mid_sync_is_an_error_and_never_made_again_by_the_
     finally:
         engine.dispose()
     assert after == reference, diff(after, reference)
-    assert db.stat().st_mode & 0o777 == 0o600
 
 
 def _own_temporary_work_dirs() -> list[str]:
