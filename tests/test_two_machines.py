@@ -203,11 +203,7 @@ def test_a_machine_of_the_same_hostname_with_a_home_at_the_same_path_does_not_ta
     import socket
 
     home, home_b, _ = two_machines
-    other_run = "20261129-110000.000000001-1"
-    (home_b / "runs" / RUN).rename(home_b / "runs" / other_run)
-    for name in ("events.jsonl", "state.json"):
-        path = home_b / "runs" / other_run / name
-        path.write_text(path.read_text().replace(RUN, other_run))
+    other_run = _another_run_on_b(home_b)
     sync = _omg("sync", "--db", db_url, "--home", str(home))
     for step in ("a", "b", "a", "b"):
         done = (subprocess.run(sync, capture_output=True, text=True) if step == "a"
@@ -232,6 +228,16 @@ def test_a_label_given_for_another_machines_home_is_refused_naming_that_machine(
         f"omg-ledger: error: home 'shared' is {home} on another machine ({_machine_here()}); give this machine's "
         f"home a label of its own (--home LABEL={home}), or sync with --relabel to point 'shared' here (its runs on "
         f"that machine are then marked gone)"]
+
+
+def _another_run_on_b(home_b: Path) -> str:
+    """Machine B's copy of the run made another run of B's own (another id)."""
+    other_run = "20261129-110000.000000001-1"
+    (home_b / "runs" / RUN).rename(home_b / "runs" / other_run)
+    for name in ("events.jsonl", "state.json"):
+        path = home_b / "runs" / other_run / name
+        path.write_text(path.read_text().replace(RUN, other_run))
+    return other_run
 
 
 def _machine_here() -> str:
@@ -285,11 +291,7 @@ def test_a_home_named_by_its_directory_is_this_machines_home_at_that_path(tmp_pa
     DIR` took the first label in order, another machine's, and found no such run; `runs`
     and `cost` counted both machines' homes)."""
     home, home_b, _ = two_machines
-    other_run = "20261129-110000.000000001-1"
-    (home_b / "runs" / RUN).rename(home_b / "runs" / other_run)
-    for name in ("events.jsonl", "state.json"):
-        path = home_b / "runs" / other_run / name
-        path.write_text(path.read_text().replace(RUN, other_run))
+    other_run = _another_run_on_b(home_b)
     sync = _omg("sync", "--db", db_url, "--home", str(home))
     assert subprocess.run(sync, capture_output=True).returncode == 0
     on_b = _on_machine_b(tmp_path, home_b, home, sync, hostname="a-machine-b")  # its label sorts first
