@@ -531,9 +531,11 @@ DOCS: dict[str, dict[str, str]] = {
     },
     "homes": {
         "": "Each oh-my-graph home indexed. The label defaults to <hostname>:<absolute path>, so homes "
-            "from several machines never collide in one shared ledger.",
+            "from several machines never collide in one shared ledger (two machines of one hostname: "
+            "<hostname>#<machine id's first 8 characters>:<absolute path> for the second).",
         "id": "Row id (other tables refer to it as home_id).",
-        "label": "The home's name: --home LABEL=DIR, or <hostname>:<absolute path>.",
+        "label": "The home's name: --home LABEL=DIR, or <hostname>:<absolute path> (<hostname>#<machine id's "
+                 "first 8 characters>:<absolute path> where another machine's home of that hostname has it).",
         "path": "Absolute path of the home on the machine that synced it, as last given.",
         "machine": "The machine the directory is on: machine:<machine-id>, or host:<hostname> where there is none.",
         "dev": "Device number of the home directory: with inode, its identity (labels and paths may change).",
