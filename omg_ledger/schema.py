@@ -275,7 +275,9 @@ goal_cycles = Table(
 # Exactly one row per paid invocation. kind:
 #   node        terminal node event (node_passed / node_failed)
 #   feedback    a declarer's feedback node_retried (its judgment was non-terminal)
-#   planning    the unphased run_started that committed a plan
+#   retry       a plain node_retried that carried accounting
+#   planning    the unphased run_started that committed a plan (in a copy without its
+#               stream: state.json's planning cost, undated)
 #   refused     run_finished of a plan refused before a graph existed
 #   assessment  assess.json's assess_cost_usd (the only place it exists)
 #   recovered   a terminal verdict the stream dropped, recovered from state.json
@@ -711,7 +713,8 @@ DOCS: dict[str, dict[str, str]] = {
     },
     "charges": {
         "": "Exactly one row per paid invocation. kind: node (terminal node event), feedback (a "
-            "declarer's feedback round), planning (the run_started that committed a plan), refused (a "
+            "declarer's feedback round), planning (the run_started that committed a plan, or state.json's "
+            "planning cost in a copy without its stream), refused (a "
             "plan refused before a graph existed), assessment (assess.json), recovered (a verdict the "
             "stream dropped, from state.json), other (accounting on any other event).",
         "run_pk": _RUN_PK,
@@ -723,7 +726,9 @@ DOCS: dict[str, dict[str, str]] = {
         "round": "Feedback round (0 = initial pass).",
         "kind": "node, feedback, retry (a plain node_retried that carried accounting), planning, refused, "
                 "assessment, recovered or other.",
-        "at": "When the charge counts (UTC): the event's time.",
+        "at": "When the charge counts (UTC): the event's time (an assessment: its cycle's last event; a "
+              "recovered verdict: its node's last node_started, else the run's last event); NULL in a copy "
+              "without its stream, whose charges are in no window.",
         "at_us": "at as epoch microseconds.",
         "cost_nano_usd": "Spend in nano-dollars (1e-9 USD); NULL = unknown, never 0 for unknown.",
         "cost_unknown": "1 when the engine reported no price.",
