@@ -254,7 +254,9 @@ def home_option(f: Callable) -> Callable:
     return click.option(
         "--home", "homes", metavar="[LABEL=]DIR", multiple=True,
         help="oh-my-graph home to read (repeatable). Env: OMG_HOME. Default: ~/.oh-my-graph. "
-             "LABEL=DIR names the home; the default label is <hostname>:<absolute path>.",
+             "LABEL=DIR names the home; the default label is <hostname>:<absolute path> "
+             "(<hostname>#<machine id's first 8 characters>:<absolute path> where another machine of "
+             "that hostname has a home there).",
     )(f)
 
 
@@ -648,7 +650,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     Example:
       omg-ledger sync --home ~/.oh-my-graph --json
     Exit codes: 0 done; 1 done with problems (--strict only); 2 usage (a home that is
-    not there and was never indexed, a label that names another home); 3 database trouble;
+    not there and was never indexed on this machine, a label that names another home);
+    3 database trouble (a ledger removed while the sync ran too);
     75 another sync holds the ledger for longer than --wait, or a worker process was
     killed (runs committed so far are kept: sync again); 130 Ctrl-C, 143 SIGTERM (the
     open batch rolled back, runs committed so far kept).
@@ -862,7 +865,9 @@ def problems(db, as_json, include_resolved) -> None:
     """List the input problems sync recorded (bad lines, unreadable files): open ones.
 
     A problem is resolved when a later sync re-reads its file, directory or home and does
-    not see it again; seen again, it is open again. `audit` counts open problems.
+    not see it again; seen again, it is open again. A problem is its machine's (the one
+    whose sync found it): another machine's sync of a home at the same path never
+    resolves it. `audit` counts open problems.
 
     \b
     Example:
