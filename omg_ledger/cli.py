@@ -754,8 +754,9 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
               type=_StatusChoice(STATUSES),
               help=f"Only runs with this status (repeatable): {', '.join(STATUSES)}.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
-              help="Only runs held in this home: its label or its directory (repeatable). A run copied into "
-                   "several homes is listed once, under the home whose copy is billed.")
+              help="Only runs held in this home: its label or its directory (this machine's home there) "
+                   "(repeatable). A run copied into several homes is listed once, under the home whose copy "
+                   "is billed.")
 @graph_option("Only runs of this graph")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV on stdout (header row first; the --json row's fields).")
 @click.option("--limit", type=click.IntRange(min=1), metavar="N", help="At most N runs (the newest).")
@@ -815,8 +816,8 @@ def runs(db, as_json, since, statuses, home_labels, graphs, as_csv, limit, tz, e
 @json_option
 @click.argument("run_id", shell_complete=COMPLETE_RUN_IDS)
 @click.option("--home", "home_label", metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
-              help="The home (its label or its directory) to take the run from, where one run id names "
-                   "different runs in two homes.")
+              help="The home (its label, or its directory: this machine's home there) to take the run from, "
+                   "where one run id names different runs in two homes.")
 @tz_option
 @estimate_options
 @ledger_errors
@@ -1078,8 +1079,8 @@ def _emit(value, as_json: bool, as_csv: bool, to_csv: Callable, to_text: Callabl
               help="Group rows; without it only the total is shown.")
 @click.option("--tz", metavar="ZONE", help="IANA zone for periods and dates without an offset. Default: local zone.")
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
-              help="Only spend billed to this home: its label or its directory (repeatable). A run copied "
-                   "into several homes is billed to the home of its billed copy.")
+              help="Only spend billed to this home: its label or its directory (this machine's home there) "
+                   "(repeatable). A run copied into several homes is billed to the home of its billed copy.")
 @graph_option("Only spend of runs of this graph")
 @estimate_options
 @click.option("--chart", is_flag=True, help="Draw a bar per row (needs --by), fitted to the terminal width ($COLUMNS).")
@@ -1471,7 +1472,8 @@ def datasette_metadata(db, database_name) -> None:
 @db_option
 @json_option
 @click.option("--home", "home_labels", multiple=True, metavar="LABEL", shell_complete=COMPLETE_HOME_LABELS,
-              help="Only plans of this home: its label or its directory (repeatable).")
+              help="Only plans of this home: its label or its directory (this machine's home there) "
+                   "(repeatable).")
 @ledger_errors
 def plans(db, as_json, home_labels) -> None:
     """List plan previews (<home>/plans/<id>/), newest first: graph name and whether the
