@@ -3,7 +3,8 @@
 -- Every paid invocation counts once, on the day of its own event (v_charges), so a
 -- run that spans midnight is split across both days. Days are UTC: for days in your
 -- own zone use `omg-ledger cost --by day --tz ZONE`. cost_usd is a lower bound
--- whenever unpriced_invocations > 0 (Codex reports no price).
+-- whenever unpriced_invocations > 0 (Codex reports no price). Charges with no time (a
+-- run copy without its events.jsonl) are the '(undated)' row, in no :since/:until window.
 --
 -- :since  first day or instant to include, e.g. 2026-11-01 (without an offset: in --tz, default the local zone; --tz UTC for whole UTC days) [default: ]
 -- :until  day or instant to stop before, e.g. 2026-12-01 (without an offset: in --tz, default the local zone) [default: ]

@@ -2,7 +2,8 @@
 --
 -- A graph is the snapshot's graph name; runs that never wrote a snapshot (a planner
 -- killed mid-call, a refused plan) have none and are grouped as '(no graph)'.
--- Charges are selected by their own time, so :since/:until cut inside a run.
+-- Charges are selected by their own time, so :since/:until cut inside a run; charges
+-- with no time (a run copy without its events.jsonl) count only with neither.
 --
 -- :since  day or instant, inclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
 -- :until  day or instant, exclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]

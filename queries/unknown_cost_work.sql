@@ -3,7 +3,8 @@
 -- cost_unknown is not a zero: Codex reports tokens and no USD, and a Claude call
 -- killed by its own timeout or cancelled by a halt is recorded with no price too.
 -- Grouped per runtime, graph and charge kind, with the tokens that were reported so
--- a price can be estimated elsewhere.
+-- a price can be estimated elsewhere. Charges with no time (a run copy without its
+-- events.jsonl) count only with neither :since nor :until.
 --
 -- :since  day or instant, inclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
 -- :until  day or instant, exclusive (a date or time without an offset is read in --tz, default the local zone) [default: ]
