@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -14,7 +16,7 @@ from click.testing import CliRunner
 from omg_ledger.cli import main
 from omg_ledger.db import open_ledger
 
-from .conftest import CORPUS_HOME
+from .conftest import CORPUS_HOME, REPO
 
 
 def all_commands(group=main, prefix=()):
@@ -109,3 +111,75 @@ def test_a_group_without_a_command_prints_its_help_as_help(args):
     lines = result.stderr.splitlines()
     assert lines[0] == f"Usage: {' '.join(['omg-ledger', *args])} [OPTIONS] COMMAND [ARGS]..."
     assert "Commands:" in lines and "\\x0a" not in result.stderr
+
+
+def _readme_section(title: str) -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    return readme.split(title, 1)[1].split("\n#", 1)[0]
+
+
+def _top_level_fields(shape: str) -> list[str]:
+    """The keys of a README shape such as ``{a, b (why), c: [{d}]}``: what sits at depth 0
+    between its braces, each key's first word (notes in parentheses and nested shapes skipped)."""
+    depth, parts, part = 0, [], ""
+    for char in shape.strip()[1:-1]:
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(part)
+            part = ""
+        elif depth == 0 or (depth == 1 and char in "([{"):
+            part += char
+    parts.append(part)
+    return [re.match(r"\s*`?(\w+)", p).group(1) for p in parts]
+
+
+def _readme_shape(section: str, command: str) -> list[str]:
+    """The field list the README's "JSON shapes" gives for ``command`` (the text from the
+    first ``{`` after its name to the brace that closes it)."""
+    start = section.index("{", section.index(f"`{command} --json`"))
+    depth = 0
+    for end in range(start, len(section)):
+        depth += section[end] == "{"
+        depth -= section[end] == "}"
+        if depth == 0:
+            return _top_level_fields(section[start:end + 1])
+    raise AssertionError(f"{command}: unclosed shape")
+
+
+def test_the_readme_json_shapes_are_the_fields_the_commands_print(tmp_path):
+    """README "JSON shapes (stable)": each field list, in order, is what the command prints
+    on a ledger synced from the bundled examples (with one bad line, so that sync and
+    problems have a problem to show)."""
+    home = tmp_path / "home"
+    shutil.copytree(REPO / "examples" / "home", home)
+    stream = sorted((home / "runs").iterdir())[0] / "events.jsonl"
+    with stream.open("a") as f:
+        f.write("{not json\n")
+    db = str(tmp_path / "l.sqlite")
+
+    def printed(*args):
+        return json.loads(subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", db, "--json"],
+                                         capture_output=True, text=True, check=True).stdout)
+
+    section = _readme_section("### JSON shapes (stable)")
+    synced = printed("sync", "--home", str(home))
+    assert list(synced) == _readme_shape(section, "sync")
+    assert list(synced["problems"][0]) == ["path", "offset", "reason"]
+    assert list(printed("rebuild")) == _readme_shape(section, "rebuild")
+    runs = printed("runs")
+    assert list(runs[0]) == _readme_shape(section, "runs")
+    assert list(printed("plans")[0]) == _readme_shape(section, "plans")
+    assert list(printed("homes")[0]) == _readme_shape(section, "homes")
+    assert list(printed("problems")[0]) == _readme_shape(section, "problems")
+    legs = printed("show", runs[0]["run_id"])["legs"]
+    start = section.index("{", section.index("`legs` is always a list"))
+    assert list(legs[0]) == _top_level_fields(section[start:section.index("}", start) + 1])
+
+
+def test_the_readme_commands_table_lists_every_command():
+    """README "Commands": the table names every command of `omg-ledger --help`."""
+    table = _readme_section("## Commands")
+    rows = "\n".join(line for line in table.splitlines() if line.startswith("| `omg-ledger"))
+    listed = set(re.findall(r"`omg-ledger ([a-z][a-z-]*)", rows))
+    assert listed == set(main.commands), set(main.commands) ^ listed
