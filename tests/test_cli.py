@@ -172,7 +172,12 @@ def test_the_readme_json_shapes_are_the_fields_the_commands_print(tmp_path):
     assert list(printed("plans")[0]) == _readme_shape(section, "plans")
     assert list(printed("homes")[0]) == _readme_shape(section, "homes")
     assert list(printed("problems")[0]) == _readme_shape(section, "problems")
-    legs = printed("show", runs[0]["run_id"])["legs"]
+    shown = printed("show", runs[0]["run_id"])
+    # "the same fields (leg_count included) plus …": the names up to what it says of legs.
+    plus = section[section.index("`show --json`: the same fields"):section.index("`leg_count` is always")]
+    named = {name for name in re.findall(r"`(\w+)`", plus.split(" plus ", 1)[1]) if name != "resolved_at"}
+    assert list(shown)[:len(runs[0])] == list(runs[0]) and set(list(shown)[len(runs[0]):]) == named
+    legs = shown["legs"]
     start = section.index("{", section.index("`legs` is always a list"))
     assert list(legs[0]) == _top_level_fields(section[start:section.index("}", start) + 1])
 
