@@ -168,3 +168,18 @@ def test_a_stream_less_auto_run_bills_the_planning_call_its_snapshot_records(tmp
     assert nodes["auto-build-evidence/(planning)"]["cost_nano_usd"] == 45_600_000
     assert nodes["auto-codex/(planning)"]["unknown_cost_invocations"] == 1
     assert _total(db_url) == 78_600_000
+
+
+def test_audit_does_not_ask_for_attention_over_a_stream_less_backups_own_findings(tmp_path, db_url):
+    """The backup without its stream holds no terminal for any node its state.json records:
+    a dropped_event finding each, about the backup, not the run, whose billed copy agrees
+    with its snapshot. audit reads the billed copy's findings; v_findings keeps them all."""
+    a, b = _homes(tmp_path)
+    _cli("sync", "--db", db_url, "--home", f"a={a}", "--home", f"b={b}")
+    every = json.loads(_cli("sql", "--db", db_url, "--json",
+                            "SELECT home, kind FROM v_findings ORDER BY home, kind"))
+    assert every["rows"] and {(row["home"], row["kind"]) for row in every["rows"]} == {("b", "dropped_event")}
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "audit", "--db", db_url, "--json"],
+                          capture_output=True, text=True)
+    audit = json.loads(done.stdout)
+    assert audit["findings"] == [] and not any("finding" in reason for reason in audit["attention"])

@@ -303,10 +303,15 @@ def _open_leg_runs_since(reader, since_us: int) -> set[tuple[str, str]]:
 
 
 def _findings(reader, since_us: int | None) -> list:
+    """The billed copy's disagreements of each run, and every diverged_copy (recorded on
+    the copies). An unbilled copy's own disagreements are its backup's artifacts (a copy
+    without its stream has no terminal for any node its state.json records), not the
+    run's: they stay in v_findings and `show --home`."""
     params: dict = {}
+    runs = ["(r.billed OR f.kind = 'diverged_copy')", *_run_filter(since_us, params, billed_only=False)]
     query = ("SELECT h.label AS home, r.run_id, f.kind, f.node_id, f.leg_ordinal, f.detail "
              "FROM findings f JOIN runs r ON r.id = f.run_pk JOIN homes h ON h.id = r.home_id"
-             f"{_where(_run_filter(since_us, params, billed_only=False))} ORDER BY r.run_id, h.label, f.seq")
+             f"{_where(runs)} ORDER BY r.run_id, h.label, f.seq")
     return list(reader.dicts(query, params))
 
 
