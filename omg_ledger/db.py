@@ -352,8 +352,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
         if is_locked(str(exc.orig)):
             raise ledger_locked(f"the ledger database {engine.url!r}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {engine.url!r}: {exc.orig}"
-                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc.orig))}"
-                                  f"{_read_only_dir_hint(_sqlite_path(engine), str(exc.orig))}") from exc
+                                  f"{_writing_hints(_sqlite_path(engine), str(exc.orig))}") from exc
 
 
 def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
@@ -454,8 +453,7 @@ def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
         if is_locked(str(exc)):
             raise ledger_locked(f"the ledger database {shown_url(db)}") from exc
         raise DatabaseUnavailable(f"cannot open the ledger database {shown_url(db)}: {one_line(exc)}"
-                                  f"{_full_disk_hint(_sqlite_path(engine), str(exc))}"
-                                  f"{_read_only_dir_hint(_sqlite_path(engine), str(exc))}") from exc
+                                  f"{_writing_hints(_sqlite_path(engine), str(exc))}") from exc
     except BaseException:
         engine.dispose()
         raise
@@ -488,6 +486,13 @@ RUN_TABLES_SINCE = "0006"  # runs.billed (0005), problems.resolved_at (0006): wh
 # 0010 (runs.passes*): audit reads each run's PASS counts there; before it, from the nodes.
 PASS_COUNTS_SINCE = "0010"
 PROBLEM_MACHINES_SINCE = "0016"  # problems.machine: before it, every problem reads as of no machine ('')
+
+
+def read_at_least(reader, since: str) -> bool:
+    """Whether the ledger a report reads (``reader``: backend.reading's) is at revision
+    ``since`` or later."""
+    revision = str(reader.scalar("SELECT version_num FROM alembic_version") or "")
+    return revision.isdigit() and int(revision) >= int(since)
 VIEWS_SINCE = "0002"  # the v_* views: what sql and saved queries read
 INVOCATIONS_SINCE = "0004"  # the runner invocation tables keyed by streams: what `invocations` reads
 
@@ -832,6 +837,11 @@ def _read_only_dir_hint(path: str | None, message: str) -> str:
     name = os.path.basename(path)
     return (f" (its directory {directory} is not writable here: to write the ledger SQLite makes {name}-wal "
             f"and {name}-shm beside it; sync where the directory is writable, or to a copy elsewhere)")
+
+
+def _writing_hints(path: str | None, message: str) -> str:
+    """What SQLite's words leave out when a command that writes cannot open the ledger."""
+    return _full_disk_hint(path, message) + _read_only_dir_hint(path, message)
 
 
 def _sqlite_path(engine: Engine) -> str | None:

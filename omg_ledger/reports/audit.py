@@ -139,10 +139,9 @@ def _passes_per_run(reader) -> tuple[str, str]:
     """(FROM clause, alias of the counts) of every run's PASS counts, aliasing its run
     ``r``: the run's own row from revision 0010 on; on an older ledger (reads never
     migrate) counted from its nodes as derivation counts them, runs without a PASS left out."""
-    from ..db import PASS_COUNTS_SINCE
+    from ..db import PASS_COUNTS_SINCE, read_at_least
 
-    revision = str(reader.scalar("SELECT version_num FROM alembic_version") or "")
-    if revision.isdigit() and int(revision) >= int(PASS_COUNTS_SINCE):
+    if read_at_least(reader, PASS_COUNTS_SINCE):
         return "FROM runs r", "r"
     counts = [*(_counting(name) for name in PROVENANCES),
               "SUM(CASE WHEN n.provenance IS NULL OR n.provenance = '' THEN 1 ELSE 0 END)"]

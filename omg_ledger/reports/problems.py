@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..backend import reading
-from ..db import PROBLEM_MACHINES_SINCE
+from ..db import PROBLEM_MACHINES_SINCE, read_at_least
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -28,8 +28,7 @@ def list_problems(engine: Engine, include_resolved: bool = False, since_text: st
         params["since_text"] = since_text
     with reading(engine) as reader:
         # (Read commands never migrate: a ledger older than problems.machine is read too.)
-        revision = str(reader.scalar("SELECT version_num FROM alembic_version") or "")
-        machine = "p.machine" if revision.isdigit() and int(revision) >= int(PROBLEM_MACHINES_SINCE) else "''"
+        machine = "p.machine" if read_at_least(reader, PROBLEM_MACHINES_SINCE) else "''"
         query = ("SELECT h.label AS home, r.run_id, p.path, p.byte_offset, p.reason, p.first_seen_at, "
                  f"p.last_seen_at, p.resolved_at, {machine} AS machine FROM problems p "
                  "LEFT JOIN runs r ON r.id = p.run_pk LEFT JOIN homes h ON h.id = r.home_id"
