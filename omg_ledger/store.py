@@ -1059,6 +1059,14 @@ def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tupl
     return len(stale)
 
 
+def resolve_runs_problems(conn: Connection, run_pks, now: str) -> None:
+    """Mark resolved the open problems of these runs (a list of keys, or a select of
+    them): no sync will read what they were about again (the run directory gone, the home
+    forgotten); they stay as history."""
+    p = schema.problems.c
+    conn.execute(update(schema.problems).where(p.run_pk.in_(run_pks), p.resolved_at.is_(None)).values(resolved_at=now))
+
+
 def resolve_moved_run_problems(conn: Connection, run_pk: int, old_dir: str, now: str) -> int:
     """Mark resolved a run's open problems under the directory it was read at before (its
     home renamed, a symlink no longer used): read again where it is now, each is recorded

@@ -84,6 +84,7 @@ from .store import (
     resolve_home,
     resolve_moved_run_problems,
     resolve_problems,
+    resolve_runs_problems,
     row_of,
     save_derive_state,
     settle_copies,
@@ -592,10 +593,7 @@ class _HomeSync:
             # problems end here (kept as history): what they were about is gone with it.
             with write_transaction(self.engine) as conn:
                 conn.execute(update(schema.runs).where(schema.runs.c.id.in_(vanished)).values(gone=True))
-                p = schema.problems.c
-                conn.execute(update(schema.problems).where(
-                    p.run_pk.in_(vanished), p.resolved_at.is_(None), machine_problems(p.machine, self.machine)
-                ).values(resolved_at=self.now))
+                resolve_runs_problems(conn, vanished, self.now)
                 settle_copies(conn, conn.execute(select(schema.runs.c.stream_identity).where(
                     schema.runs.c.id.in_(vanished))).scalars())
             self.report.runs_gone += len(vanished)

@@ -104,7 +104,7 @@ def forget_home(engine: Engine, label: str) -> int:
 
     from .. import schema
     from ..db import write_transaction
-    from ..store import resolve_problems
+    from ..store import resolve_problems, resolve_runs_problems
     from ..units import format_instant
 
     homes, runs = schema.homes, schema.runs
@@ -117,9 +117,7 @@ def forget_home(engine: Engine, label: str) -> int:
         # No sync will read this home again to resolve its problems: they end here, kept
         # as history, so audit does not need attention for ever.
         now = format_instant(datetime.now(UTC))
-        conn.execute(schema.problems.update().where(
-            schema.problems.c.resolved_at.is_(None),
-            schema.problems.c.run_pk.in_(select(runs.c.id).where(runs.c.home_id == home_id))).values(resolved_at=now))
+        resolve_runs_problems(conn, select(runs.c.id).where(runs.c.home_id == home_id), now)
         for directory in {home.path, home.real_path} - {None}:
             resolve_problems(conn, [], [], now, home.machine or "", under=directory)
         identities = list(conn.execute(select(runs.c.stream_identity).where(runs.c.home_id == home_id)).scalars())
