@@ -840,9 +840,8 @@ def _snapshot_planning_cost(snapshot: dict) -> tuple[int | None, bool] | None:
     and no planning_cost_usd: a call paid for at a price nobody recorded."""
     if snapshot.get("planning_cost_unknown"):
         return None, True
-    if "planning_cost_usd" not in snapshot:
-        return None
-    return usd_nanos(snapshot["planning_cost_usd"]), False
+    cost = snapshot.get("planning_cost_usd")
+    return None if cost is None else (usd_nanos(cost), False)
 
 
 def _ended_without_terminal(r: _Reconciler, execution: Execution) -> bool:
@@ -1075,8 +1074,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     gate = snapshot.get("gate")
     if not isinstance(gate, dict):
         gate = {}
-    planning_unknown = bool(snapshot.get("planning_cost_unknown"))
-    planning = None if planning_unknown else usd_nanos(snapshot.get("planning_cost_usd") or 0)
+    planning, planning_unknown = _snapshot_planning_cost(snapshot) or (None, None)  # None: not an auto run
     snapshot_cost = (planning or 0) + records_cost
     row.update({
         "snapshot_schema": snapshot.get("schema"),
@@ -1097,10 +1095,10 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "build_evidence_signals_json": _json(evidence.get("signals")),
         "gate_paused_at": gate.get("paused_at") or None,
         "gate_decisions_json": _json(gate.get("decisions")),
-        "planning_cost_nano_usd": planning if ("planning_cost_usd" in snapshot or planning_unknown) else None,
-        "planning_cost_unknown": planning_unknown if ("planning_cost_usd" in snapshot or planning_unknown) else None,
+        "planning_cost_nano_usd": planning,
+        "planning_cost_unknown": planning_unknown,
         "snapshot_cost_nano_usd": snapshot_cost,
-        "snapshot_cost_unknown": planning_unknown or bool(records_unknown),
+        "snapshot_cost_unknown": bool(planning_unknown or records_unknown),
         "nodes_passed": passed,
         "all_nodes_passed": bool(graph_nodes) and passed == len(graph_nodes),
     })
