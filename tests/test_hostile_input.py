@@ -667,16 +667,22 @@ def test_a_failed_dir_that_could_not_be_listed_is_listed_once_it_can_be(tmp_path
         engine.dispose()
 
 
-def test_a_run_directory_that_could_not_be_listed_is_read_again_once_it_can_be(tmp_path):
-    """A run read before, then unlistable for one sync (its problem recorded), then made
-    listable by chmod, which changes the directory's ctime, not its mtime: the next sync
-    reads it again and resolves the problem, and the sync after that is the no-op."""
+def _one_corpus_run_under_modes(tmp_path: Path) -> tuple[Path, Path]:
+    """A home holding one corpus run, for a test whose syncs obey file modes (root's
+    override dropped; skipped where that cannot be done)."""
     reason = _can_drop_dac()
     if reason:
         pytest.skip(reason)
     run_id = "20261129-181512.929654081-1"
     home = tmp_path / "home"
-    run_dir = copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+    return home, copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+
+
+def test_a_run_directory_that_could_not_be_listed_is_read_again_once_it_can_be(tmp_path):
+    """A run read before, then unlistable for one sync (its problem recorded), then made
+    listable by chmod, which changes the directory's ctime, not its mtime: the next sync
+    reads it again and resolves the problem, and the sync after that is the no-op."""
+    home, run_dir = _one_corpus_run_under_modes(tmp_path)
     age_tree(home)
     db = tmp_path / "ledger.sqlite"
     assert _sync_obeying_modes(db, home).returncode == 0
@@ -711,12 +717,7 @@ def test_a_stream_that_could_not_be_opened_for_a_while_is_read_from_its_first_by
     (the open fails), then readable: the next read starts from its first byte, so "cannot
     open" is resolved (audit stops asking for attention) and the bad lines in it are open.
     Then the ledger is what one sync of the files makes."""
-    reason = _can_drop_dac()
-    if reason:
-        pytest.skip(reason)
-    run_id = "20261129-181512.929654081-1"
-    home = tmp_path / "home"
-    run_dir = copy_run(CORPUS_HOME / "runs" / run_id, home / "runs" / run_id)
+    home, run_dir = _one_corpus_run_under_modes(tmp_path)
     stream = run_dir / "events.jsonl"
     bad_at = stream.stat().st_size
     with stream.open("ab") as out:
