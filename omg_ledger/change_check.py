@@ -34,6 +34,7 @@ from .discover import (
     home_lock_scopes,
     list_home_dir,
     list_run_dir,
+    open_directory,
     stat_or_none,
 )
 from .ingest import Problem, file_identity, run_stream_row_needs_reading
@@ -244,23 +245,35 @@ def read_plans(home_id: int, entries: Sequence) -> tuple[list[dict], list[Proble
     rows, problems = [], []
     for entry in entries:
         try:
-            listing: DirListing = list_run_dir(entry.path)
+            listing, graph_name = _read_plan_dir(entry.path, problems)
         except OSError as exc:
             problems.append(Problem(entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}"))
             continue
-        problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
-        graph_name = None
-        if "graph.json" in listing.names:
-            path = os.path.join(entry.path, "graph.json")
-            try:
-                graph_name = PARSERS["graph.json"](read_small_file(path).content).get("name")
-            except (UnreadableFile, BadSnapshot) as exc:
-                problems.append(Problem(path, 0, str(exc)))
         rows.append({"home_id": home_id, "plan_id": entry.run_id,
                      "has_graph_json": "graph.json" in listing.names,
                      "has_rejected": "rejected.json" in listing.names,
                      "graph_name": no_nul(graph_name) if isinstance(graph_name, str) else None, "gone": False})
     return rows, problems
+
+
+def _read_plan_dir(path: str, problems: list[Problem]) -> tuple[DirListing, object]:
+    """A plan directory's listing and its graph's name, read through one descriptor of it
+    (a directory swapped for a link meanwhile is never followed). Raises OSError when it
+    cannot be listed."""
+    dir_fd = open_directory(path)
+    try:
+        listing = list_run_dir(path, dir_fd)
+        problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
+        graph_name = None
+        if "graph.json" in listing.names:
+            graph_path = os.path.join(path, "graph.json")
+            try:
+                graph_name = PARSERS["graph.json"](read_small_file(graph_path, dir_fd).content).get("name")
+            except (UnreadableFile, BadSnapshot) as exc:
+                problems.append(Problem(graph_path, 0, str(exc)))
+        return listing, graph_name
+    finally:
+        os.close(dir_fd)
 
 
 def plans_to_write(rows: list[dict], existing: dict[str, dict]) -> tuple[list[dict], list[str]]:

@@ -127,11 +127,21 @@ def list_home_dir(parent: str) -> HomeDirListing:
     return HomeDirListing(entries, skipped, resolved)
 
 
-def stat_or_none(path: str) -> os.stat_result | None:
+def stat_or_none(path: str, dir_fd: int | None = None) -> os.stat_result | None:
+    """lstat of ``path``; with ``dir_fd``, of its last component in that open directory."""
     try:
+        if dir_fd is not None:
+            return os.stat(os.path.basename(path), dir_fd=dir_fd, follow_symlinks=False)
         return os.stat(path, follow_symlinks=False)
     except OSError:
         return None
+
+
+def open_directory(path: str) -> int:
+    """A descriptor of the directory ``path``, refused (ELOOP) when ``path`` is a symlink.
+    What is then read through it is that directory's, whatever its path names later: a
+    run directory swapped for a link while it is read is never followed."""
+    return os.open(path, DIRECTORY_FLAGS)
 
 
 def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int | None:
@@ -160,23 +170,43 @@ def _scan_directory(path: str) -> list[tuple[str, str]]:
     """(name, kind) of every entry of ``path``, kind one of "link", "dir", "file",
     "other". A ``path`` that is itself a symlink is refused (ELOOP), so a directory
     swapped for a link after it was listed is never read."""
-    fd = os.open(path, DIRECTORY_FLAGS)
+    fd = open_directory(path)
     try:
-        with os.scandir(fd) as it:
-            # Classified while the descriptor is open: where the file system gives no
-            # entry type, DirEntry stats relative to it.
-            return [(item.name, "link" if item.is_symlink() else "dir" if item.is_dir(follow_symlinks=False)
-                     else "file" if item.is_file(follow_symlinks=False) else "other") for item in it]
+        return _scan_open_directory(fd)
     finally:
         os.close(fd)
 
 
-def list_run_dir(path: str) -> DirListing:
+def _scan_open_directory(fd: int) -> list[tuple[str, str]]:
+    with os.scandir(fd) as it:
+        # Classified while the descriptor is open: where the file system gives no
+        # entry type, DirEntry stats relative to it.
+        return [(item.name, "link" if item.is_symlink() else "dir" if item.is_dir(follow_symlinks=False)
+                 else "file" if item.is_file(follow_symlinks=False) else "other") for item in it]
+
+
+def _scan_subdirectory(dir_fd: int, name: str) -> list[tuple[str, str]]:
+    fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+    try:
+        return _scan_open_directory(fd)
+    finally:
+        os.close(fd)
+
+
+def list_run_dir(path: str, dir_fd: int | None = None) -> DirListing:
+    """What the run directory ``path`` holds; with ``dir_fd``, read through that open
+    descriptor of it (``path`` names it in problems)."""
+    if dir_fd is None:
+        fd = open_directory(path)
+        try:
+            return list_run_dir(path, fd)
+        finally:
+            os.close(fd)
     names: set[str] = set()
     artifacts: set[str] = set()
     links: set[str] = set()
     damage: list[SkippedEntry] = []
-    for name, kind in _scan_directory(path):
+    for name, kind in _scan_open_directory(dir_fd):
         if kind == "file":
             if name.isascii() or is_utf8(name):  # isascii first: nearly every entry
                 names.add(name)
@@ -187,13 +217,13 @@ def list_run_dir(path: str) -> DirListing:
         elif name in CONTRACT_FILES:  # (ASCII names: one not UTF-8 is none of them)
             entry = os.path.join(path, name)
             try:
-                what = file_kind(os.stat(entry, follow_symlinks=False).st_mode)
+                what = file_kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
             except OSError as exc:
                 what = f"unreadable ({exc.strerror or exc})"
             damage.append(SkippedEntry(entry, f"{name} is {what}, not a regular file: not read"))
     failed: set[str] = set()
     try:
-        for name, kind in _scan_directory(os.path.join(path, "failed")):
+        for name, kind in _scan_subdirectory(dir_fd, "failed"):
             if name.endswith(".out") and kind == "file" and (name.isascii() or is_utf8(name)):
                 failed.add(name)
     except FileNotFoundError:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from . import feed
 from .bounds import shown
-from .discover import DirListing, list_run_dir, stat_or_none
+from .discover import DirListing, list_run_dir, open_directory, stat_or_none
 from .feed import parse_stream_line
 from .snapshot import (
     PARSERS,
@@ -111,7 +111,8 @@ class StreamRead:
             self.tail.close()
 
 
-def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, lazy: bool = False) -> StreamRead | None:
+def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, lazy: bool = False,
+                dir_fd: int | None = None) -> StreamRead | None:
     """New lines of one stream. None when the file does not exist (a fact, not damage:
     a run that said nothing yet, a runner that has not appended yet). ``lazy``: the
     lines are read while ``items`` is iterated (the file stays open until then)."""
@@ -121,7 +122,7 @@ def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, laz
     # problem of it (this one too) is looked at again.
     unopened = stored.without_file()
     try:
-        tail = TailReader(path, checkpoint, parse) if lazy else read_new_lines(path, checkpoint, parse)
+        tail = TailReader(path, checkpoint, parse, dir_fd) if lazy else read_new_lines(path, checkpoint, parse, dir_fd)
     except FileNotFoundError:
         return None
     except NotARegularFile as exc:
@@ -134,14 +135,14 @@ def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, laz
 
 
 def read_run_stream(path: str, checkpoint: Checkpoint | None, run_id: str | None = None,
-                    lazy: bool = False) -> StreamRead | None:
+                    lazy: bool = False, dir_fd: int | None = None) -> StreamRead | None:
     """A run's stream; with ``run_id``, a line naming another run is refused as a problem.
     ``lazy``: read while iterated (a stream may be gigabytes: it is never held whole)."""
     def parse(line: bytes, line_no: int, offset: int) -> object:
         # (A closure: a partial with a keyword builds a dict on every line.)
         return parse_stream_line(line, line_no, offset, run_id)
 
-    return read_stream(path, checkpoint, parse, "events.jsonl", lazy)
+    return read_stream(path, checkpoint, parse, "events.jsonl", lazy, dir_fd)
 
 
 def read_invocation_stream(path: str, checkpoint: Checkpoint | None) -> StreamRead | None:
@@ -165,9 +166,10 @@ class SnapshotRead:
     parsed: dict | None
 
 
-def read_snapshot_file(path: str, name: str, info: os.stat_result) -> tuple[SnapshotRead, Problem | None]:
+def read_snapshot_file(path: str, name: str, info: os.stat_result,
+                       dir_fd: int | None = None) -> tuple[SnapshotRead, Problem | None]:
     try:
-        small = read_small_file(path)
+        small = read_small_file(path, dir_fd)
     except UnreadableFile as exc:
         # Its identity is remembered, so an unchanged unreadable file is not re-reported.
         row = {"dev": info.st_dev, "inode": info.st_ino, "size": info.st_size, "mtime_ns": info.st_mtime_ns,
@@ -232,8 +234,14 @@ class RunDirRead:
 
 
 def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str, dict],
-                 file_infos: dict[str, os.stat_result | None], stream_changed: bool = True) -> RunDirRead:
-    """Read a run directory's new facts. Raises OSError when it cannot be listed.
+                 file_infos: dict[str, os.stat_result | None], stream_changed: bool = True,
+                 dir_fd: int | None = None) -> RunDirRead:
+    """Read a run directory's new facts. Raises OSError when it cannot be listed (or is a
+    symlink).
+
+    Every file is opened through one descriptor of the directory (``dir_fd``, or one
+    opened here): a directory swapped for a link to elsewhere while it is read is never
+    followed, whatever the timing.
 
     The stream is read lazily: its lines are parsed while ``stream.items`` is iterated
     (the caller stores them as they come, then calls ``finish_stream``).
@@ -243,12 +251,18 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
     ``stream_changed`` False: the stream's identity is what the checkpoint holds, so it
     is not read (a paused stream is not re-read line by line to find the same pause).
     """
-    listing = list_run_dir(path)
+    if dir_fd is None:
+        fd = open_directory(path)
+        try:
+            return read_run_dir(path, checkpoint, known_files, file_infos, stream_changed, fd)
+        finally:
+            os.close(fd)
+    listing = list_run_dir(path, dir_fd)
     problems = [Problem(os.path.join(path, name), 0, "symlink not followed (omg-ledger never leaves the home)")
                 for name in sorted(listing.symlinks)]
     problems.extend(Problem(item.path, 0, item.reason) for item in listing.damage)
     if stream_changed or checkpoint is None:
-        stream = read_run_stream(f"{path}/events.jsonl", checkpoint, os.path.basename(path), lazy=True)
+        stream = read_run_stream(f"{path}/events.jsonl", checkpoint, os.path.basename(path), lazy=True, dir_fd=dir_fd)
     else:
         stream = StreamRead(None, checkpoint)
     stream_problems_at = len(problems)
@@ -257,7 +271,7 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
         previous = known_files.get(name)
         file_path = os.path.join(path, name)
         # Not in the listing: not stat-ed (absent whatever a stat would say).
-        info = ((file_infos[name] if name in file_infos else stat_or_none(file_path))
+        info = ((file_infos[name] if name in file_infos else stat_or_none(file_path, dir_fd))
                 if name in listing.names else None)
         if info is None:
             if previous is not None:
@@ -265,7 +279,7 @@ def read_run_dir(path: str, checkpoint: Checkpoint | None, known_files: dict[str
             continue
         if previous is not None and file_identity(info) == stored_identity(previous):
             continue
-        read, problem = read_snapshot_file(file_path, name, info)
+        read, problem = read_snapshot_file(file_path, name, info, dir_fd)
         files[name] = read
         if problem is not None:
             problems.append(problem)

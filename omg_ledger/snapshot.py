@@ -54,10 +54,12 @@ class UnreadableFile(OSError):
     """The file exists but cannot be read as a regular file."""
 
 
-def read_small_file(path: str) -> SmallFile:
-    """Read a whole file read-only, refusing symlinks, FIFOs and directories."""
+def read_small_file(path: str, dir_fd: int | None = None) -> SmallFile:
+    """Read a whole file read-only, refusing symlinks, FIFOs and directories; with
+    ``dir_fd``, ``path``'s last component in that open directory."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path if dir_fd is None else os.path.basename(path),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         raise UnreadableFile(f"cannot open: {exc.strerror or exc}") from exc
     try:

@@ -132,12 +132,14 @@ def _unseen(info: os.stat_result | None, stored: tuple, paused_schema: int | Non
     return identity(info) != stored
 
 
-def open_regular(path: str) -> int:
-    """Open read-only a regular file, refusing symlinks and never opening a FIFO."""
-    info = os.lstat(path)
+def open_regular(path: str, dir_fd: int | None = None) -> int:
+    """Open read-only a regular file, refusing symlinks and never opening a FIFO; with
+    ``dir_fd``, ``path``'s last component in that open directory."""
+    name = path if dir_fd is None else os.path.basename(path)
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISREG(info.st_mode):
         raise NotARegularFile(f"{path} is not a regular file")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between lstat and open
         os.close(fd)
         raise NotARegularFile(f"{path} is not a regular file")
@@ -341,9 +343,10 @@ class TailReader:
     when it cannot be read. The file stays open until the iteration ends or ``close``.
     """
 
-    def __init__(self, path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> None:
+    def __init__(self, path: str, checkpoint: Checkpoint | None, parse: ParseLine,
+                 dir_fd: int | None = None) -> None:
         self.fd: int | None = None
-        self.fd = open_regular(path)
+        self.fd = open_regular(path, dir_fd)
         try:
             self.info = os.fstat(self.fd)
             self.resume = where_to_resume(self.fd, self.info, checkpoint)
@@ -429,14 +432,14 @@ class TailReader:
         self.bytes_read = lines.bytes_read
 
 
-def read_new_lines(path: str, checkpoint: Checkpoint | None, parse: ParseLine) -> TailRead:
+def read_new_lines(path: str, checkpoint: Checkpoint | None, parse: ParseLine, dir_fd: int | None = None) -> TailRead:
     """Read what was appended to ``path`` since ``checkpoint``, every item in one list
     (a runner stream's lines are small; a run stream is read lazily, TailReader).
 
     Raises FileNotFoundError when there is no file, NotARegularFile or OSError when it
     cannot be read (the caller records that as a problem and keeps the checkpoint).
     """
-    reader = TailReader(path, checkpoint, parse)
+    reader = TailReader(path, checkpoint, parse, dir_fd)
     items = list(reader)
     assert reader.checkpoint is not None
     return TailRead(items, reader.problems, reader.replace, reader.checkpoint, reader.bytes_read)

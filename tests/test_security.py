@@ -4,6 +4,7 @@ terminal, and user input never becomes SQL."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -18,7 +19,7 @@ from omg_ledger.db import open_ledger
 from omg_ledger.errors import RunNotFound
 from omg_ledger.reports.runs import list_runs, show_run
 
-from .builders import copy_run
+from .builders import copy_run, write_run
 from .conftest import CORPUS_HOME
 from .fswatch import watch_tree
 
@@ -181,3 +182,59 @@ def test_a_run_named_like_sql_is_just_a_name(tmp_path):
     ok(cli("sync", "--db", db, "--home", home))
     assert json.loads(ok(cli("show", "--db", db, "--json", "--", name)).stdout)["run_id"] == name
     assert len(json.loads(ok(cli("runs", "--db", db, "--json")).stdout)) == 2
+
+
+def _swapped_for_a_link(run_dir: Path, decoy: Path) -> None:
+    """The run directory moved away and a symlink to ``decoy`` put at its path."""
+    run_dir.rename(run_dir.with_name(run_dir.name + ".moved"))
+    run_dir.symlink_to(decoy, target_is_directory=True)
+
+
+def test_a_run_directory_swapped_for_a_link_while_it_is_read_is_never_followed(tmp_path):
+    """Once a run directory is opened, everything read of it is that directory's: its
+    listing, failed/, state.json and events.jsonl. A symlink put at its path meanwhile
+    (to a directory of someone else's files) is never followed: each file is opened
+    relative to the directory's descriptor, not by its path again."""
+    from omg_ledger.discover import open_directory
+    from omg_ledger.ingest import read_run_dir
+
+    home = tmp_path / "home"
+    run_id = "20261129-101500.000000001-1"
+    start = {"schema": 3, "ts": TS, "event": "run_started"}
+    run_dir = write_run(home, run_id, [start], state={"graph": {"name": "mine", "version": "1", "nodes": []}},
+                        extra={"a.out": "x", "failed/a.out": "y"})
+    decoy = write_run(tmp_path / "elsewhere", run_id, [start, {**start, "event": "run_finished"}],
+                      state={"graph": {"name": "SECRET", "version": "1", "nodes": []}},
+                      extra={"b.out": "x", "failed/b.out": "y"})
+
+    dir_fd = open_directory(str(run_dir))
+    try:
+        _swapped_for_a_link(run_dir, decoy)
+        read = read_run_dir(str(run_dir), None, {}, {}, dir_fd=dir_fd)
+        lines = [item.raw for item in read.stream.items]
+        read.finish_stream()
+        read.stream.close()
+    finally:
+        os.close(dir_fd)
+
+    assert read.listing.artifacts == {"a.out"}
+    assert read.listing.failed_outputs == {"a.out"}
+    state = read.files["state.json"]
+    assert "mine" in state.row["content"] and "SECRET" not in state.row["content"]
+    assert state.row["inode"] == (run_dir.with_name(run_id + ".moved") / "state.json").stat().st_ino
+    assert [orjson.loads(line)["event"] for line in lines] == ["run_started"]
+    assert read.problems == []
+
+
+def test_a_run_directory_that_is_a_link_when_opened_is_refused(tmp_path):
+    """The other side of the race: a path that already is a link is not opened at all."""
+    from omg_ledger.ingest import read_run_dir
+
+    run_id = "20261129-101500.000000001-1"
+    run_dir = write_run(tmp_path / "home", run_id, [{"schema": 3, "ts": TS, "event": "run_started"}])
+    decoy = write_run(tmp_path / "elsewhere", run_id, [{"schema": 3, "ts": TS, "event": "run_started"}],
+                      state={"graph": "SECRET"})
+    _swapped_for_a_link(run_dir, decoy)
+    with pytest.raises(OSError) as raised:
+        read_run_dir(str(run_dir), None, {}, {})
+    assert raised.value.errno in (errno.ELOOP, errno.ENOTDIR)  # (O_DIRECTORY | O_NOFOLLOW on a link: ENOTDIR on Linux)
