@@ -69,11 +69,17 @@ def read_small_file(path: str, dir_fd: int | None = None) -> SmallFile:
         if info.st_size > MAX_SNAPSHOT_BYTES:
             raise UnreadableFile(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
         chunks = []
-        while True:
-            data = os.read(fd, 1 << 20)
+        # The cap holds for what is read too: a file growing while it is read (or one whose
+        # size says less than it holds) is never taken into memory past it.
+        left = MAX_SNAPSHOT_BYTES + 1
+        while left > 0:
+            data = os.read(fd, min(1 << 20, left))
             if not data:
                 break
             chunks.append(data)
+            left -= len(data)
+        if left <= 0:
+            raise UnreadableFile(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
         content = b"".join(chunks)
     except OSError as exc:
         if isinstance(exc, UnreadableFile):

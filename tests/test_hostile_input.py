@@ -920,3 +920,20 @@ def test_property_mutated_real_lines_through_sync(property_ledger, case):
             assert offset in problems
         if offset in offsets:
             assert offset not in problems
+
+
+def test_a_json_file_holding_more_than_its_size_says_is_read_no_further_than_the_cap(monkeypatch):
+    """The size cap on a run's JSON files holds for the bytes read, not only for the size
+    fstat gave before reading: a state.json growing while it is read cannot take memory
+    past it. A /proc file is a real regular file whose size (0) says less than it holds."""
+    from omg_ledger import snapshot
+
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        pytest.fail("this test needs Linux's /proc")
+    assert os.stat(status).st_size == 0 and len(status.read_bytes()) > 64
+    monkeypatch.setattr(snapshot, "MAX_SNAPSHOT_BYTES", 64)
+    with pytest.raises(snapshot.UnreadableFile, match="larger than 64 bytes"):
+        snapshot.read_small_file(str(status))
+    monkeypatch.setattr(snapshot, "MAX_SNAPSHOT_BYTES", 1 << 20)
+    assert b"Pid:" in snapshot.read_small_file(str(status)).content  # within the cap: read whole
