@@ -496,7 +496,7 @@ class _HomeSync:
         self._next_pk: int | None = None  # the next new run's key, when this writer assigns them
         self._work: WorkFiles | None = None  # the pool's work files, while a pool runs
         self._copy_inside = False  # whether they are attached to the ledger (SQLite) or read back
-        self._received: list[tuple[str, PreparedRun, int]] = []  # the batch's runs from the pool, to write
+        self._received: list[tuple[str, PreparedRun]] = []  # the batch's runs from the pool, to write
         self._received_rows = 0  # their rows, in the work files
         self._to_settle: set[str | None] = set()
         self._in_batch = 0  # changed runs in the open batch
@@ -638,6 +638,7 @@ class _HomeSync:
     def _sync_run(self, run_id: str, path: str, known: Known | None, new_pk: int | None = None) -> None:
         """The change check: stat calls only, unless something may have changed.
         ``new_pk``: the key a new run was given beforehand (a pool's run read here)."""
+        now_ns = self.clock_ns()  # before the directory is looked at: what its mtime is judged against
         look = look_at(path, known)
         if look is None or not look.changed:
             return  # unchanged, or vanished between listing and now (the next sync marks it gone)
@@ -660,7 +661,7 @@ class _HomeSync:
         if new_pk is not None:
             self._writer()
             self._next_pk = new_pk
-        self._store_run(run_id, path, known, read, look.dir_info, look.failed_info)
+        self._store_run(run_id, path, known, read, look.dir_info, look.failed_info, now_ns)
         if moved_from is not None and self._has_open_problems_under(moved_from):
             resolve_moved_run_problems(self._writer(), known.run_pk, moved_from, self.now)
 
@@ -708,7 +709,7 @@ class _HomeSync:
         paths = context.SimpleQueue()
         for path in self._work.paths:
             paths.put(path)
-        return _Pool(context, workers, paths, tables)
+        return _Pool(context, workers, paths, tables, self.clock_ns)
 
     def _store_prepared(self, run_id: str, path: str, prepared) -> None:
         """A new run as a worker read and derived it (see _prepare_new_run): its rows
@@ -733,7 +734,7 @@ class _HomeSync:
             # may be before this run's rows were committed there.
             self._commit()
         self._work.receive(prepared.work_file, prepared.ends)
-        self._received.append((path, prepared, self.clock_ns()))
+        self._received.append((path, prepared))
         self._received_rows += prepared.rows
         self._to_settle.add(prepared.stream_identity)
         self.report.events_derived += prepared.events_walked
@@ -760,10 +761,10 @@ class _HomeSync:
             for path, table, after, upto in self._work.not_copied(tables):
                 insert_rows(conn, table, self._work.rows(path, table, after, upto))
         pending = self._pending
-        for path, prepared, now_ns in self._received:
+        for path, prepared in self._received:
             run_pk = prepared.run_pk
             pending.add("ingest_state", [row_of(conn, "ingest_state", {
-                "run_pk": run_pk, **_dir_cache(path, prepared.dir_info, prepared.failed_info, now_ns,
+                "run_pk": run_pk, **_dir_cache(path, prepared.dir_info, prepared.failed_info, prepared.looked_at_ns,
                                                prepared.problems)})])
             for problem in prepared.problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
@@ -774,17 +775,17 @@ class _HomeSync:
         self._received_rows = 0
 
     def _store_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
-                   dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
-        """Write one changed run into the open batch."""
+                   dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int) -> None:
+        """Write one changed run into the open batch (``now_ns``: the clock before its
+        directory was looked at)."""
         try:
-            self._store_read_run(run_id, path, known, read, dir_info, failed_info)
+            self._store_read_run(run_id, path, known, read, dir_info, failed_info, now_ns)
         finally:
             if read.stream is not None:
                 read.stream.close()
 
     def _store_read_run(self, run_id: str, path: str, known: Known | None, read: RunDirRead,
-                        dir_info: os.stat_result, failed_info: os.stat_result | None) -> None:
-        now_ns = self.clock_ns()
+                        dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int) -> None:
         conn = self._writer()
         # Every row of the run goes to the batch's held-back rows (written out when they
         # pass their bound, so a huge run's memory stays bounded), in the batch's one
@@ -1142,12 +1143,14 @@ class _Pool:
     theirs to use), only their work file. A worker that dies (kill -9, the OOM killer)
     is noticed (the executor breaks), never waited for."""
 
-    def __init__(self, context, workers: int, paths, tables: dict[str, list[str]]) -> None:
+    def __init__(self, context, workers: int, paths, tables: dict[str, list[str]],
+                 clock_ns: Callable[[], int]) -> None:
+        # (Forked: the clock, a test's lambda too, is inherited, never pickled.)
         from concurrent.futures import ProcessPoolExecutor
 
         self.workers = workers
         self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started,
-                                             initargs=(paths, tables))
+                                             initargs=(paths, tables, clock_ns))
 
     def submit(self, jobs: list):
         return self._executor.submit(_prepare_new_runs, jobs)
@@ -1202,12 +1205,13 @@ def _prepare_new_runs(jobs: list[tuple[str, str, int, str, int]]) -> list:
 
 class _Worker:
     work_file: WorkFile
+    clock_ns: Callable[[], int]
 
 
 _WORKER = _Worker()
 
 
-def _worker_started(paths, tables: dict[str, list[str]]) -> None:
+def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], int]) -> None:
     """In a pool worker: its work file; Ctrl-C and SIGTERM (sent to the whole process
     group by a terminal, `timeout` or a service manager) are the writer's to handle (it
     ends the pool), and a worker dies with the writer (kill -9 included) instead of
@@ -1222,6 +1226,7 @@ def _worker_started(paths, tables: dict[str, list[str]]) -> None:
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     _WORKER.work_file = WorkFile(paths.get(), tables)
+    _WORKER.clock_ns = clock_ns
 
 
 @dataclass
@@ -1247,6 +1252,7 @@ class PreparedRun:
     ``work_file``, whose tables end at ``ends`` after this run's rows."""
 
     run_pk: int
+    looked_at_ns: int  # the clock before its directory was looked at (the writer gets it later)
     work_file: str
     ends: dict[str, int]
     rows: int  # of them, this run's
@@ -1265,6 +1271,7 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
     run's rows come from what is read alone). Returns None (vanished), the OSError that
     kept its directory from being listed, ReadInline, NotIndexed, or a PreparedRun."""
     run_id, path, home_id, source, run_pk = job
+    looked_at_ns = _WORKER.clock_ns()
     look = look_at(path, None)
     if look is None:
         return None
@@ -1297,7 +1304,7 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
         row_count = sum(len(table_rows) for table_rows in collected.rows.values())
         problems = read.problems + _derived_problems(path, rows)
         return PreparedRun(
-            run_pk=run_pk, work_file=work_file.path, ends=ends, rows=row_count, dir_info=look.dir_info,
+            run_pk=run_pk, looked_at_ns=looked_at_ns, work_file=work_file.path, ends=ends, rows=row_count, dir_info=look.dir_info,
             failed_info=look.failed_info, stream_identity=rows.run["stream_identity"], problems=problems,
             not_reread=_not_reread(path, read, None), events_walked=rows.events_walked, new_events=new_events,
             bytes_read=stream.bytes_read if stream else 0)

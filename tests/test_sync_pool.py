@@ -8,6 +8,7 @@ nothing committed and leaves nothing half-written."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -564,3 +565,33 @@ def test_with_no_room_for_work_files_the_runs_are_read_by_the_writer(scale_home,
         engine.dispose()
     assert (report.runs_changed, report.problems) == (SCALE_RUNS, [])
     assert ours == reference, diff(ours, reference)
+
+
+def test_a_directory_a_worker_looked_at_in_its_racy_window_is_looked_at_again_however_late_the_writer_gets_it(
+        tmp_path):
+    """A directory's mtime is remembered only when it was old enough at the moment the
+    directory was looked at (an entry made in the same clock tick right after the listing
+    leaves the mtime as it was). A worker's run reaches the writer later, here 9.5 s of
+    the clock later: judged by the writer's clock, the racy mtime passed as old, and a
+    state.json made in its tick was never seen by any later sync."""
+    from .builders import write_run
+
+    home = tmp_path / "home"
+    run_id = "20261129-101500.000000001-1"
+    run_dir = write_run(home, run_id, [{"schema": 3, "ts": "2026-11-29T10:15:00Z", "event": "run_started"}])
+    mtime = os.stat(run_dir).st_mtime_ns
+    writer = os.getpid()
+    engine = open_ledger(str(tmp_path / "ledger.sqlite"))
+    # The clock of whoever asks: a worker, half a second after the directory changed; the writer, 10 s after.
+    report = sync(engine, [Home.from_path(str(home), "h")], workers=2,
+                  clock_ns=lambda: mtime + (10 if os.getpid() == writer else 0.5) * 10**9)
+    assert report.runs_changed == 1
+
+    # state.json made in the same tick as the listing: the directory's mtime is what it was.
+    (run_dir / "state.json").write_text(json.dumps({"schema": 3, "run_id": run_id, "status": "running"}))
+    os.utime(run_dir, ns=(mtime, mtime))
+    report = sync(engine, [Home.from_path(str(home), "h")], workers=0, clock_ns=lambda: mtime + 20 * 10**9)
+    with engine.connect() as conn:
+        has_state = conn.exec_driver_sql("SELECT has_state FROM runs WHERE run_id = ?", (run_id,)).scalar_one()
+    engine.dispose()
+    assert report.runs_changed == 1 and has_state
