@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .render import inert
+from .render import inert, limit_places
 from .units import format_usd
 
 PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
@@ -179,13 +179,17 @@ def _limits(limits: dict | None) -> str:
     if not limits:
         return '<h2>Spend limits</h2><p class=muted>no limits set (--limit, or [limits] in ' \
                "config.toml in omg-ledger's config directory)</p>"
-    rows = "".join(
-        f'<tr data-limit="{esc(i["limit"])}"><td><code>{esc(i["limit"])}</code></td>'
-        f'<td>{esc(i["period_start"][:10])} ({esc(i["period"])})</td>'
-        f'<td class="n" data-nano-usd="{i["spent_nano_usd"]}">{esc(format_usd(i["spent_nano_usd"]))}</td>'
-        + (f'<td class="n">~{esc(format_usd(i["estimated_nano_usd"]))}</td>' if limits["estimate"] else "")
-        + f'<td class="n">{esc(format_usd(i["limit_nano_usd"]))}</td>'
-        f'<td>{"EXCEEDED" if i["breach"] else "ok"}</td></tr>' for i in limits["limits"])
+
+    def row(i: dict) -> str:
+        places = limit_places(i)
+        return (f'<tr data-limit="{esc(i["limit"])}"><td><code>{esc(i["limit"])}</code></td>'
+                f'<td>{esc(i["period_start"][:10])} ({esc(i["period"])})</td>'
+                f'<td class="n" data-nano-usd="{i["spent_nano_usd"]}">{esc(format_usd(i["spent_nano_usd"], places))}</td>'
+                + (f'<td class="n">~{esc(format_usd(i["estimated_nano_usd"], places))}</td>' if limits["estimate"] else "")
+                + f'<td class="n">{esc(format_usd(i["limit_nano_usd"], places))}</td>'
+                f'<td>{"EXCEEDED" if i["breach"] else "ok"}</td></tr>')
+
+    rows = "".join(row(i) for i in limits["limits"])
     head = "<tr><th>limit</th><th>period</th><th class=n>known spend</th>" \
            + ("<th class=n>estimate</th>" if limits["estimate"] else "") + "<th class=n>limit</th><th></th></tr>"
     return f'<h2>Spend limits <span class="muted">at {esc(limits["at"])}</span></h2>' \

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 
-from .units import format_usd
+from .units import format_usd, places_showing_above
 
 # What a terminal acts on instead of showing: C0 (tab and newline too, in a field),
 # DEL, C1, the bidi controls, and the Unicode line and paragraph separators.
@@ -633,6 +633,16 @@ def sql_csv(result: dict) -> str:
 # -- limits ---------------------------------------------------------------------------
 
 
+def limit_places(item: dict) -> int:
+    """Decimals a limit's figures are shown with: four, or as many more as an exceeded
+    limit needs so that its spend never reads level with it (equal is not over)."""
+    if item["exceeded"]:
+        return places_showing_above(item["limit_nano_usd"], [item["spent_nano_usd"]])
+    if item["breach"]:  # exceeded with the estimate
+        return places_showing_above(item["limit_nano_usd"], [item["spent_nano_usd"], item["estimated_nano_usd"]])
+    return 4
+
+
 def limits_table(report: dict) -> str:
     """Every limit with its spend so far; the breach lines are printed before it by the caller."""
     if not report["limits"]:
@@ -643,12 +653,13 @@ def limits_table(report: dict) -> str:
     headers += ["LIMIT USD", "STATUS"]
     body = []
     for item in report["limits"]:
+        places = limit_places(item)
         cells = [safe(item["limit"]), f"{item['period_start'][:10]} ({item['period']})",
-                 format_usd(item["spent_nano_usd"]), str(item["unpriced_invocations"])]
+                 format_usd(item["spent_nano_usd"], places), str(item["unpriced_invocations"])]
         if report["estimate"]:
-            cells.append(f"~{format_usd(item['estimated_nano_usd'])}")
+            cells.append(f"~{format_usd(item['estimated_nano_usd'], places)}")
         status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
-        body.append([*cells, format_usd(item["limit_nano_usd"]), status])
+        body.append([*cells, format_usd(item["limit_nano_usd"], places), status])
     right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
     text = (f"spend limits at {when_local(report['at'])} (periods in {report['tz']})\n"
             + table(headers, body, right=right))

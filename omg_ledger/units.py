@@ -43,7 +43,20 @@ def format_usd(nanos: int | None, places: int = 4) -> str:
     if nanos is None:
         return "unknown"
     quantum = Decimal(1).scaleb(-places)
-    return "$" + str((Decimal(nanos) / NANOS_PER_USD).quantize(quantum, ROUND_HALF_EVEN))
+    return "$" + format((Decimal(nanos) / NANOS_PER_USD).quantize(quantum, ROUND_HALF_EVEN), "f")  # never 0E-8
+
+
+def places_showing_above(limit: int, amounts: list[int], places: int = 4) -> int:
+    """The decimals at which ``amounts``, each rounded as format_usd shows it, still add up
+    to more than ``limit`` shown alike: ``places``, or more where rounding would make
+    figures over a limit read level with it (at 9 they are exact nano-dollars)."""
+    def shown(nanos: int, at: int) -> Decimal:
+        return (Decimal(nanos) / NANOS_PER_USD).quantize(Decimal(1).scaleb(-at), ROUND_HALF_EVEN)
+
+    for at in range(places, 9):
+        if sum(shown(n, at) for n in amounts) > shown(limit, at):
+            return at
+    return 9
 
 
 class BadTimestamp(ValueError):

@@ -185,6 +185,33 @@ def test_exceeded_is_above_the_limit_known_then_with_estimate(db_url, scenario_h
                                      "known spend"]
 
 
+def test_a_limit_exceeded_by_less_than_a_hundredth_of_a_cent_never_reads_level_with_it(db_url, scenario_home,
+                                                                                        tmp_path):
+    # Sunday's $0.4214 is over a limit of $0.42139999 by one nano-dollar: at four decimals
+    # both read $0.4214, a breach that looks like spend equal to its limit (which is not
+    # over it). The figures of an exceeded limit get the decimals that show them apart.
+    engine = ledger(db_url, scenario_home)
+    over = check_limits(engine, [parse_limit("day=0.42139999"), parse_limit("month=800")], tz="UTC",
+                        now=SUNDAY_EVENING)
+    assert over["breaches"] == ["LIMIT EXCEEDED: day: $0.42140000 known spend of $0.42139999 (day from 2026-11-29 "
+                                "in UTC); 2 unpriced invocation(s) not in the known spend"]
+    rows = render.limits_table(over).splitlines()[3:5]
+    assert rows[0].split()[3:] == ["$0.42140000", "2", "$0.42139999", "EXCEEDED"]
+    assert rows[1].split()[3:] == ["$0.4514", "2", "$800.0000", "ok"]  # one not exceeded keeps four
+    # Known $0 + ~$0.0083 estimated against $0.00829999: over by a nano-dollar too.
+    estimated = check_limits(engine, [parse_limit("runtime:codex/day=0.00829999")], tz="UTC", now=SUNDAY_EVENING,
+                             prices=book())
+    assert estimated["breaches"] == ["LIMIT EXCEEDED: runtime:codex/day: $0.00000000 known + ~$0.00830000 "
+                                     "estimated of $0.00829999 (day from 2026-11-29 in UTC); 2 unpriced "
+                                     "invocation(s) not in the known spend"]
+    assert render.limits_table(estimated).splitlines()[3].split()[3:] == [
+        "$0.00000000", "2", "~$0.00830000", "$0.00829999", "EXCEEDED", "with", "estimate"]
+    page = tmp_path / "report.html"
+    run(["report", "--db", db_url, "--html", str(page), "--tz", "UTC", "--limit", "day=0.42139999"])
+    row = page.read_text(encoding="utf-8").split('<tr data-limit="day">')[1].split("</tr>")[0]
+    assert ">$0.42140000<" in row and ">$0.42139999<" in row
+
+
 # -- the command line: OMG_LEDGER_NOW fixes the instant ----------------------------------------
 
 

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from ..limits import Limit
 from ..prices import PriceBook
+from ..render import limit_places
 from ..units import format_usd
 from .cost import cost_report, current_period, zone_named
 
@@ -35,13 +36,14 @@ def _in_scope(limit: Limit, report: dict) -> dict:
 
 
 def _breach_line(item: dict) -> str:
-    spent = format_usd(item["spent_nano_usd"])
-    of = format_usd(item["limit_nano_usd"])
+    places = limit_places(item)
+    spent = format_usd(item["spent_nano_usd"], places)
+    of = format_usd(item["limit_nano_usd"], places)
     period = f"{item['period']} from {item['period_start'][:10]} in {item['tz']}"
     if item["exceeded"]:
         text = f"LIMIT EXCEEDED: {item['limit']}: {spent} known spend of {of} ({period})"
     else:
-        text = (f"LIMIT EXCEEDED: {item['limit']}: {spent} known + ~{format_usd(item['estimated_nano_usd'])} "
+        text = (f"LIMIT EXCEEDED: {item['limit']}: {spent} known + ~{format_usd(item['estimated_nano_usd'], places)} "
                 f"estimated of {of} ({period})")
     if item["unpriced_invocations"]:
         text += f"; {item['unpriced_invocations']} unpriced invocation(s) not in the known spend"
