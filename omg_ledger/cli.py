@@ -1321,8 +1321,14 @@ def metrics(db, output) -> None:
         write_atomic(output, text)
     else:
         out = _stdout()
+        binary = getattr(out, "buffer", None)
         with _writing_stdout():
-            out.write(text)
+            if binary is None:
+                out.write(text)
+                return
+            # The exposition format is UTF-8 whatever the locale says, as a --output file is.
+            out.flush()
+            binary.write(text.encode("utf-8"))
 
 
 SQL_TIMEOUT_S = 60.0

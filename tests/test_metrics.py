@@ -168,3 +168,28 @@ def test_output_through_a_symlink_replaces_the_file_it_names(sqlite_url, corpus_
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert real.read_text() == invoke("metrics", "--db", sqlite_url)
     assert os.listdir(real.parent) == ["omg.prom"] and os.listdir(link.parent) == ["omg.prom"]
+
+
+def test_stdout_is_utf_8_whatever_the_locale_says(sqlite_url, tmp_path):
+    """The exposition format is UTF-8. In a Latin-1 locale `metrics > omg.prom` wrote
+    graph="caf\\xe9": invalid UTF-8, so node_exporter refused the whole file."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000001-1"
+    write_run(home, run_id, [
+        ev(run_id, t("10:00:00"), "run_started"),
+        ev(run_id, t("10:00:01"), "node_started", node_id="n"),
+        passed(run_id, t("10:00:02"), "n", 0.25, provenance="exit-only"),
+        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, "café", {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+    ledger(sqlite_url, home)
+    target = tmp_path / "omg.prom"
+    invoke("metrics", "--db", sqlite_url, "--output", str(target))
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "metrics", "--db", sqlite_url],
+                            capture_output=True, timeout=120, env={**os.environ, "PYTHONIOENCODING": "latin-1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == target.read_bytes()
+    families = parse(result.stdout.decode("utf-8"))
+    assert by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph") == {("claude", "café"): 0.25}
