@@ -8,7 +8,7 @@ import os
 from collections import Counter, defaultdict
 
 from click.testing import CliRunner
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families, text_string_to_metric_families
 
 from omg_ledger.cli import main
 from omg_ledger.status import STATUSES
@@ -193,3 +193,36 @@ def test_stdout_is_utf_8_whatever_the_locale_says(sqlite_url, tmp_path):
     assert result.stdout == target.read_bytes()
     families = parse(result.stdout.decode("utf-8"))
     assert by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph") == {("claude", "café"): 0.25}
+
+
+def test_control_and_bidi_characters_in_labels_are_visible_escapes(sqlite_url, tmp_path):
+    """A graph name is run text (an `auto` run's planner writes it): written raw, its ESC
+    drove the terminal of whoever ran `omg-ledger metrics`, and its CR split the sample's
+    line for a reader that opens the file as text (Python's open()), which then refused it.
+    Such characters become the escapes every table shows (render.inert); a line feed, a
+    quote and a backslash stay the format's own escapes. Two names that show alike (a BEL,
+    and a backslash, x, 0, 7 typed out) are one series: two samples of one label set would
+    make a scrape refuse the whole file."""
+    home = tmp_path / "home"
+    names = {"20261129-100000.000000001-1": 'deploy\x1b]0;owned\x07\r\u202e\u2028"\\\nend',
+             "20261129-110000.000000001-1": "bell\x07", "20261129-120000.000000001-1": "bell\\x07"}
+    for run_id, name in names.items():
+        hour = run_id[9:11]
+        write_run(home, run_id, [
+            ev(run_id, t(f"{hour}:00:00"), "run_started"),
+            ev(run_id, t(f"{hour}:00:01"), "node_started", node_id="n"),
+            passed(run_id, t(f"{hour}:00:02"), "n", 0.25, provenance="exit-only"),
+            ev(run_id, t(f"{hour}:00:03"), "run_finished", outcome="passed"),
+        ], state(run_id, name, {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+    ledger(sqlite_url, home)
+    text = invoke("metrics", "--db", sqlite_url)
+    assert not any(c in text for c in "\x1b\x07\r\u202e\u2028")
+    target = tmp_path / "omg.prom"
+    invoke("metrics", "--db", sqlite_url, "--output", str(target))
+    with open(target, encoding="utf-8") as handle:  # universal newlines, as a Python reader opens it
+        families = {f.name: f for f in text_fd_to_metric_families(handle)}
+    shown = 'deploy\\x1b]0;owned\\x07\\x0d\\u202e\\u2028"\\\nend'
+    assert by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph") == {
+        ("claude", shown): 0.25, ("claude", "bell\\x07"): 0.5}
+    assert by_labels(families["omg_ledger_invocations"], "runtime", "graph") == {
+        ("claude", shown): 1, ("claude", "bell\\x07"): 2}

@@ -8,7 +8,8 @@ downwards, which a counter must never do.
 * ``omg_ledger_known_spend_usd{runtime,graph}``, ``omg_ledger_invocations{runtime,graph}``,
   ``omg_ledger_unpriced_invocations{runtime,graph}`` — from the charges table. ``runtime``
   is ``(no snapshot)`` for a run that never wrote state.json, ``graph`` ``(no graph)``
-  for one with no graph (the keys ``cost --by runtime`` and ``--by node`` use).
+  for one with no graph (the keys ``cost --by runtime`` and ``--by node`` use, as the
+  tables show them: a control or bidi character as an escape such as ``\\x1b``).
 * ``omg_ledger_runs{status}`` — runs by their live status now (every status, 0 included).
 * ``omg_ledger_abandoned_runs`` — ABANDONED runs now (each may have an orphan spending).
 * ``omg_ledger_open_problems`` — recorded input problems still open (not resolved by a later sync).
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..backend import reading
 from ..invocations import parse_rfc3339
+from ..render import inert
 from ..status import ABANDONED, STATUSES
 from ..units import NANOS_PER_USD, instant_to_us, summed
 from .cost import exact_sum, joined_sum
@@ -37,6 +39,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 NO_SNAPSHOT = "(no snapshot)"
+
+
+def _shown(name: str) -> str:
+    """A name as its label holds it: run text never drives a terminal, nor splits a line
+    for a reader with universal newlines, so controls and bidi characters are the escapes
+    every table shows (render.inert); a line feed stays, for the format's own escape."""
+    return inert(name, keep_newlines=True)
 
 
 def _label_value(text: str) -> str:
@@ -73,23 +82,32 @@ def collect(engine: Engine) -> list[dict]:
     """Metric families: {name, help, samples: [(labels dict, value text)]}. Read through
     the DB-API, like `runs` (a scrape every few seconds need not import SQLAlchemy)."""
     with reading(engine) as reader:
-        groups = sorted(reader.dicts(_SPEND_SQL), key=lambda g: (g["runtime"], g["graph"]))
+        # Names that show alike are one series (a scrape refuses two samples of one label set).
+        groups: dict[tuple[str, str], list[int]] = {}  # (runtime, graph) -> known nanos, invocations, unpriced
+        for g in reader.dicts(_SPEND_SQL):
+            into = groups.setdefault((_shown(g["runtime"]), _shown(g["graph"])), [0, 0, 0])
+            into[0] += joined_sum(g["known_hi"], g["known_lo"], g["known_odd"])
+            into[1] += int(g["invocations"])
+            into[2] += summed(g["unpriced"])
         problems = reader.scalar("SELECT COUNT(*) FROM problems WHERE resolved_at IS NULL") or 0
         newest_us = reader.scalar("SELECT MAX(last_event_at_us) FROM runs")
-        synced = list(reader.rows("SELECT label, last_synced_at FROM homes WHERE last_synced_at IS NOT NULL "
-                                  "ORDER BY label"))
+        synced: dict[str, int] = {}  # home -> its last sync; of homes that show alike, the oldest
+        for label, at in reader.rows("SELECT label, last_synced_at FROM homes WHERE last_synced_at IS NOT NULL"):
+            us = instant_to_us(parse_rfc3339(at))
+            synced[_shown(label)] = min(us, synced.get(_shown(label), us))
     statuses = Counter(run["status"] for run in iter_runs(engine))
 
-    def by_group(value) -> list:
-        return [({"runtime": g["runtime"], "graph": g["graph"]}, value(g)) for g in groups]
+    def by_group(field: int, text) -> list:
+        return [({"runtime": runtime, "graph": graph}, text(sums[field]))
+                for (runtime, graph), sums in sorted(groups.items())]
 
     families = [
         {"name": "omg_ledger_known_spend_usd", "help": "Known spend in US dollars (unpriced invocations not included).",
-         "samples": by_group(lambda g: _usd(joined_sum(g["known_hi"], g["known_lo"], g["known_odd"])))},
+         "samples": by_group(0, _usd)},
         {"name": "omg_ledger_invocations", "help": "Paid invocations (charges), priced or not.",
-         "samples": by_group(lambda g: str(int(g["invocations"])))},
+         "samples": by_group(1, str)},
         {"name": "omg_ledger_unpriced_invocations", "help": "Invocations with no known price (cost_unknown).",
-         "samples": by_group(lambda g: str(summed(g["unpriced"])))},
+         "samples": by_group(2, str)},
         {"name": "omg_ledger_runs", "help": "Runs by their live status now.",
          "samples": [({"status": s}, str(statuses.get(s, 0))) for s in STATUSES]},
         {"name": "omg_ledger_abandoned_runs",
@@ -105,8 +123,7 @@ def collect(engine: Engine) -> list[dict]:
     if synced:
         families.append({"name": "omg_ledger_last_sync_timestamp_seconds",
                          "help": "Unix time at which the last sync of each home completed.",
-                         "samples": [({"home": label}, _seconds(instant_to_us(parse_rfc3339(at))))
-                                     for label, at in synced]})
+                         "samples": [({"home": label}, _seconds(us)) for label, us in sorted(synced.items())]})
     return families
 
 
