@@ -283,15 +283,18 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, checkpoint
     A run_finished there closed the leg: the run is not ABANDONED. Anything else (nothing,
     a cut line, an event that closes nothing) leaves it ABANDONED."""
     from .feed import Event, parse_stream_line
-    from .tail import MAX_LINE_BYTES, Paused
+    from .tail import MAX_LINE_BYTES, Paused, open_regular
 
     if not bytes_after_last_line(checkpoint):
         return ABANDONED, facts, None
     end_offset, line_no = checkpoint.end_offset, checkpoint.next_line
     try:
-        with open(os.path.join(run_dir, "events.jsonl"), "rb") as f:
-            f.seek(end_offset)
-            tail = f.read(MAX_LINE_BYTES + 1)
+        # As sync opens it: a symlink or a FIFO put in its place is refused, never waited on.
+        fd = open_regular(os.path.join(run_dir, "events.jsonl"))
+        try:
+            tail = os.pread(fd, MAX_LINE_BYTES + 1, end_offset)
+        finally:
+            os.close(fd)
     except OSError:
         return derive(facts, Liveness.UNKNOWN), facts, None  # a read that failed is not an answer
     if b"\n" in tail:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from sqlalchemy import text
 
 from omg_ledger import render
@@ -224,3 +225,32 @@ def test_an_abandoned_runs_unreadable_snapshot_is_not_said_never_written(tmp_pat
         assert "never wrote a snapshot" not in row["hint"]
     finally:
         engine.dispose()
+
+
+def test_a_fifo_put_in_place_of_an_abandoned_runs_stream_is_never_waited_on(tmp_path):
+    """The last look at an ABANDONED run's cut final line opens its stream as sync does:
+    a FIFO (or a symlink) swapped in after the change check is refused, so `runs` cannot
+    hang on it waiting for a writer that never comes. The answer is then "not known"."""
+    import os
+    import threading
+
+    from omg_ledger.status import RUNNING, StatusFacts, _with_final_line
+    from omg_ledger.tail import Checkpoint
+
+    run_dir = tmp_path / "run-f"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "events.jsonl")
+    facts = StatusFacts(any_leg=True, last_leg_open=True, last_leg_phase="run", last_outcome=None,
+                        has_snapshot=False, all_nodes_passed=False)
+    cut = Checkpoint(size=120, end_offset=100, next_line=3)  # 20 bytes after the last complete line
+    answer = []
+    looking = threading.Thread(target=lambda: answer.append(_with_final_line(facts, str(run_dir), "run-f", cut)),
+                               daemon=True)
+    looking.start()
+    looking.join(30)
+    if looking.is_alive():  # blocked in open(): let it go before failing
+        os.close(os.open(run_dir / "events.jsonl", os.O_WRONLY))
+        looking.join(30)
+        pytest.fail("the FIFO was opened and waited on")
+    status, _, line = answer[0]
+    assert (status, line) == (RUNNING, None)
