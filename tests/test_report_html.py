@@ -8,6 +8,7 @@ import json
 from collections import Counter, defaultdict
 from decimal import Decimal
 
+import pytest
 from click.testing import CliRunner
 
 from omg_ledger.cli import main
@@ -153,6 +154,26 @@ def test_window_redone_work_and_hostile_text(db_url, scenario_home, tmp_path):
     assert redone == {"feedback": (nanos("0.06"), 2), "retry": (nanos("0.03"), 1)}
     assert "estimate" not in dom.by_id("known").text and not [e for e in dom.elements if e.attrs.get("id") ==
                                                                 "estimated"]
+
+
+# The corpus runs' first and last event (UTC, 2026-11-29) and live status, from its files:
+# s10 (PASS) runs 18:15:14.935 → 18:15:16.518, s22 (ABANDONED) 18:15:20.323 → 18:15:20.348.
+@pytest.mark.parametrize("window, expected", [
+    # until alone: the six runs whose first event is before 18:15:18 (s01 … s10)
+    (("--until", "2026-11-29T18:15:18Z"), {"PASS": 3, "FAIL": 3}),
+    # s10 has an event after since, s22 one before until (both in); s09 ends before since,
+    # s24 starts after until (both out): s10 s12 s14 s15 s16 s18 s20 s22
+    (("--since", "2026-11-29T18:15:16Z", "--until", "2026-11-29T18:15:20.33Z"),
+     {"PASS": 6, "PAUSED": 1, "ABANDONED": 1}),
+], ids=["until-only", "since-and-until"])
+def test_status_counts_cover_the_page_window(db_url, corpus_home, tmp_path, window, expected):
+    ledger(db_url, corpus_home, "corpus")
+    page = tmp_path / "window.html"
+    cli("report", "--db", db_url, "--html", str(page), "--tz", "UTC", *window)
+    dom = DomIndex(page.read_text())
+    shown = {e.attrs["data-status"]: int(_first(dom, e, "data-count")) for e in dom.where("tr")
+             if "data-status" in e.attrs}
+    assert shown == expected
 
 
 def test_bidi_and_control_characters_in_run_text_are_visible_escapes(sqlite_url, tmp_path):

@@ -12,7 +12,8 @@ page and ``cost --json`` agree to the nano-dollar:
   same leg (a feedback round re-ran it, or it is the declarer's non-final judgment),
   ``retry`` when it is in a later leg (``resume --retry-failed``). Plain retries inside a
   leg are not charged at all; their count is ``unrecorded_attempts``;
-* ``status``: runs with an event in the window by live status; ``abandoned``, ``paused``
+* ``status``: runs with an event in the window (the last at or after ``since``, the first
+  before ``until``) by live status; ``abandoned``, ``paused``
   and ``problems`` as ``audit`` reports them; ``limits`` when limits are set.
 """
 
@@ -161,7 +162,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     by_node = cost_report(engine, since=since, until=until, by="node", tz=tz, now=now, prices=prices)
     since_us = None if win.since is None else instant_to_us(win.since)
     audit = audit_report(engine, since=None if win.since is None else win.since.isoformat(), now=now)
-    status = Counter(run["status"] for run in iter_runs(engine, since_us=since_us))
+    status = Counter(run["status"] for run in iter_runs(engine, since_us=since_us, until_us=win.until_us))
     redone = _redone(engine, win)
     # the same count audit gives: killed calls of ABANDONED runs included (status.unrecorded_attempts)
     redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]

@@ -211,13 +211,19 @@ def run_summary(row, status: str, home_label: str, left_running: int = 0, facts:
 
 
 def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, ...] = (),
-              home_labels: tuple[str, ...] = (), graphs: tuple[str, ...] = ()) -> Iterator[dict]:
+              home_labels: tuple[str, ...] = (), graphs: tuple[str, ...] = (), *,
+              until_us: int | None = None) -> Iterator[dict]:
     """Newest first, one summary at a time (10,000 runs are never all in memory).
-    Only runs whose last leg is open get a live lock probe."""
+    Only runs whose last leg is open get a live lock probe. ``since_us``/``until_us``:
+    the runs with an event in [since, until) — the last at or after since, the first
+    before until."""
     conditions, params = ["r.billed"], {}  # a run seen in several homes is listed once, as its billed copy
     if since_us is not None:
         conditions.append("r.last_event_at_us >= :since_us")
         params["since_us"] = since_us
+    if until_us is not None:
+        conditions.append("r.first_event_at_us < :until_us")
+        params["until_us"] = until_us
     if home_labels:
         # A run held in the home, as its billed copy wherever that is (the row names that
         # home): a backup's runs are not hidden because another home's copy is billed.
