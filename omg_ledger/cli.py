@@ -1030,7 +1030,8 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     events.jsonl. A failure is an end whose status is neither a success (DONE, GO,
     SUCCESS, OBSERVED, READY, ACCEPT) nor a judged verdict (BLOCKED, NEEDS_DEEP,
     NO-GO, NEEDS_CONFIRMATION). Percentiles are nearest-rank. Dangling starts (no end
-    yet) are listed whatever --since says.
+    yet) are listed whatever --since says, with the machine whose stream holds them
+    where starts of several machines are listed.
 
     \b
     Example:

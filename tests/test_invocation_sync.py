@@ -35,6 +35,7 @@ from omg_ledger.invocations import classify_status
 from omg_ledger.reports.invocations import invocation_report, to_csv, to_text
 from omg_ledger.sync import SyncReport
 from omg_ledger.sync import sync as sync_ledger
+from omg_ledger.tail import machine_source
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -184,7 +185,8 @@ def test_missing_end_is_dangling_with_age(engine, stream):
     report = invocation_report(engine, now=NOW)
     # NOW is 12:00:00, the start 10:30:00: 90 minutes ago.
     assert report["dangling"] == [{"role": "jaguar", "milestone": "M4", "started_at": norm(30),
-                                   "age_ms": 90 * 60 * 1000, "path": str(stream), "line": 1}]
+                                   "age_ms": 90 * 60 * 1000, "path": str(stream), "line": 1,
+                                   "machine": machine_source()}]
     assert report["rows"][0]["dangling"] == 1
     assert report["rows"][0]["failures"] == 0
     assert "1h30m" in to_text(report)

@@ -416,3 +416,37 @@ def test_a_home_moved_away_from_a_path_another_machine_has_a_home_at_takes_its_p
     # (the torn state.json of A's run is its run's: renamed with it)
     assert sorted(open_problems) == sorted([(str(moved / "runs" / "a-link"), _machine_here()),
                                             (str(moved / "runs" / RUN / "state.json"), _machine_here())])
+
+
+def test_dangling_invocations_name_the_machine_whose_runner_stream_holds_them(tmp_path, db_url, monkeypatch):
+    """Runner streams at the same path on two machines are two streams: a start with no
+    end is listed with the machine whose stream holds it (before, both lines read
+    `PATH:1`, and nothing said which machine's runner is working)."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    monkeypatch.delenv("OMG_HOME")  # no home named: ~/.oh-my-graph (there is none) is not synced
+    stream, stream_b = tmp_path / "runner" / "events.jsonl", tmp_path / "runner-on-b" / "events.jsonl"
+    for path, role in ((stream, "zen"), (stream_b, "navi")):
+        path.parent.mkdir()
+        path.write_text(json.dumps({"ts": "2024-05-01T10:00:00Z", "role": role, "milestone": "m1",
+                                    "event": "start"}) + "\n")
+    _really_another_machine(tmp_path, stream_b.parent, stream.parent)
+    sync = _omg("sync", "--db", db_url, "--invocations", str(stream))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    on_b = _on_machine_b(tmp_path, stream_b.parent, stream.parent, sync)
+    assert on_b.returncode == 0, on_b.stderr
+
+    now = {**os.environ, "OMG_LEDGER_NOW": "2024-05-01T10:05:00Z"}
+    listed = subprocess.run(_omg("invocations", "--db", db_url, "--json"), capture_output=True, text=True, env=now)
+    assert listed.returncode == 0, listed.stderr
+    dangling = json.loads(listed.stdout)["dangling"]
+    assert sorted((d["role"], d["path"], d["line"], d["machine"]) for d in dangling) == [
+        ("navi", str(stream), 1, f"machine:{OTHER_MACHINE_ID}"), ("zen", str(stream), 1, _machine_here())]
+    # The text names them too: one line per start, each with its machine.
+    text = subprocess.run(_omg("invocations", "--db", db_url), capture_output=True, text=True, env=now)
+    assert text.returncode == 0, text.stderr
+    rows = text.stdout.split("WORKING NOW", 1)[1].splitlines()
+    [zen] = [line for line in rows if " zen " in f" {line} "]
+    [navi] = [line for line in rows if " navi " in f" {line} "]
+    assert _machine_here() in zen and OTHER_MACHINE_ID not in zen
+    assert f"machine:{OTHER_MACHINE_ID}" in navi and _machine_here() not in navi

@@ -16,7 +16,9 @@ Definitions (from :mod:`omg_ledger.invocations`):
 * percentiles are nearest-rank over the invocations that have a duration;
 * ``--since T`` keeps invocations that started at or after T (an end without a start:
   that ended at or after T). Dangling starts are listed whatever their age: a start
-  from last month that never ended is still shown as working.
+  from last month that never ended is still shown as working. Each names the machine
+  whose runner stream holds it (``streams.source``, as ``homes.machine``): streams at
+  the same path on two machines are two streams.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def invocation_report(
          "rows": [{"key", "invocations", "failures", "failures_by_status", "dangling",
                    "p50_ms", "p95_ms", "max_ms", "statuses"}, …],
          "total": {same fields, "key": None},
-         "dangling": [{"role", "milestone", "started_at", "age_ms", "path", "line"}, …]}
+         "dangling": [{"role", "milestone", "started_at", "age_ms", "path", "line", "machine"}, …]}
 
     ``now`` (aware) is the instant dangling ages are measured from.
     """
@@ -64,9 +66,9 @@ def invocation_report(
     with reading(engine) as reader:
         rows = [_paired(r) for r in reader.dicts(f"SELECT * FROM invocations{window} ORDER BY file_pk, seq", params)]
         dangling_rows = list(reader.dicts(
-            "SELECT i.role, i.milestone, i.started_at, i.started_at_us, i.start_line, f.path "
+            "SELECT i.role, i.milestone, i.started_at, i.started_at_us, i.start_line, f.path, f.source "
             "FROM invocations i JOIN streams f ON f.id = i.file_pk WHERE i.outcome = 'dangling' "
-            "ORDER BY i.started_at_us, f.path, i.seq"))
+            "ORDER BY i.started_at_us, f.path, f.source, i.seq"))
 
     now_us = instant_to_us(now)
     return {
@@ -83,6 +85,7 @@ def invocation_report(
                 "age_ms": None if d["started_at_us"] is None else (now_us - d["started_at_us"]) // 1000,
                 "path": d["path"],
                 "line": d["start_line"],
+                "machine": d["source"],
             }
             for d in dangling_rows
         ],
@@ -187,10 +190,13 @@ def to_text(report: dict[str, Any]) -> str:
     if report["since"]:
         out.append(f"since {when(report['since'])}")
     out.append("\nWORKING NOW (a start with no end yet)")
+    # Machines are named only where starts of several are listed (one path may be a runner's on each).
+    several = len({d["machine"] for d in report["dangling"]}) > 1
     if report["dangling"]:
-        out.append(table(["ROLE", "MILESTONE", "STARTED (UTC)", "AGO", "FILE:LINE"], [
+        header = ["ROLE", "MILESTONE", "STARTED (UTC)", "AGO", "FILE:LINE"] + (["MACHINE"] if several else [])
+        out.append(table(header, [
             [safe(d["role"] or "-"), safe(d["milestone"] or "-"), when(d["started_at"]),
-             format_ms(d["age_ms"]), f"{safe(d['path'])}:{d['line']}"]
+             format_ms(d["age_ms"]), f"{safe(d['path'])}:{d['line']}"] + ([safe(d["machine"])] if several else [])
             for d in report["dangling"]]))
     else:
         out.append("  (none)")
