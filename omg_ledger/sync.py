@@ -196,13 +196,21 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     try:
         for home in homes:
             with sync_lock(engine, home_lock_scopes(home.path, home.label), _left(deadline), home.label):
-                looked = report.runs_seen, report.runs_listed, len(report.symlinked_dirs)
+                looked = report.runs_seen, report.runs_listed, len(report.symlinked_dirs), len(report.problems)
 
-                def sync_home(home: Home = home, looked: tuple[int, int, int] = looked) -> None:
+                def sync_home(home: Home = home, looked: tuple[int, int, int, int] = looked) -> None:
                     # (Done again, the home is looked at again: its runs are not seen twice.)
                     report.runs_seen, report.runs_listed = looked[:2]
                     del report.symlinked_dirs[looked[2]:]
-                    _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
+                    before = len(report.problems)  # what the tries ended by a deadlock recorded
+                    try:
+                        _HomeSync(engine, home, report, progress, now, clock_ns, relabel, batch_runs, workers).run()
+                    finally:
+                        # A problem they recorded that this try finds again (a runs/ entry that
+                        # is no run, say) is one problem in the ledger: it is listed once.
+                        recorded = {_problem_key(p) for p in report.problems[looked[3]:before]}
+                        report.problems[before:] = [p for p in report.problems[before:]
+                                                    if _problem_key(p) not in recorded]
 
                 _again_after_deadlock(engine, sync_home)
         seen: set[str] = set()
@@ -236,6 +244,10 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     _refuse_a_lost_ledger_file(ledger_file)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _problem_key(problem: Problem) -> tuple[str, int, str]:
+    return problem.path, problem.offset, problem.reason
 
 
 # Times a home's sync or the re-derivation is done in all when the database ends it to break
@@ -511,6 +523,7 @@ class _HomeSync:
         self.now = now
         self.machine = machine_source()  # (the machine this home is on: homes.machine)
         self.clock_ns = clock_ns
+        self._mark_committed()
 
     def run(self) -> None:
         with write_transaction(self.engine) as conn:
@@ -946,21 +959,41 @@ class _HomeSync:
     def _not_indexed(self, run_pk: int | None, path: str, problems: list[Problem], not_reread: set[str]) -> None:
         """A run read again just now that is not stored (derive.UnderivableRun): its
         problems, those no longer seen under it resolved, in the open batch if any."""
+        in_batch = self._batch is not None
         with contextlib.ExitStack() as stack:
-            conn = self._conn if self._batch is not None else stack.enter_context(write_transaction(self.engine))
+            conn = self._conn if in_batch else stack.enter_context(write_transaction(self.engine))
             for problem in problems:
                 record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
             if self._has_open_problems_under(path):
                 self._resolve_unseen(conn, path, problems, not_reread)
+        if not in_batch:
+            self._problems_committed.extend(problems)
         self.report.problems.extend(problems)
 
     def _problem_now(self, run_pk: int | None, path: str, offset: int, reason: str) -> None:
+        problem = Problem(path, offset, reason)
         if self._batch is not None:
             record_problem(self._conn, run_pk, path, offset, reason, self.now, self.machine)  # with the batch
         else:
             with write_transaction(self.engine) as conn:
                 record_problem(conn, run_pk, path, offset, reason, self.now, self.machine)
-        self.report.problems.append(Problem(path, offset, reason))
+            self._problems_committed.append(problem)
+        self.report.problems.append(problem)
+
+    # -- the report holds what is committed: a batch rolled back is taken out of it ------
+
+    def _mark_committed(self) -> None:
+        """The report as it stands is committed: its counts and problems so far."""
+        r = self.report
+        self._at_commit = (r.runs_changed, r.events_ingested, r.events_derived, r.bytes_read, len(r.problems))
+        self._problems_committed: list[Problem] = []  # since then, in transactions of their own
+
+    def _forget_uncommitted(self) -> None:
+        r = self.report
+        r.runs_changed, r.events_ingested, r.events_derived, r.bytes_read, problems = self._at_commit
+        del r.problems[problems:]
+        r.problems.extend(self._problems_committed)
+        self._mark_committed()
 
     # -- the batch: several runs per transaction -----------------------------------------
 
@@ -993,11 +1026,14 @@ class _HomeSync:
 
     def _committed(self) -> None:
         self._in_batch = self._looked_in_batch = 0
+        self._mark_committed()
         if self.progress is not None:
             self.progress("sync", self._looked_at, self._total)
 
     def _abandon(self, exc: BaseException) -> None:
-        """Roll the open batch back: a batch that did not commit leaves nothing of itself."""
+        """Roll the open batch back: a batch that did not commit leaves nothing of itself,
+        in the ledger or in the report (a sync done again after a deadlock reads its runs again)."""
+        self._forget_uncommitted()
         self._pending.restart()
         self._to_settle.clear()
         self._received.clear()

@@ -346,6 +346,33 @@ def _append(run_dir: Path, count: int) -> None:
                                separators=(",", ":")) + "\n")
 
 
+def _both_at_the_settling(tmp_path: Path, home: Path, home_b: Path, conninfo: str, identity: str,
+                          sync: list[str]) -> list[tuple[subprocess.Popen, str, str]]:
+    """``sync`` run on machine B and on this machine (A) at once, both let through to the
+    settling of the run's copies together, B's first: while a third connection holds the
+    lock they settle under (store.settle_copies), each waits there. Each settles the
+    other's copy too, so PostgreSQL ends one of them to break the deadlock. B's, then A's
+    (process, stdout, stderr)."""
+    import psycopg
+
+    key = zlib.crc32(identity.encode()) & 0x7FFFFFFF  # (backend.PostgresBackend.lock_identities)
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 2 AND NOT granted"
+    with psycopg.connect(conninfo, autocommit=True) as holder, psycopg.connect(conninfo, autocommit=True) as watch:
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(2, %s)", (key,))
+        started = []
+        for start in (lambda: _start_on_machine_b(tmp_path, home_b, home, sync),
+                      lambda: subprocess.Popen(sync, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)):
+            started.append(start())
+            deadline = time.monotonic() + 120
+            while watch.execute(waiting).fetchone()[0] < len(started):
+                assert all(p.poll() is None for p in started), [p.communicate() for p in started]
+                assert time.monotonic() < deadline, "the syncs never reached the settling"
+                time.sleep(0.05)
+        holder.execute("COMMIT")
+        return [(p, *p.communicate(timeout=300)) for p in started]
+
+
 def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg_url):
     """Machine A holds a run, machine B a copy of it; both copies grow, and both machines
     sync at once (cron at the same minute). Each sync writes its own copy's row, then waits
@@ -371,29 +398,72 @@ def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg
         assert sorted(conn.execute("SELECT event_count, billed FROM runs").fetchall()) == [(3, False), (4, True)]
     _append(run_a, 1)  # A's copy: 5 lines
     _append(run_b, 3)  # B's copy: 6 lines, now the one to bill
-    # Both syncs are let through to the settling at once, B's first: while a third
-    # connection holds the lock they settle under (store.settle_copies), each waits there.
-    key = zlib.crc32(identity.encode()) & 0x7FFFFFFF  # (backend.PostgresBackend.lock_identities)
-    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 2 AND NOT granted"
-    with psycopg.connect(conninfo, autocommit=True) as holder, psycopg.connect(conninfo, autocommit=True) as watch:
-        holder.execute("BEGIN")
-        holder.execute("SELECT pg_advisory_xact_lock(2, %s)", (key,))
-        started = []
-        for start in (lambda: _start_on_machine_b(tmp_path, home_b, home, sync),
-                      lambda: subprocess.Popen(sync, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)):
-            started.append(start())
-            deadline = time.monotonic() + 120
-            while watch.execute(waiting).fetchone()[0] < len(started):
-                assert all(p.poll() is None for p in started), [p.communicate() for p in started]
-                assert time.monotonic() < deadline, "the syncs never reached the settling"
-                time.sleep(0.05)
-        holder.execute("COMMIT")
-        done = [(p, *p.communicate(timeout=300)) for p in started]
+    done = _both_at_the_settling(tmp_path, home, home_b, conninfo, identity, sync)
     assert [(p.returncode, err) for p, _, err in done] == [(0, ""), (0, "")]
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute("SELECT h.machine, r.event_count, r.billed FROM runs r JOIN homes h ON h.id = r.home_id "
                             "ORDER BY r.event_count").fetchall()
     assert rows == [(_machine_here(), 5, False), (f"machine:{OTHER_MACHINE_ID}", 6, True)]
+
+
+def test_a_sync_done_again_after_a_deadlock_reports_what_it_did_once(tmp_path, pg_url):
+    """The deadlock above, with a bad line appended to each copy and an entry in each
+    home's runs/ that is no run: the sync PostgreSQL ended is done again, and its report
+    (`--json` and the problem lines on stderr) says what it did once, as the ledger
+    holds it. Before, the rolled-back attempt's run, events, bytes and problems were
+    counted again, and the runs/ entry listed twice."""
+    import psycopg
+
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
+    run_a, run_b = _clean(home), _clean(home_b)
+    lines = (run_b / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_b / "events.jsonl").write_text("".join(lines[:3]))  # B's copy was taken mid-run
+    for runs in (home / "runs", home_b / "runs"):
+        os.symlink("/nowhere", runs / "a-link")  # a problem every sync of the home lists
+    _really_another_machine(tmp_path, home_b, home)
+    sync = _omg("sync", "--db", pg_url, "--home", str(home))
+    assert subprocess.run(sync, capture_output=True).returncode == 0
+    assert _on_machine_b(tmp_path, home_b, home, sync).returncode == 0
+    conninfo = pg_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        [(identity,)] = set(conn.execute("SELECT stream_identity FROM runs").fetchall())
+        [(deadlocks_before,)] = conn.execute(deadlocks).fetchall()
+
+    # What each sync reads, by hand: the lines appended to its copy since the last sync
+    # (good ones, then one bad line), at the byte offsets where they begin.
+    appended = {}
+    for name, run_dir, good in (("A", run_a, 1), ("B", run_b, 3)):  # A's copy: 5 events, B's 6 (billed)
+        stream = run_dir / "events.jsonl"
+        before = stream.stat().st_size
+        _append(run_dir, good)
+        bad_at = stream.stat().st_size
+        with open(stream, "a") as f:
+            f.write("{not json\n")
+        appended[name] = {"good": good, "bytes": stream.stat().st_size - before, "bad_at": bad_at,
+                          "events": len(stream.read_text().splitlines()) - 1}
+    done = _both_at_the_settling(tmp_path, home, home_b, conninfo, identity, [*sync, "--json"])
+    assert [p.returncode for p, _, _ in done] == [0, 0], [err for _, _, err in done]
+
+    # One of them was ended by PostgreSQL and done again (the server counts the deadlock;
+    # a backend's counts reach pg_stat_database once it reports them, at the latest as it exits).
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while conn.execute(deadlocks).fetchone()[0] == deadlocks_before:
+            assert time.monotonic() < deadline, "no deadlock: neither sync was done again"
+            time.sleep(0.1)
+    stream_path, link = str(run_a / "events.jsonl"), str(home / "runs" / "a-link")  # (B's at the same path)
+    for name, (_, out, err) in zip(("B", "A"), done, strict=True):
+        report, mine = json.loads(out), appended[name]
+        assert (report["runs_seen"], report["runs_changed"], report["events_ingested"], report["bytes_read"]) == (
+            1, 1, mine["good"], mine["bytes"]), (name, report)
+        assert report["events_derived"] <= mine["events"], (name, report)  # no more than the stream holds
+        assert sorted((p["path"], p["offset"]) for p in report["problems"]) == sorted(
+            [(link, 0), (stream_path, mine["bad_at"])]), (name, report["problems"])
+        shown = err.splitlines()
+        assert [sum(path in line for line in shown) for path in (link, stream_path)] == [1, 1], (name, err)
 
 
 def test_a_home_moved_away_from_a_path_another_machine_has_a_home_at_takes_its_problems_along(tmp_path, db_url,
