@@ -11,7 +11,8 @@ page and ``cost --json`` agree to the nano-dollar:
   same node has a later charge in its run: ``feedback`` when that later charge is in the
   same leg (a feedback round re-ran it, or it is the declarer's non-final judgment),
   ``retry`` when it is in a later leg (``resume --retry-failed``). Plain retries inside a
-  leg are not charged at all; their count is ``unrecorded_attempts``;
+  leg are not charged at all; their count is ``unrecorded_attempts`` (of the runs ``status``
+  counts, the killed calls of the ABANDONED ones included);
 * ``status``: runs with an event in the window (the last at or after ``since``, the first
   before ``until``) by live status; ``abandoned``, ``paused``
   and ``problems`` as ``audit`` reports them; ``limits`` when limits are set.
@@ -162,10 +163,13 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
     by_node = cost_report(engine, since=since, until=until, by="node", tz=tz, now=now, prices=prices)
     since_us = None if win.since is None else instant_to_us(win.since)
     audit = audit_report(engine, since=None if win.since is None else win.since.isoformat(), now=now)
-    status = Counter(run["status"] for run in iter_runs(engine, since_us=since_us, until_us=win.until_us))
+    status: Counter[str] = Counter()
+    unrecorded = 0
+    for run in iter_runs(engine, since_us=since_us, until_us=win.until_us):
+        status[run["status"]] += 1
+        unrecorded += run["unrecorded_attempts"]  # killed calls of ABANDONED runs included, as in audit
     redone = _redone(engine, win)
-    # the same count audit gives: killed calls of ABANDONED runs included (status.unrecorded_attempts)
-    redone["unrecorded_attempts"] = audit["unknown_cost"]["unrecorded_attempts"]
+    redone["unrecorded_attempts"] = unrecorded
     return {
         "generated_at": now.astimezone(zone).isoformat(),
         "synced": _synced(engine, zone),
