@@ -435,11 +435,11 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     """Re-derive one run in the caller's savepoint. Returns the stream identities (before,
     after) whose copies are to be settled, or None when there was nothing to do."""
     backend_of(conn).lock_run(conn, run_pk)
-    stored = fetch_rows(conn, "SELECT r.derivation_version, r.stream_identity, r.dir_path, h.machine FROM runs r "
-                        f"JOIN homes h ON h.id = r.home_id WHERE r.id = {backend_of(conn).mark}", (run_pk,))
+    stored = fetch_rows(conn, "SELECT r.derivation_version, r.stream_identity, r.dir_path, r.gone, h.machine "
+                        f"FROM runs r JOIN homes h ON h.id = r.home_id WHERE r.id = {backend_of(conn).mark}", (run_pk,))
     if not stored:
         return None  # gone from the ledger
-    [(version, stream_identity_before, dir_path, machine)] = stored
+    [(version, stream_identity_before, dir_path, gone, machine)] = stored
     if version >= derive.DERIVATION_VERSION and not force:
         return None  # another writer got there first
     clear_derived(conn, run_pk)  # (its derive state too)
@@ -453,7 +453,9 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
                     pending=pending)
     _save_state(conn, run_pk, rows, fresh=True, pending=pending)
     pending.flush(conn)
-    for problem in _derived_problems(dir_path, rows):
+    # A gone run's problems ended with its directory (resolve_runs_problems), and no sync
+    # reads it again to end one opened here: they stay the history they are.
+    for problem in [] if gone else _derived_problems(dir_path, rows):
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)), machine or "")
     return stream_identity_before, rows.run["stream_identity"]

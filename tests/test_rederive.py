@@ -274,6 +274,47 @@ def test_version_bump_rederives_every_run_including_gone_ones(tmp_path, db_url, 
         engine.dispose()
 
 
+@pytest.mark.parametrize("how", ["sync", "rebuild"])
+def test_re_deriving_a_gone_run_opens_none_of_its_problems_again(tmp_path, db_url, monkeypatch, how):
+    """A problem derivation itself finds (a charge past the per-run bound) ends, as every
+    problem of the run, when the run's directory is removed: no sync reads it again. Re-
+    deriving the gone run (a rule change's next sync, rebuild) does not open it again, or
+    audit would ask for attention for ever about a directory that is not there."""
+    from .test_reliability import charges_at_cap, write_stream
+
+    home = tmp_path / "home"
+    stream, _offsets = write_stream(home, "huge", charges_at_cap("huge", 10_001))  # one charge past $1e9
+    write_run(home, "small", [ev("run_started"), ev("run_finished", 1, outcome="passed")])
+    engine = open_ledger(db_url)
+
+    def open_problems() -> list[str]:
+        with engine.connect() as conn:
+            return list(conn.execute(select(schema.problems.c.path).where(
+                schema.problems.c.resolved_at.is_(None))).scalars())
+
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+        assert open_problems() == [str(stream)]
+        shutil.rmtree(home / "runs" / "huge")
+        sync(engine, [Home.from_path(str(home), "h")])
+        assert open_problems() == []
+        before = dump(engine)["problems"]
+
+        _bump(monkeypatch)
+        if how == "sync":
+            sync(engine, [Home.from_path(str(home), "h")])
+        else:
+            rebuild(engine)
+        assert {run_id: rest for run_id, (_name, *rest) in _graph_names(engine).items()} == {
+            "huge": [derive.DERIVATION_VERSION, True], "small": [derive.DERIVATION_VERSION, False]}
+        assert open_problems() == []
+        assert dump(engine)["problems"] == before
+    finally:
+        engine.dispose()
+    audit = CliRunner().invoke(main, ["audit", "--db", db_url])
+    assert audit.exit_code == 0, audit.output
+
+
 def test_a_killed_rederivation_resumes(tmp_path, monkeypatch):
     """Batches commit: runs re-derived before a failure keep their new version."""
     engine = open_ledger(str(tmp_path / "ledger.sqlite"))
