@@ -168,6 +168,51 @@ def test_upgrading_names_the_machine_of_each_problem_where_the_ledger_tells_it(t
     }
 
 
+def test_upgrading_names_no_machine_for_a_problem_of_a_runner_stream_two_machines_read_at_its_path(
+        tmp_path, db_url, monkeypatch):
+    """Two machines read a runner stream at the same path; only machine B's copy has a bad
+    line. Before 0016 the problem did not say whose it was, and the ledger cannot tell
+    (either machine's stream is at that path; the only machine with homes is a third):
+    it names no machine (''), so B's next sync that reads the stream again resolves it
+    and records it as B's. Naming one machine (A, the first by name; or the one with
+    homes) left it open for ever beside B's: no sync of B resolves another machine's
+    problems, and that machine's copy never had it."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from omg_ledger.db import alembic_config, open_ledger, write_transaction
+    from omg_ledger.sync import Home, sync
+
+    stream = tmp_path / "runner" / "events.jsonl"
+    stream.parent.mkdir()
+    good = b'{"ts":"2026-11-29T10:00:00Z","role":"zen","milestone":"M1","event":"start"}\n'
+    engine = open_ledger(db_url)
+    try:
+        _clean(tmp_path / "home")
+        sync(engine, [Home.from_path(str(tmp_path / "home"), "here")])  # a home of this machine, clean
+        stream.write_bytes(good)
+        monkeypatch.setattr("omg_ledger.sync.machine_source", lambda: "machine:a")
+        sync(engine, [], invocation_files=[str(stream)])
+        stream.write_bytes(good + b"not json\n")
+        monkeypatch.setattr("omg_ledger.sync.machine_source", lambda: "machine:b")
+        sync(engine, [], invocation_files=[str(stream)])
+        with write_transaction(engine) as conn:
+            command.downgrade(alembic_config(conn), "0015")
+            command.upgrade(alembic_config(conn), "head")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT machine FROM problems")).scalars().all() == [""]
+
+        stream.unlink()
+        stream.write_bytes(good + b"not json\n")  # B's copy again, a new file: read from the start
+        sync(engine, [], invocation_files=[str(stream)])
+        with engine.connect() as conn:
+            open_problems = conn.execute(text("SELECT machine, byte_offset FROM problems "
+                                              "WHERE resolved_at IS NULL")).all()
+    finally:
+        engine.dispose()
+    assert [tuple(row) for row in open_problems] == [("machine:b", len(good))]
+
+
 def test_a_problem_of_no_machine_is_recorded_anew_by_the_next_sync_that_reads_its_path(tmp_path, db_url):
     from sqlalchemy import text
 

@@ -11,12 +11,13 @@ clean), and took over its row when it saw the same problem. Each problem now nam
 machine whose sync found it (as ``homes.machine``), and is unique per machine.
 
 Existing rows are given the machine of their run's home; else of the runner stream at
-their path; else of the homes holding their path, when those are all on one machine; else
-the only machine the ledger has homes on. A row none of these tells keeps '' (a ledger of
-several machines, a problem of no run on a path under none of its homes): the next sync
-to read that path again, on any machine, resolves it and records it anew if it is still
-there. ``v_problems`` carries the column. Derived rows do not change: DERIVATION_VERSION
-stays.
+their path, when one machine read a stream there; else of the homes holding their path,
+when those are all on one machine; else the only machine the ledger has homes or runner
+streams on. A row none of these tells keeps '' (a ledger of several machines, a problem
+of no run on a path under none of its homes, or a runner stream's path two machines
+read): the next sync to read that path again, on any machine, resolves it and records it
+anew if it is still there. ``v_problems`` carries the column. Derived rows do not change:
+DERIVATION_VERSION stays.
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ NEW_KEY = ("machine", "path", "byte_offset", "reason")
 FILL = """
 UPDATE problems SET machine = COALESCE(
   (SELECT h.machine FROM runs r JOIN homes h ON h.id = r.home_id WHERE r.id = problems.run_pk),
-  (SELECT MIN(s.source) FROM streams s WHERE s.kind = 'invocations' AND s.path = problems.path),
+  (SELECT MIN(s.source) FROM streams s WHERE s.kind = 'invocations' AND s.path = problems.path
+   HAVING COUNT(DISTINCT s.source) = 1),
   (SELECT MIN(h.machine) FROM homes h
    WHERE problems.path = h.path OR substr(problems.path, 1, length(h.path) + 1) = h.path || '/'
    HAVING COUNT(DISTINCT h.machine) = 1),
-  (SELECT MIN(machine) FROM homes HAVING COUNT(DISTINCT machine) = 1),
+  (SELECT MIN(machine) FROM (SELECT machine FROM homes UNION ALL
+                            SELECT source FROM streams WHERE kind = 'invocations') AS known
+   HAVING COUNT(DISTINCT machine) = 1),
   '')
 """
 
