@@ -405,6 +405,7 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
     for start in range(0, total, DERIVE_BATCH):
         with write_transaction(engine) as conn:
             to_settle: set[str | None] = set()
+            derived: list[int] = []
             for run_pk in run_pks[start:start + DERIVE_BATCH]:
                 try:
                     with conn.begin_nested():
@@ -420,8 +421,10 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
                 if identities is not None:
                     to_settle.update(identities)
                     report.runs_rederived += 1
+                    derived.append(run_pk)
             # Once a batch, on its final rows: what settling after each run would end with.
             settle_copies(conn, to_settle)
+            _resolve_underivable(conn, derived)
         if progress is not None:
             progress("derive", min(start + DERIVE_BATCH, total), total)
     for stream_pk in stream_pks:
@@ -467,13 +470,27 @@ def _save_state(conn: Connection, run_pk: int, rows, fresh: bool = False, pendin
     save_derive_state(conn, run_pk, rows.state, derive.DERIVATION_VERSION, fresh, pending)
 
 
+UNDERIVABLE_REASON = "cannot derive this run's rows from its stored facts: "
+
+
 def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
     """A run whose stored facts the rules cannot derive keeps its older rows and is a
     problem (audit says so); it is tried again on every sync until a release fixes it."""
     path, machine = conn.execute(select(schema.runs.c.dir_path, schema.homes.c.machine).join_from(
         schema.runs, schema.homes, schema.homes.c.id == schema.runs.c.home_id).where(schema.runs.c.id == run_pk)).one()
-    record_problem(conn, run_pk, path or "?", 0, f"cannot derive this run's rows from its stored facts: "
-                   f"{type(exc).__name__}: {exc}", format_instant(datetime.now(UTC)), machine or "")
+    record_problem(conn, run_pk, path or "?", 0, f"{UNDERIVABLE_REASON}{type(exc).__name__}: {exc}",
+                   format_instant(datetime.now(UTC)), machine or "")
+
+
+def _resolve_underivable(conn: Connection, run_pks: list[int]) -> None:
+    """The runs just re-derived are no longer runs the rules cannot derive: no sync reads
+    an unchanged directory again to end that problem (caller's write transaction)."""
+    if not run_pks:
+        return
+    p = schema.problems.c
+    conn.execute(update(schema.problems).where(
+        p.run_pk.in_(run_pks), p.resolved_at.is_(None), p.reason.startswith(UNDERIVABLE_REASON, autoescape=True)
+    ).values(resolved_at=format_instant(datetime.now(UTC))))
 
 
 def _underivable_problems(run_dir: str, read: RunDirRead, exc: UnderivableRun) -> list[Problem]:

@@ -558,3 +558,46 @@ def test_a_run_the_rules_cannot_derive_is_a_problem_not_a_stopped_ledger(tmp_pat
         assert any("cannot derive this run's rows" in r and "a rule that cannot read this run" in r for r in reasons)
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["sync", "rebuild"])
+def test_a_run_the_rules_could_not_derive_is_no_problem_once_a_release_derives_it(tmp_path, db_url, monkeypatch,
+                                                                                  how):
+    """Its directory unchanged, no sync reads the run again: the re-derivation that
+    succeeds (the next release's first sync, or rebuild) ends the problem the failed one
+    recorded, or audit would ask for attention for ever about a run that is fine."""
+    home = _copy_home(CORPUS / "home", tmp_path / "home")
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "c")])
+        _bump(monkeypatch)
+        original = derive.derive_run
+        broken = "20261129-181518.678721711-1"
+
+        def failing(facts, parsed=None):
+            if facts.run_id == broken:
+                raise ValueError("a rule that cannot read this run")
+            return original(facts, parsed)
+
+        monkeypatch.setattr("omg_ledger.sync.derive_run", failing)
+        sync(engine, [Home.from_path(str(home), "c")])
+        with engine.connect() as conn:
+            [reason] = conn.execute(text("SELECT reason FROM problems WHERE resolved_at IS NULL")).scalars()
+        assert reason.startswith("cannot derive this run's rows")
+
+        # The next release: its rules derive the run.
+        monkeypatch.setattr("omg_ledger.sync.derive_run", original)
+        monkeypatch.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION + 1)
+        if how == "sync":
+            sync(engine, [Home.from_path(str(home), "c")])
+        else:
+            rebuild(engine, [broken])
+        assert _graph_names(engine)[broken][1] == derive.DERIVATION_VERSION
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT reason, resolved_at IS NULL FROM problems")).all()
+        assert [(r.startswith("cannot derive this run's rows"), bool(still_open)) for r, still_open in rows] == \
+            [(True, False)]
+    finally:
+        engine.dispose()
+    audit = CliRunner().invoke(main, ["audit", "--db", db_url])
+    assert "open input problem" not in audit.output, audit.output
