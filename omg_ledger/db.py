@@ -637,10 +637,12 @@ def _names(names: list[str], most: int = 3) -> str:
 
 
 def shown_url(db: str) -> str:
-    """What the user typed, with a password masked."""
+    """What the user typed, with a password masked: in the user info, and as the URL
+    parameter libpq takes too (``?password=``)."""
     import re
 
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", db)
+    shown = re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", db)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", shown, flags=re.IGNORECASE)
 
 
 def _existing_sqlite_file(path: str | None) -> str:

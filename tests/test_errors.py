@@ -52,6 +52,15 @@ def test_unreachable_server_names_the_url_as_typed_with_the_password_masked(args
 
 
 @pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
+def test_a_password_given_as_a_url_parameter_is_masked_too(args):
+    # libpq takes `?password=` as well as `user:password@`; an error line goes to cron mail and logs.
+    typed = f"postgresql://ledger@127.0.0.1:{closed_port()}/ledger?sslmode=disable&password=hunter2"
+    line = one_line_error(cli(*args, "--db", typed), 3)
+    assert "postgresql://ledger@127.0.0.1:" in line and "/ledger?sslmode=disable&password=***" in line
+    assert "hunter2" not in line
+
+
+@pytest.mark.parametrize("args", WRITE_AND_READ, ids=lambda a: a[0])
 def test_unknown_or_uninstalled_driver_says_what_to_install(args):
     assert importlib.util.find_spec("pg8000") is None  # SQLAlchemy knows it; it is not installed here
     line = one_line_error(cli(*args, "--db", "postgresql+pg8000://u:pw@db.internal/ledger"), 3)
