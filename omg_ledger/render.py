@@ -105,13 +105,16 @@ def money(nanos: int | None, unknown_count: int = 0) -> str:
 def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
     # Every cell may hold text from a run directory: make it inert here, once.
     rows = [[safe(cell) for cell in row] for row in rows]
-    widths = [len(h) for h in headers]
+    widths = [display_width(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+            widths[i] = max(widths[i], display_width(cell))
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()
+        # Padded by terminal columns, not characters: a CJK or emoji name takes two a character.
+        pads = [" " * (widths[i] - display_width(c)) for i, c in enumerate(cells)]
+        return "  ".join(pad + c if i in right else c + pad for i, (c, pad) in enumerate(zip(cells, pads, strict=True))
+                         ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
