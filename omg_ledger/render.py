@@ -874,6 +874,17 @@ def ellipsize(text: str, width: int) -> str:
     return "".join(out) + ELLIPSIS
 
 
+def distinct_cut_width(cells: list[str], width: int, full: int) -> int:
+    """The least width from `width` (at most `full`) at which `cells`, ellipsized, stay
+    as many different texts as they are: two run ids or graph names cut to one text would
+    read as one (and a cut run id would be no prefix `show` takes)."""
+    different = set(cells)
+    for w in range(width, full):
+        if len({ellipsize(c, w) for c in different}) == len(different):
+            return w
+    return full
+
+
 def grouped(number: int | None) -> str:
     """An integer with thousands separators: 1,234,567."""
     return "-" if number is None else f"{number:,}"
@@ -914,7 +925,7 @@ def fitted_table(headers: list[str], rows: list[list[str]], right: set[int] = fr
             keep.remove(i)
         elif step[0] == "cut":
             floor = min(widths[i], max(display_width(headers[i]), step[2]))
-            widths[i] -= min(over, widths[i] - floor)
+            widths[i] = distinct_cut_width([r[i] for r in rows], max(floor, widths[i] - over), widths[i])
 
     def cell(i: int, text: str, header: bool = False) -> str:
         used = display_width(text)

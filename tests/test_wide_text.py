@@ -84,3 +84,38 @@ def test_show_and_sql_tables_line_up_wide_node_ids(db):
     header = columns_of(lines[0], ["cost_nano_usd"])[0]
     for line in lines[2:-1]:  # the last cell of every row starts under its header
         assert display_width(line[:line.rindex(" ") + 1]) == header, line
+
+
+def cells_under(lines: list[str], header: str) -> list[str]:
+    """The text of each row in `header`'s column: the span of its dashes in the rule line."""
+    start = columns_of(lines[0], [header])[0]
+    end = start + len(lines[1][start:].split(" ", 1)[0])  # the rule is ASCII: columns are characters
+    out = []
+    for line in lines[2:]:
+        chars, used = [], 0
+        for ch in line:
+            if start <= used < end:
+                chars.append(ch)
+            used += display_width(ch)
+        out.append("".join(chars).strip())
+    return out
+
+
+@pytest.mark.parametrize("columns", range(30, 200, 7))
+def test_a_cut_never_makes_two_run_ids_or_graphs_read_alike(db, columns):
+    """The four runs started in one second: a cut run id is still a prefix naming one run
+    (what `show` takes), and the two long graph names, cut, are still two."""
+    lines = cli("runs", "--db", db, columns=columns).stdout.splitlines()[:6]  # the header, its rule, 4 runs
+    header = lines[0].split()
+    runs = [line.split()[0] for line in lines[2:]]
+    assert len(set(runs)) == 4 and all(sum(r.startswith(cut.rstrip("…")) for r in RUNS) == 1 for cut in runs), runs
+    if "GRAPH" in header:
+        graphs = cells_under(lines, "GRAPH")
+        assert len(set(graphs)) == 4, graphs
+
+
+@pytest.mark.parametrize("columns", range(40, 200, 9))
+def test_a_cut_never_makes_two_cost_keys_read_alike(db, columns):
+    lines = cli("cost", "--db", db, "--by", "node", columns=columns).stdout.splitlines()[3:]
+    keys = [line.split("  $")[0].strip() for line in lines[2:-1]]
+    assert len(keys) == 16 and len(set(keys)) == 16, keys
