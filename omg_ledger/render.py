@@ -704,9 +704,8 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
     with_estimate = "price_book" in report
 
     def label(r: dict) -> str:
-        text = format_usd(r["cost_nano_usd"])
-        if r["unknown_cost_invocations"]:
-            text = f"{ge} {text} +{r['unknown_cost_invocations']} unpriced"
+        # The same text as the table's COST cell (a row of unpriced work alone is "unknown").
+        text = grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])).replace("≥", ge)
         if with_estimate and r.get("estimated_nano_usd"):
             text += f" ~{format_usd(r['estimated_nano_usd'])}"
         return text

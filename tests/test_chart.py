@@ -64,3 +64,19 @@ def test_chart_needs_by_and_a_terminal(sqlite_url):
     for args in (["--chart"], ["--chart", "--by", "day", "--json"], ["--chart", "--by", "day", "--csv"]):
         result = CliRunner().invoke(main, ["cost", "--db", sqlite_url, *args])
         assert result.exit_code == 2 and "--chart" in result.output
+
+
+def test_a_row_of_unpriced_work_alone_reads_as_in_the_table(tmp_path):
+    """The corpus's codex runs (auto-codex, s18-codex) have 6 invocations, none priced:
+    `cost --by runtime` says "unknown (6 unpriced)", never a $0.0000 lower bound, and so
+    does its chart."""
+    from tests.conftest import CORPUS_HOME
+
+    db = str(tmp_path / "l.sqlite")
+    subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--db", db, "--home", str(CORPUS_HOME)],
+                   check=True, capture_output=True)
+    env = {**os.environ, "COLUMNS": "100", "PYTHONIOENCODING": "utf-8"}
+    out = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--db", db, "--by", "runtime", "--chart"],
+                         capture_output=True, env=env, check=True, text=True).stdout
+    codex = next(line for line in out.splitlines() if line.startswith("codex "))
+    assert codex.split() == ["codex", "unknown", "(6", "unpriced)"]
