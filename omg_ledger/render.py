@@ -710,12 +710,13 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
             text += f" ~{format_usd(r['estimated_nano_usd'])}"
         return text
 
-    keys = [safe(r["key"])[:32] for r in rows]
+    keys = [safe(r["key"]) for r in rows]
     labels = [label(r) for r in rows]
-    key_w, label_w = max(map(len, keys)), max(map(len, labels))
+    key_w, label_w = max(map(display_width, keys)), max(map(len, labels))
     if key_w + label_w + 4 + 10 > width:  # narrow terminal: shorten the keys, keep a 10-cell bar
-        key_w = max(width - label_w - 14, 6)
-        keys = [k if len(k) <= key_w else k[: key_w - 1] + ("…" if unicode else "~") for k in keys]
+        mark = ELLIPSIS if unicode else "~"
+        key_w = distinct_cut_width(keys, max(width - label_w - 14, 6), key_w, mark)
+        keys = [ellipsize(k, key_w, mark) for k in keys]
     bar_w = max(width - key_w - label_w - 4, 3)
     top = max(r["cost_nano_usd"] + (r.get("estimated_nano_usd") or 0) for r in rows) or 1
     lines = []
@@ -725,7 +726,7 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
         if with_estimate and r.get("estimated_nano_usd"):
             extra = round(bar_w * r["estimated_nano_usd"] / top)
             bar += ("░" if unicode else ".") * max(extra, 1)
-        lines.append(f"{key.ljust(key_w)}  {text.rjust(label_w)}  {bar}".rstrip())
+        lines.append(f"{key}{' ' * (key_w - display_width(key))}  {text.rjust(label_w)}  {bar}".rstrip())
     notes = []
     if with_estimate:
         notes.append(("░" if unicode else ".") + " estimate for unpriced work (not known spend)")
@@ -857,8 +858,8 @@ def display_width(text: str) -> int:
     return width
 
 
-def ellipsize(text: str, width: int) -> str:
-    """`text` cut to `width` terminal columns, the cut marked with an ellipsis."""
+def ellipsize(text: str, width: int, mark: str = ELLIPSIS) -> str:
+    """`text` cut to `width` terminal columns, the cut marked with an ellipsis (`mark`)."""
     if display_width(text) <= width:
         return text
     if width <= 0:
@@ -870,16 +871,16 @@ def ellipsize(text: str, width: int) -> str:
             break
         out.append(ch)
         used += w
-    return "".join(out) + ELLIPSIS
+    return "".join(out) + mark
 
 
-def distinct_cut_width(cells: list[str], width: int, full: int) -> int:
+def distinct_cut_width(cells: list[str], width: int, full: int, mark: str = ELLIPSIS) -> int:
     """The least width from `width` (at most `full`) at which `cells`, ellipsized, stay
     as many different texts as they are: two run ids or graph names cut to one text would
     read as one (and a cut run id would be no prefix `show` takes)."""
     different = set(cells)
     for w in range(width, full):
-        if len({ellipsize(c, w) for c in different}) == len(different):
+        if len({ellipsize(c, w, mark) for c in different}) == len(different):
             return w
     return full
 

@@ -119,3 +119,15 @@ def test_a_cut_never_makes_two_cost_keys_read_alike(db, columns):
     lines = cli("cost", "--db", db, "--by", "node", columns=columns).stdout.splitlines()[3:]
     keys = [line.split("  $")[0].strip() for line in lines[2:-1]]
     assert len(keys) == 16 and len(set(keys)) == 16, keys
+
+
+def test_the_chart_shows_keys_whole_and_lined_up_and_cut_apart(db):
+    wide = cli("cost", "--db", db, "--by", "node", "--chart", columns=300).stdout.splitlines()[3:]
+    keys = {f"{graph}/{node}" for graph, left, right in RUNS.values() for node in ("plan", left, right, "join")}
+    assert {line.split("  $")[0].rstrip() for line in wide} == keys  # in full, 16 of them
+    assert len({columns_of(line, ["$0.0"])[0] for line in wide}) == 1  # the money starts in one column
+    for columns in range(40, 200, 9):
+        lines = cli("cost", "--db", db, "--by", "node", "--chart", columns=columns).stdout.splitlines()[3:]
+        shown = [line.split("  $")[0].rstrip() for line in lines]
+        assert len(set(shown)) == 16, (columns, shown)
+        assert len({columns_of(line, ["$0.0"])[0] for line in lines}) == 1, (columns, lines)
