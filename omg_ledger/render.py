@@ -135,7 +135,7 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False,
     for r in rows:
         nodes = "-" if r["nodes_total"] is None else f"{r['nodes_passed']}/{r['nodes_total']}"
         body.append([r["run_id"], safe(r["graph"] or "-"), nodes, grouped(r["leg_count"]),
-                     grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])), grouped_tokens(r),
+                     money(r["cost_nano_usd"], r["unknown_cost_invocations"]), grouped_tokens(r),
                      r["status"] + (" (gone)" if r["gone"] else ""), when(r["started_at"], zone), safe(r["home"])])
     headers = ["RUN", "GRAPH", "NODES", "LEGS", "COST", "TOKENS(I/C/O/R)", "STATUS", f"STARTED ({zone or 'UTC'})",
                "HOME"]
@@ -154,7 +154,7 @@ def runs_table(rows: list[dict], width: int | None = None, colour: bool = False,
                         styles={6: status_style} if colour else None)
     total = sum(r["cost_nano_usd"] or 0 for r in rows)
     unknown = sum(r["unknown_cost_invocations"] for r in rows)
-    notes = [f"\n{wrapped(f'{len(rows)} run(s), known spend {grouped_money(money(total, unknown))}', width)}"]
+    notes = [f"\n{wrapped(f'{len(rows)} run(s), known spend {money(total, unknown)}', width)}"]
     if with_estimate:
         sums = {k: sum(r[k] for r in rows) for k in ("estimated_nano_usd", "estimated_invocations",
                                                      "unestimated_invocations")}
@@ -404,7 +404,7 @@ def cost_text(report: dict, width: int | None = None) -> str:
     if report.get("homes"):
         head.append("homes: " + ", ".join(safe(h) for h in report["homes"]))
     rows = [*report["rows"], {"key": "TOTAL", **report["total"]}]
-    body = [[safe(r["key"]), grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])),
+    body = [[safe(r["key"]), money(r["cost_nano_usd"], r["unknown_cost_invocations"]),
              grouped(r["invocations"]), grouped(r["unknown_cost_invocations"]), grouped_tokens(r)] for r in rows]
     label = (by or "").upper() or "GROUP"
     headers = [label, "COST", "INVOCATIONS", "UNPRICED", "TOKENS(I/C/O/R)"]
@@ -705,7 +705,7 @@ def cost_chart(report: dict, width: int, unicode: bool) -> str:
 
     def label(r: dict) -> str:
         # The same text as the table's COST cell (a row of unpriced work alone is "unknown").
-        text = grouped_money(money(r["cost_nano_usd"], r["unknown_cost_invocations"])).replace("≥", ge)
+        text = money(r["cost_nano_usd"], r["unknown_cost_invocations"]).replace("≥", ge)
         if with_estimate and r.get("estimated_nano_usd"):
             text += f" ~{format_usd(r['estimated_nano_usd'])}"
         return text
@@ -888,11 +888,6 @@ def distinct_cut_width(cells: list[str], width: int, full: int, mark: str = ELLI
 def grouped(number: int | None) -> str:
     """An integer with thousands separators: 1,234,567."""
     return "-" if number is None else f"{number:,}"
-
-
-def grouped_money(text: str) -> str:
-    """money() text with thousands separators in its dollar amounts: $12,345.6789."""
-    return re.sub(r"\$(\d{4,})", lambda m: "$" + f"{int(m.group(1)):,}", text)
 
 
 def grouped_tokens(row: dict) -> str:

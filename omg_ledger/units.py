@@ -43,7 +43,8 @@ def format_usd(nanos: int | None, places: int = 4) -> str:
     if nanos is None:
         return "unknown"
     quantum = Decimal(1).scaleb(-places)
-    return "$" + format((Decimal(nanos) / NANOS_PER_USD).quantize(quantum, ROUND_HALF_EVEN), "f")  # never 0E-8
+    # "f" never writes 0E-8; "," groups thousands, as every table and line shows money.
+    return "$" + format((Decimal(nanos) / NANOS_PER_USD).quantize(quantum, ROUND_HALF_EVEN), ",f")
 
 
 def places_showing_above(limit: int, amounts: list[int], places: int = 4) -> int:
