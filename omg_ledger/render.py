@@ -347,7 +347,8 @@ def progress_line(stage: str, done: int, total: int, elapsed: float, width: int)
 class progress_bar:
     """A one-line progress bar per stage on stderr, redrawn in place (carriage return,
     then erase to the end of the line) at most 10 times a second, fitted to the width
-    of the terminal at each redraw."""
+    of the terminal at each redraw. TERM=dumb has no erase-line: there blanks cover what
+    the line drawn before was longer by."""
 
     CLEAR_LINE = "\r\x1b[K"
 
@@ -359,6 +360,7 @@ class progress_bar:
         self.started = self.previous = time.monotonic()
         self.done = 0
         self.drawn = False
+        self.drawn_width = 0  # of the line now on the screen
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
@@ -372,10 +374,18 @@ class progress_bar:
             if self.stage is not None:
                 self.started = previous
             self.stage = stage
+            self.drawn_width = 0
         self.last = now
-        sys.stderr.write(self.CLEAR_LINE + progress_line(stage, done, total, now - self.started, stderr_width()))
+        width = stderr_width()
+        line = progress_line(stage, done, total, now - self.started, width)
+        if os.environ.get("TERM") == "dumb":
+            blanks = " " * (min(self.drawn_width, width - 1) - len(line))
+            sys.stderr.write("\r" + line + blanks)
+        else:
+            sys.stderr.write(self.CLEAR_LINE + line)
         sys.stderr.flush()
         self.drawn = True
+        self.drawn_width = len(line)
 
     def close(self) -> None:
         if self.drawn:

@@ -25,11 +25,11 @@ CLI = [sys.executable, "-m", "omg_ledger.cli"]
 CLEAR_LINE = "\r\x1b[K"
 
 
-def run_on_a_terminal(args: list[str], columns: int, timeout: float = 120) -> tuple[int, str]:
+def run_on_a_terminal(args: list[str], columns: int, timeout: float = 120, term: str = "xterm") -> tuple[int, str]:
     """Run the CLI with stdout and stderr on a new pseudo-terminal of ``columns``
     columns (and COLUMNS set to it); returns its exit code and every byte it wrote."""
     master, slave = os.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": term}
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
     os.close(slave)
@@ -152,3 +152,15 @@ def test_a_symlinked_runs_dir_is_said_on_a_terminal_within_the_width(tmp_path):
     lines, _ = screen(output, 40)
     text = "".join(lines)  # wrapped at 40 columns; the paths may be broken across lines
     assert "is a symlink: read in" in " ".join(lines) and str(target) in text, lines
+
+
+def test_on_a_dumb_terminal_progress_is_redrawn_without_escape_sequences(home, tmp_path):
+    """TERM=dumb (Emacs' shell, some CI consoles) has no erase-line: the line is redrawn
+    with a carriage return and blanks over what the longer line before it left."""
+    code, output = run_on_a_terminal(["sync", "--db", str(tmp_path / "ledger.sqlite"), "--home", str(home)], 80,
+                                     term="dumb")
+    assert code == 0 and "\x1b" not in output, repr(output)
+    lines, redraws = screen(output, 80)
+    assert redraws >= 1
+    progress = [ln.rstrip() for ln in lines if re.match(r"sync [\d,]+/[\d,]+", ln)]
+    assert len(progress) == 1 and re.fullmatch(r"sync 25/25 \[#+\] [\d,]+\.\d/s \d+:\d\d ETA 0:00", progress[0]), lines
