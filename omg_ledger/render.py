@@ -219,7 +219,7 @@ def run_detail(d: dict, zone=None) -> str:
     out.append("\nLEGS")
     out.append(table(["#", "PHASE", "KIND", "STARTED", "OUTCOME", "DETAIL"], [
         [str(leg["ordinal"]), leg["phase"], leg["kind"], when(leg["started_at"], zone),
-         leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-"), safe(leg["detail"] or "")[:80]]
+         leg["outcome"] or ("open" if leg["is_open"] else leg["closed_by"] or "-"), shown_cut(leg["detail"], 80)]
         for leg in d["legs"]]) if d["legs"] else "  (none: the stream has said nothing)")
     gates = {n["node_id"] for n in d["nodes"] if n["node_type"] == "gate"}
     out.append("\nNODES")
@@ -238,7 +238,7 @@ def run_detail(d: dict, zone=None) -> str:
              r["outcome"] or "-", r["provenance"] or "-",
              _charged(r["cost_nano_usd"] is not None or r["cost_unknown"], r["cost_nano_usd"], int(r["cost_unknown"]),
                       r["node_id"] in gates),
-             safe(r["detail"] or "")[:60]]
+             shown_cut(r["detail"], 60)]
             for r in d["rounds"]], right={6}))
     out.append("\nCHARGES")
     charge_rows = [
@@ -881,6 +881,22 @@ def ellipsize(text: str, width: int, mark: str = ELLIPSIS) -> str:
             break
         out.append(ch)
         used += w
+    return "".join(out) + mark
+
+
+def shown_cut(text: str | None, width: int, mark: str = ELLIPSIS) -> str:
+    """Stored text as `safe` shows it, cut to `width` terminal columns with the cut marked:
+    never in the middle of an escape (half of `\\x1b` would read as other text)."""
+    shown = safe(text or "")
+    if display_width(shown) <= width:
+        return shown
+    out, used = [], 0
+    for ch in str(text):
+        piece = safe(ch)
+        used += display_width(piece)
+        if used > width - 1:
+            break
+        out.append(piece)
     return "".join(out) + mark
 
 

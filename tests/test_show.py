@@ -104,3 +104,21 @@ def test_a_gate_is_free_not_unpriced(db):
     assert [line.split()[6] for line in nodes if line.startswith("approve ")] == ["$0.0000"]
     rounds = text.split("\nROUNDS\n", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
     assert [line.split()[7] for line in rounds if line.startswith("approve ")] == ["$0.0000", "$0.0000"]
+
+
+def test_a_long_leg_detail_is_cut_with_a_mark_and_never_through_an_escape(tmp_path):
+    """A leg's DETAIL is cut to 80 columns: the cut is marked, and an escape shown for a
+    control character is whole or absent (half of \\x1b would read as other text)."""
+    from .builders import ev, write_run
+
+    run_id = "20261129-101500.000000001-1"
+    detail = "x" * 77 + "\x1b[31m" + "y" * 30
+    write_run(tmp_path / "home", run_id, [ev("run_started"), ev("run_finished", 1, outcome="failed", detail=detail)])
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", db, "--home", tmp_path / "home").returncode == 0
+    shown = cli("show", "--db", db, run_id)
+    assert shown.returncode == 0, shown.stderr
+    leg = next(line for line in shown.stdout.split("\nLEGS\n", 1)[1].splitlines() if line.startswith("1 "))
+    # 77 columns of x, then the 4-column escape \x1b would pass 79: the mark comes first.
+    assert leg.rstrip().endswith(" " + "x" * 77 + "…"), leg
+    assert "\\x1" not in leg and "\x1b" not in leg
