@@ -536,6 +536,7 @@ class _LedgerCommand(click.Command):
         with _parsing():
             ctx = super().make_context(info_name, args, parent, **extra)
         _refuse_empty_values(ctx)
+        _refuse_unreadable_times(ctx)
         return ctx
 
 
@@ -555,6 +556,25 @@ def _refuse_empty_values(ctx: click.Context) -> None:
             name = max(param.opts, key=len)
             rest = "" if param.required else f", or leave {name} out for its default"
             raise click.UsageError(f"{name} was given an empty value: give one{rest}", ctx=ctx)
+
+
+def _refuse_unreadable_times(ctx: click.Context) -> None:
+    """A time option (``--since``, ``--until``, ``--stale-after``: metavar T) that cannot be
+    read is a usage error naming the option, before anything is opened."""
+    if ctx.resilient_parsing:
+        return
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name) if isinstance(param, click.Option) and param.metavar == "T" else None
+        if not value:
+            continue
+        from datetime import UTC
+
+        from .timespec import parse_time
+
+        try:
+            parse_time(value, zone=UTC)  # (the zone changes which instant, never whether it reads)
+        except BadArgument as exc:
+            raise click.UsageError(f"{max(param.opts, key=len)}: {exc}", ctx=ctx) from None
 
 
 class _LedgerGroup(click.Group):

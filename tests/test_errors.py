@@ -303,3 +303,19 @@ def test_a_server_error_mid_write_names_the_ledger(pg_url):
     line = one_line_error(cli("sync", "--db", pg_url, "--home", EXAMPLES, "--workers", "0"), 3)
     shown = re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:***@", pg_url)
     assert f"database {shown}" in line and "disk quota exceeded (a test)" in line, line
+
+
+@pytest.mark.parametrize("args, option", [
+    (["runs", "--since", "yesterdy"], "--since"),
+    (["cost", "--since", "7d", "--until", "3M"], "--until"),
+    (["audit", "--stale-after", "2x"], "--stale-after"),
+    (["invocations", "--since", "next tuesday"], "--since"),
+    (["report", "--html", "page.html", "--since", "1 week"], "--since"),
+])
+def test_a_time_that_cannot_be_read_is_a_usage_error_naming_its_option(args, option, tmp_path):
+    """Which of a command's times was wrong is said, before any ledger is opened (the
+    --db named here does not exist and is not made)."""
+    db = tmp_path / "none.sqlite"
+    line = one_line_error(cli(*args, "--db", db), 2)
+    assert line.startswith(f"omg-ledger: error: {option}: cannot read time"), line
+    assert not db.exists()
