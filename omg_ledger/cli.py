@@ -547,12 +547,14 @@ def _refuse_empty_values(ctx: click.Context) -> None:
     if ctx.resilient_parsing:  # shell completion: nothing runs
         return
     for param in ctx.command.params:
-        if not isinstance(param, click.Option) or param.is_flag or param.type is not click.STRING:
+        if param.type is not click.STRING or getattr(param, "is_flag", False):
             continue
         if ctx.get_parameter_source(param.name) is not click.core.ParameterSource.COMMANDLINE:
             continue  # an empty environment variable is unset, as click reads it
         value = ctx.params.get(param.name)
         if value == "" or (param.multiple and "" in (value or ())):
+            if isinstance(param, click.Argument):  # (`show ""` would match every run, `query ""` list them)
+                raise click.UsageError(f"{param.human_readable_name} was given an empty value: give one", ctx=ctx)
             name = max(param.opts, key=len)
             rest = "" if param.required else f", or leave {name} out for its default"
             raise click.UsageError(f"{name} was given an empty value: give one{rest}", ctx=ctx)

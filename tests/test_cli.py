@@ -88,6 +88,22 @@ def test_an_option_given_an_empty_value_is_a_usage_error_naming_it(path, option,
     assert not (tmp_path / "l.sqlite").exists()  # refused before anything was opened
 
 
+ARGUMENT_CASES = [(path, p.human_readable_name) for path, command in all_commands() for p in command.params
+                  if isinstance(p, click.Argument) and p.type is click.STRING]
+
+
+@pytest.mark.parametrize(("path", "argument"), ARGUMENT_CASES, ids=[f"{' '.join(p)} {a}" for p, a in ARGUMENT_CASES])
+def test_an_argument_given_an_empty_value_is_a_usage_error_naming_it(path, argument, tmp_path):
+    # `show "$RUN"` with RUN unset matched every run; `query "$NAME"` listed the queries, exit 0.
+    command = dict(all_commands())[path]
+    args = [*path, *("" if p.human_readable_name == argument else "x" for p in command.params
+                     if isinstance(p, click.Argument))]
+    result = CliRunner().invoke(main, args, env={"OMG_LEDGER_DB": str(tmp_path / "l.sqlite")})
+    assert result.exit_code == 2, result.output
+    assert f"{argument} was given an empty value" in result.output
+    assert not (tmp_path / "l.sqlite").exists()
+
+
 def test_cost_since_empty_prints_no_all_time_total(tmp_path):
     db = str(tmp_path / "l.sqlite")
     cli = [sys.executable, "-m", "omg_ledger.cli"]
