@@ -986,7 +986,15 @@ def homes_forget(db, label, yes) -> None:
 
     require_utf8(label, f"home label {label!r}")
     if not yes:
-        raise BadArgument(f"forgetting {label!r} removes its runs from the ledger for good; add --yes to do it")
+        from .db import RUN_TABLES_SINCE
+        from .reports.homes import list_homes
+
+        # Asked what --yes would do: which home, and how many runs, or that there is none.
+        home = next((h for h in list_homes(open_db_readonly(db, RUN_TABLES_SINCE)) if h["label"] == label), None)
+        if home is None:
+            raise BadArgument(f"no home is labelled {label!r} (omg-ledger homes lists them)")
+        raise BadArgument(f"forgetting {label!r} ({home['path']}) removes its {home['runs']} run(s) from the ledger "
+                          f"for good; add --yes to do it")
     count = forget_home(open_db(db), label)
     _say(f"forgot home {label} and its {count} run(s)")
 

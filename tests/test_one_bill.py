@@ -339,7 +339,11 @@ def test_homes_command_lists_renames_and_forgets(tmp_path, home):
     assert runner.invoke(main, ["homes", "rename", "--db", db, "work", "laptop"]).exit_code == 0
     assert "laptop" in runner.invoke(main, ["homes", "--db", db]).output
     refused = runner.invoke(main, ["homes", "forget", "--db", db, "laptop"])
-    assert refused.exit_code == 2 and "--yes" in refused.output
+    # Without --yes: what it would remove (the corpus home's 25 runs), or that there is no such home.
+    assert refused.exit_code == 2 and f"forgetting 'laptop' ({home}) removes its 25 run(s)" in refused.output
+    assert "--yes" in refused.output
+    mistyped = runner.invoke(main, ["homes", "forget", "--db", db, "lapotp"])
+    assert mistyped.exit_code == 2 and "no home is labelled 'lapotp'" in mistyped.output
     forgot = runner.invoke(main, ["homes", "forget", "--db", db, "laptop", "--yes"])
     assert forgot.exit_code == 0 and "25 run(s)" in forgot.output
     assert json.loads(runner.invoke(main, ["homes", "--db", db, "--json"]).output) == []
