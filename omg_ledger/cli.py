@@ -1048,12 +1048,13 @@ def db_current(db) -> None:
 @db_option
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Print the per-group rows as CSV on stdout.")
-@click.option("--since", metavar="T", help="Only invocations started since T (7d, 12h, 2026-11-01, RFC 3339).")
+@click.option("--since", metavar="T", help="Only invocations started since T. " + SINCE_HELP.split(": ", 1)[1])
 @click.option("--by", "by", type=click.Choice(["role", "status", "milestone"], case_sensitive=False), default="role",
               show_default=True,
               help="Group by role, end status or milestone.")
+@tz_option
 @ledger_errors
-def invocations(db, as_json, as_csv, since, by) -> None:
+def invocations(db, as_json, as_csv, since, by, tz) -> None:
     """Role invocations of runners: counts, failures, durations, who is working now.
 
     Reads what `omg-ledger sync --invocations PATH` indexed from a runner's
@@ -1067,23 +1068,25 @@ def invocations(db, as_json, as_csv, since, by) -> None:
     Example:
       omg-ledger sync --invocations ~/proj/.ledger/events.jsonl
       omg-ledger invocations --since 7d --by status
+      omg-ledger invocations --since today --tz Europe/Berlin
     """
     from .db import INVOCATIONS_SINCE
     from .errors import BadArgument
     from .reports.invocations import invocation_report, to_csv, to_text
-    from .timespec import parse_since
+    from .timespec import parse_since, zone_named
 
     if as_json and as_csv:
         raise BadArgument("--json and --csv are exclusive: choose one")
     now = _now()
-
-    report = invocation_report(open_db_readonly(db, INVOCATIONS_SINCE), now=now, by=by, since_us=parse_since(since, now=now))
+    zone = zone_named(tz)
+    report = invocation_report(open_db_readonly(db, INVOCATIONS_SINCE), now=now, by=by,
+                               since_us=parse_since(since, now=now, zone=zone))
     if as_json:
         _emit_json(report)
     elif as_csv:
         _say(to_csv(report), nl=False)
     else:
-        _say(to_text(report))
+        _say(to_text(report, zone if tz else None))
 
 
 def csv_option(f: Callable) -> Callable:

@@ -678,3 +678,35 @@ def test_the_command_reads_now_from_omg_ledger_now(tmp_path, stream):
     assert (doc["now"], doc["since"]) == ("2024-05-01T11:00:00.000000Z", "2024-05-01T08:00:00.000000Z")
     assert [(r["key"], r["invocations"]) for r in doc["rows"]] == [("dev", 1), ("qa", 1)]  # (a start counts)
     assert [d["role"] for d in doc["dangling"]] == ["qa"]
+
+
+def test_invocations_reads_and_shows_times_in_tz(tmp_path, stream):
+    """--tz as every reading command takes it: a date without an offset is midnight there,
+    and the starts with no end are shown there. The stream is of 2024-05-01 10:00-10:02 UTC,
+    which is 19:00-19:02 in Tokyo (+09:00) and 06:00-06:02 in New York (-04:00, summer time)."""
+    stream.write_bytes(start("dev", "M1", ts(0)) + end("dev", "M1", ts(1), "DONE", 60_000)
+                       + start("qa", "M1", ts(2)))
+    db = tmp_path / "ledger.sqlite"
+    home = tmp_path / "home"
+    home.mkdir()
+    runner = CliRunner()
+    assert runner.invoke(main, ["sync", "--db", str(db), "--home", str(home), "--invocations", str(stream)]).exit_code == 0
+    env = {"OMG_LEDGER_NOW": "2024-05-01T11:00:00Z"}
+
+    def counted(*args: str) -> tuple[str, list]:
+        result = runner.invoke(main, ["invocations", "--db", str(db), "--json", *args], env=env)
+        assert result.exit_code == 0, result.output
+        doc = orjson.loads(result.stdout)
+        return doc["since"], [(r["key"], r["invocations"]) for r in doc["rows"]]
+
+    # Tokyo's 2024-05-01 began at 2024-04-30 15:00 UTC: both starts are in it.
+    assert counted("--since", "2024-05-01", "--tz", "Asia/Tokyo") == (
+        "2024-04-30T15:00:00.000000Z", [("dev", 1), ("qa", 1)])
+    # New York's 2024-05-01 begins at 04:00 UTC, Tokyo's 2024-05-02 at 2024-05-01 15:00 UTC: after them.
+    assert counted("--since", "2024-05-01", "--tz", "America/New_York")[0] == "2024-05-01T04:00:00.000000Z"
+    assert counted("--since", "2024-05-02", "--tz", "Asia/Tokyo") == ("2024-05-01T15:00:00.000000Z", [])
+
+    text = runner.invoke(main, ["invocations", "--db", str(db), "--tz", "Asia/Tokyo"], env=env).output
+    assert "STARTED (Asia/Tokyo)" in text and "2024-05-01 19:02:00.000+0900" in text
+    text = runner.invoke(main, ["invocations", "--db", str(db)], env=env).output
+    assert "STARTED (UTC)" in text and "2024-05-01 10:02:00.000Z" in text

@@ -171,7 +171,8 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{safe(s)}={n}" for s, n in counts.items())
 
 
-def to_text(report: dict[str, Any]) -> str:
+def to_text(report: dict[str, Any], zone=None) -> str:
+    """The groups' table, then the starts with no end yet (times in ``zone``, else UTC)."""
     if not report["rows"] and not report["dangling"]:
         return ("no role invocations in the ledger match "
                 "(index a runner's events.jsonl with `omg-ledger sync --invocations PATH`)")
@@ -188,14 +189,14 @@ def to_text(report: dict[str, Any]) -> str:
     out = [table([report["by"].upper(), "INVOCATIONS", "FAILURES", "DANGLING", "P50", "P95", "MAX",
                   "FAILURES BY STATUS"], body, right={1, 2, 3, 4, 5, 6})]
     if report["since"]:
-        out.append(f"since {when(report['since'])}")
+        out.append(f"since {when(report['since'], zone)}")
     out.append("\nWORKING NOW (a start with no end yet)")
     # Machines are named only where starts of several are listed (one path may be a runner's on each).
     several = len({d["machine"] for d in report["dangling"]}) > 1
     if report["dangling"]:
-        header = ["ROLE", "MILESTONE", "STARTED (UTC)", "AGO", "FILE:LINE"] + (["MACHINE"] if several else [])
+        header = ["ROLE", "MILESTONE", f"STARTED ({zone or 'UTC'})", "AGO", "FILE:LINE"] + (["MACHINE"] if several else [])
         out.append(table(header, [
-            [safe(d["role"] or "-"), safe(d["milestone"] or "-"), when(d["started_at"]),
+            [safe(d["role"] or "-"), safe(d["milestone"] or "-"), when(d["started_at"], zone),
              format_ms(d["age_ms"]), f"{safe(d['path'])}:{d['line']}"] + ([safe(d["machine"])] if several else [])
             for d in report["dangling"]]))
     else:
