@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 import orjson
 import pytest
@@ -661,15 +662,22 @@ def test_a_bad_line_names_its_line_number_in_the_file(engine, stream, tmp_path):
     assert result.exit_code == 0 and len(result.stderr.splitlines()) == 2, result.stderr  # (no home problem)
 
 
-def test_the_command_reads_now_from_omg_ledger_now(tmp_path, stream):
-    """As every reading command does: a replay at a fixed instant reproduces."""
+def _dev_done_and_qa_working(tmp_path, stream) -> Path:
+    """A ledger of a runner stream of 2024-05-01 10:00-10:02 UTC: dev's M1 done, qa's M1 started."""
     stream.write_bytes(start("dev", "M1", ts(0)) + end("dev", "M1", ts(1), "DONE", 60_000)
                        + start("qa", "M1", ts(2)))
     db = tmp_path / "ledger.sqlite"
     home = tmp_path / "home"
     home.mkdir()
+    synced = CliRunner().invoke(main, ["sync", "--db", str(db), "--home", str(home), "--invocations", str(stream)])
+    assert synced.exit_code == 0, synced.output
+    return db
+
+
+def test_the_command_reads_now_from_omg_ledger_now(tmp_path, stream):
+    """As every reading command does: a replay at a fixed instant reproduces."""
+    db = _dev_done_and_qa_working(tmp_path, stream)
     runner = CliRunner()
-    assert runner.invoke(main, ["sync", "--db", str(db), "--home", str(home), "--invocations", str(stream)]).exit_code == 0
     # The stream is of 2024-05-01 10:00 (ts above): at 11:00 that day, the 3 hours before hold it.
     result = runner.invoke(main, ["invocations", "--db", str(db), "--since", "3h", "--json"],
                            env={"OMG_LEDGER_NOW": "2024-05-01T11:00:00Z"})
@@ -684,13 +692,8 @@ def test_invocations_reads_and_shows_times_in_tz(tmp_path, stream):
     """--tz as every reading command takes it: a date without an offset is midnight there,
     and the starts with no end are shown there. The stream is of 2024-05-01 10:00-10:02 UTC,
     which is 19:00-19:02 in Tokyo (+09:00) and 06:00-06:02 in New York (-04:00, summer time)."""
-    stream.write_bytes(start("dev", "M1", ts(0)) + end("dev", "M1", ts(1), "DONE", 60_000)
-                       + start("qa", "M1", ts(2)))
-    db = tmp_path / "ledger.sqlite"
-    home = tmp_path / "home"
-    home.mkdir()
+    db = _dev_done_and_qa_working(tmp_path, stream)
     runner = CliRunner()
-    assert runner.invoke(main, ["sync", "--db", str(db), "--home", str(home), "--invocations", str(stream)]).exit_code == 0
     env = {"OMG_LEDGER_NOW": "2024-05-01T11:00:00Z"}
 
     def counted(*args: str) -> tuple[str, list]:

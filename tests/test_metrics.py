@@ -77,16 +77,21 @@ def test_metrics_equal_cost_and_runs_json(db_url, corpus_home):
     assert families["omg_ledger_last_event_timestamp_seconds"].samples[0].value == 1795976124.901354
 
 
+def _one_passed_run(home, run_id: str, graph_name: str, hour: str = "10") -> None:
+    """A run of one node that passed for $0.25, at ``hour`` o'clock, in a graph named ``graph_name``."""
+    write_run(home, run_id, [
+        ev(run_id, t(f"{hour}:00:00"), "run_started"),
+        ev(run_id, t(f"{hour}:00:01"), "node_started", node_id="n"),
+        passed(run_id, t(f"{hour}:00:02"), "n", 0.25, provenance="exit-only"),
+        ev(run_id, t(f"{hour}:00:03"), "run_finished", outcome="passed"),
+    ], state(run_id, graph_name, {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+
+
 def test_label_values_are_escaped(sqlite_url, tmp_path):
     home = tmp_path / "home"
     weird = 'we"ird\\graph\nline two'
     run_id = "20261129-100000.000000001-1"
-    write_run(home, run_id, [
-        ev(run_id, t("10:00:00"), "run_started"),
-        ev(run_id, t("10:00:01"), "node_started", node_id="n"),
-        passed(run_id, t("10:00:02"), "n", 0.25, provenance="exit-only"),
-        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
-    ], state(run_id, weird, {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+    _one_passed_run(home, run_id, weird)
     ledger(sqlite_url, home)
     families = parse(invoke("metrics", "--db", sqlite_url))
     assert by_labels(families["omg_ledger_known_spend_usd"], "runtime", "graph") == {("claude", weird): 0.25}
@@ -178,12 +183,7 @@ def test_stdout_is_utf_8_whatever_the_locale_says(sqlite_url, tmp_path):
 
     home = tmp_path / "home"
     run_id = "20261129-100000.000000001-1"
-    write_run(home, run_id, [
-        ev(run_id, t("10:00:00"), "run_started"),
-        ev(run_id, t("10:00:01"), "node_started", node_id="n"),
-        passed(run_id, t("10:00:02"), "n", 0.25, provenance="exit-only"),
-        ev(run_id, t("10:00:03"), "run_finished", outcome="passed"),
-    ], state(run_id, "café", {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+    _one_passed_run(home, run_id, "café")
     ledger(sqlite_url, home)
     target = tmp_path / "omg.prom"
     invoke("metrics", "--db", sqlite_url, "--output", str(target))
@@ -207,13 +207,7 @@ def test_control_and_bidi_characters_in_labels_are_visible_escapes(sqlite_url, t
     names = {"20261129-100000.000000001-1": 'deploy\x1b]0;owned\x07\r\u202e\u2028"\\\nend',
              "20261129-110000.000000001-1": "bell\x07", "20261129-120000.000000001-1": "bell\\x07"}
     for run_id, name in names.items():
-        hour = run_id[9:11]
-        write_run(home, run_id, [
-            ev(run_id, t(f"{hour}:00:00"), "run_started"),
-            ev(run_id, t(f"{hour}:00:01"), "node_started", node_id="n"),
-            passed(run_id, t(f"{hour}:00:02"), "n", 0.25, provenance="exit-only"),
-            ev(run_id, t(f"{hour}:00:03"), "run_finished", outcome="passed"),
-        ], state(run_id, name, {"n": {"verdict": "PASS", "cost_usd": 0.25}}))
+        _one_passed_run(home, run_id, name, hour=run_id[9:11])
     ledger(sqlite_url, home)
     text = invoke("metrics", "--db", sqlite_url)
     assert not any(c in text for c in "\x1b\x07\r\u202e\u2028")

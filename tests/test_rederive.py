@@ -532,6 +532,18 @@ def test_release_0_1_ledger_upgrades_and_rederives_with_the_same_money(tmp_path)
         con.close()
 
 
+def _rules_cannot_derive(run_id: str, monkeypatch) -> None:
+    """From here on, a rule fails on ``run_id``'s stored facts (every other run derives)."""
+    original = derive.derive_run
+
+    def failing(facts, parsed=None):
+        if facts.run_id == run_id:
+            raise ValueError("a rule that cannot read this run")
+        return original(facts, parsed)
+
+    monkeypatch.setattr("omg_ledger.sync.derive_run", failing)
+
+
 def test_a_run_the_rules_cannot_derive_is_a_problem_not_a_stopped_ledger(tmp_path, db_url, monkeypatch):
     """One run whose stored facts make a (new) rule fail keeps its rows and is a problem;
     every other run is re-derived and sync completes."""
@@ -539,15 +551,8 @@ def test_a_run_the_rules_cannot_derive_is_a_problem_not_a_stopped_ledger(tmp_pat
     try:
         sync(engine, [Home.from_path(str(CORPUS / "home"), "c")])
         _bump(monkeypatch)
-        original = derive.derive_run
         broken = "20261129-181518.678721711-1"
-
-        def failing(facts, parsed=None):
-            if facts.run_id == broken:
-                raise ValueError("a rule that cannot read this run")
-            return original(facts, parsed)
-
-        monkeypatch.setattr("omg_ledger.sync.derive_run", failing)
+        _rules_cannot_derive(broken, monkeypatch)
         report = sync(engine, [])
         assert report.runs_rederived == 24
         names = _graph_names(engine)
@@ -571,22 +576,15 @@ def test_a_run_the_rules_could_not_derive_is_no_problem_once_a_release_derives_i
     try:
         sync(engine, [Home.from_path(str(home), "c")])
         _bump(monkeypatch)
-        original = derive.derive_run
         broken = "20261129-181518.678721711-1"
-
-        def failing(facts, parsed=None):
-            if facts.run_id == broken:
-                raise ValueError("a rule that cannot read this run")
-            return original(facts, parsed)
-
-        monkeypatch.setattr("omg_ledger.sync.derive_run", failing)
+        _rules_cannot_derive(broken, monkeypatch)
         sync(engine, [Home.from_path(str(home), "c")])
         with engine.connect() as conn:
             [reason] = conn.execute(text("SELECT reason FROM problems WHERE resolved_at IS NULL")).scalars()
         assert reason.startswith("cannot derive this run's rows")
 
         # The next release: its rules derive the run.
-        monkeypatch.setattr("omg_ledger.sync.derive_run", original)
+        monkeypatch.setattr("omg_ledger.sync.derive_run", derive.derive_run)
         monkeypatch.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION + 1)
         if how == "sync":
             sync(engine, [Home.from_path(str(home), "c")])

@@ -418,6 +418,17 @@ def _both_at_the_settling(tmp_path: Path, home: Path, home_b: Path, conninfo: st
         return [(p, *p.communicate(timeout=300)) for p in started]
 
 
+def _a_run_and_bs_copy_taken_mid_run(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """(home, home on B, the run, B's copy of it, of its first 3 lines)."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
+    run_a, run_b = _clean(home), _clean(home_b)
+    lines = (run_b / "events.jsonl").read_text().splitlines(keepends=True)
+    (run_b / "events.jsonl").write_text("".join(lines[:3]))  # B's copy was taken mid-run
+    return home, home_b, run_a, run_b
+
+
 def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg_url):
     """Machine A holds a run, machine B a copy of it; both copies grow, and both machines
     sync at once (cron at the same minute). Each sync writes its own copy's row, then waits
@@ -426,12 +437,7 @@ def test_two_machines_syncing_copies_of_one_run_at_once_both_finish(tmp_path, pg
     sync stopped with exit 3). It is synced again, and settles after the other."""
     import psycopg
 
-    if shutil.which("unshare") is None:
-        pytest.fail("util-linux `unshare` is needed for this test")
-    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
-    run_a, run_b = _clean(home), _clean(home_b)
-    lines = (run_b / "events.jsonl").read_text().splitlines(keepends=True)
-    (run_b / "events.jsonl").write_text("".join(lines[:3]))  # B's copy was taken mid-run
+    home, home_b, run_a, run_b = _a_run_and_bs_copy_taken_mid_run(tmp_path)
     _really_another_machine(tmp_path, home_b, home)
     sync = _omg("sync", "--db", pg_url, "--home", str(home))
     assert subprocess.run(sync, capture_output=True).returncode == 0
@@ -459,12 +465,7 @@ def test_a_sync_done_again_after_a_deadlock_reports_what_it_did_once(tmp_path, p
     counted again, and the runs/ entry listed twice."""
     import psycopg
 
-    if shutil.which("unshare") is None:
-        pytest.fail("util-linux `unshare` is needed for this test")
-    home, home_b = tmp_path / "home", tmp_path / "home-on-b"
-    run_a, run_b = _clean(home), _clean(home_b)
-    lines = (run_b / "events.jsonl").read_text().splitlines(keepends=True)
-    (run_b / "events.jsonl").write_text("".join(lines[:3]))  # B's copy was taken mid-run
+    home, home_b, run_a, run_b = _a_run_and_bs_copy_taken_mid_run(tmp_path)
     for runs in (home / "runs", home_b / "runs"):
         os.symlink("/nowhere", runs / "a-link")  # a problem every sync of the home lists
     _really_another_machine(tmp_path, home_b, home)
