@@ -65,7 +65,9 @@ def _amount(value: object, where: str) -> int:
         usd = Decimal(str(value))
     except InvalidOperation:
         raise BadArgument(f"{where}: a limit is a number of dollars, not {value!r}") from None
-    if not usd.is_finite() or usd <= 0:
+    if not usd.is_finite():
+        raise BadArgument(f"{where}: a limit is a finite number of dollars, not {value}")
+    if usd <= 0:
         raise BadArgument(f"{where}: a limit must be more than $0, not {value}")
     nanos = usd * NANOS_PER_USD
     if nanos != nanos.to_integral_value():

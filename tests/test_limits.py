@@ -55,6 +55,8 @@ def test_parse_limit(spec, limit):
     ("day", "cannot read limit"), ("year=5", "unknown period"), ("day=0", "more than $0"),
     ("day=-3", "more than $0"), ("day=lots", "number of dollars"), ("team:x/day=5", "the scope is"),
     ("graph:/day=5", "the scope is"), ("day=0.0000000001", "more than 9 decimals"),
+    ("day=inf", "a finite number of dollars, not inf"), ("day=Infinity", "a finite number of dollars"),
+    ("day=-inf", "a finite number of dollars"), ("day=nan", "a finite number of dollars, not nan"),
 ])
 def test_bad_limits_are_clear(spec, message):
     with pytest.raises(BadArgument, match=message.replace("$", r"\$")):
@@ -80,6 +82,8 @@ def test_config_file_limits_and_flags_replace_the_same_limit(tmp_path, monkeypat
     ("[limits]\nyear = 5\n", "unknown key 'year'"),
     ('[limits.graph."x"]\nfortnight = 5\n', "unknown period 'fortnight'"),
     ("[limits]\nday = -1\n", "more than $0"),
+    ("[limits]\nday = inf\n", "a finite number of dollars, not inf"),
+    ('[limits.graph."x"]\nweek = nan\n', "a finite number of dollars, not nan"),
     ("[limits\n", "not valid TOML"),
 ])
 def test_bad_config_files(tmp_path, monkeypatch, text, message):
