@@ -1485,7 +1485,8 @@ def export(db, target) -> None:
     from .export import export_ledger
 
     copied = export_ledger(open_db_readonly(db), open_db(target))
-    _say(f"copied {sum(copied.values())} rows: " + ", ".join(f"{n} {t}" for t, n in copied.items() if n))
+    tables = ", ".join(f"{n} {t}" for t, n in copied.items() if n)
+    _say(f"copied {sum(copied.values())} rows: {tables or 'the ledger is empty'}")
 
 
 @main.command(name="datasette-metadata")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 
 import pytest
 from sqlalchemy import select
@@ -85,3 +87,17 @@ def test_export_from_postgresql_is_one_snapshot_while_a_sync_commits(tmp_path, p
     assert dump(target, cache_hints=True) == as_it_was
     sync(target, [Home.from_path(str(home), "h")])  # and the copy catches up like any ledger
     assert dump(target, cache_hints=True) == dump(source, cache_hints=True)
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_export_of_an_empty_ledger_says_so(tmp_path):
+    source, target = tmp_path / "empty.sqlite", tmp_path / "copy.sqlite"
+    assert cli("db", "upgrade", "--db", source).returncode == 0  # a ledger, never synced
+    result = cli("export", "--db", source, "--to", target)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "copied 0 rows: the ledger is empty\n"
+
