@@ -407,12 +407,13 @@ def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     sys.exit(EXIT_INTERRUPTED)
 
 
-def open_db(db: str | None):
-    """A ledger for a command that writes (SQLAlchemy; migrated to the head first)."""
+def open_db(db: str | None, option: str = "--db"):
+    """A ledger for a command that writes (SQLAlchemy; migrated to the head first);
+    ``option`` names it in advice (export's target is --to)."""
     from .db import check_database_target, open_ledger, stderr_say
 
-    check_database_target(config.resolve_db(db))
-    return open_ledger(config.resolve_db(db), say=stderr_say)
+    check_database_target(config.resolve_db(db, option), option)
+    return open_ledger(config.resolve_db(db, option), say=stderr_say, option=option)
 
 
 def _home_labels(ledger, given) -> tuple[str, ...]:
@@ -1484,7 +1485,7 @@ def export(db, target) -> None:
     """
     from .export import export_ledger
 
-    copied = export_ledger(open_db_readonly(db), open_db(target))
+    copied = export_ledger(open_db_readonly(db), open_db(target, "--to"))
     tables = ", ".join(f"{n} {t}" for t, n in copied.items() if n)
     _say(f"copied {sum(copied.values())} rows: {tables or 'the ledger is empty'}")
 

@@ -53,14 +53,16 @@ def check_label(label: str) -> None:
         raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
 
 
-def resolve_db(flag: str | None) -> str:
+def resolve_db(flag: str | None, option: str = "--db") -> str:
+    """The ledger ``flag`` names, else OMG_LEDGER_DB's, else the default; ``option`` is the
+    flag's name, for messages (export's --to is required: click refuses it empty)."""
     from .db import default_database_path
 
     if flag == "":
         # An unset variable in a cron line (--db "$LEDGER") must not fall back to the default ledger.
         raise BadArgument("--db '' names no ledger: give a SQLite path or a URL (leave --db out for the default)")
     db = flag or os.environ.get(ENV_DB) or default_database_path()
-    require_utf8(db, f"--db {db}", UnsupportedDatabase)  # SQLite and PostgreSQL take text only
+    require_utf8(db, f"{option} {db}", UnsupportedDatabase)  # SQLite and PostgreSQL take text only
     return db
 
 

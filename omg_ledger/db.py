@@ -337,17 +337,19 @@ def _create_at_head(engine: Engine) -> bool:
     return True
 
 
-def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_schema: bool = True) -> None:
+def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_schema: bool = True,
+            option: str = "--db") -> None:
     """Bring the database to head; refuse one that is ahead of this omg-ledger.
     ``from_head_schema``: a new database takes the packaged head schema (False: run the
-    migrations, as tests do to check that schema)."""
+    migrations, as tests do to check that schema); ``option``: the command's option that
+    named the database, for the refusal's advice."""
     if _is_at_head(engine):
         return
     from sqlalchemy.exc import OperationalError
 
     try:
         if not (from_head_schema and _create_at_head(engine)):
-            _run_migrations(engine, say)
+            _run_migrations(engine, say, option)
     except OperationalError as exc:
         if is_locked(str(exc.orig)):
             raise ledger_locked(f"the ledger database {engine.url!r}") from exc
@@ -355,7 +357,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
                                   f"{_writing_hints(_sqlite_path(engine), str(exc.orig))}") from exc
 
 
-def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
+def _run_migrations(engine: Engine, say: Callable[[str], None] | None, option: str = "--db") -> None:
     from alembic import command
     from alembic.script import ScriptDirectory
 
@@ -373,7 +375,7 @@ def _run_migrations(engine: Engine, say: Callable[[str], None] | None) -> None:
                 raise DatabaseTooNew(
                     f"the ledger database is at revision {current}, which this omg-ledger does not "
                     f"know (its newest is {head}); it was written by a newer omg-ledger — upgrade "
-                    f"omg-ledger, or point --db at another database"
+                    f"omg-ledger, or point {option} at another database"
                 ) from exc
             if say is not None:
                 say(f"upgrading the ledger database from revision {current} to {head}")
@@ -439,12 +441,14 @@ def _restore_user_objects(conn: Connection, users: list) -> None:
             ) from exc
 
 
-def open_ledger(db: str, say: Callable[[str], None] | None = None) -> Engine:
+def open_ledger(db: str, say: Callable[[str], None] | None = None, option: str = "--db") -> Engine:
+    """The ledger at ``db``, migrated to the head; ``option`` is the command's option that
+    named it (export's target is --to), for the advice of a refusal."""
     from sqlalchemy.exc import SQLAlchemyError
 
     engine = create_ledger_engine(db)
     try:
-        migrate(engine, say=say)
+        migrate(engine, say=say, option=option)
     except (DatabaseUnavailable, LedgerBusy) as exc:
         engine.dispose()  # name the database as the user typed it, password masked
         raise type(exc)(str(exc).replace(repr(engine.url), shown_url(db))) from exc
@@ -516,15 +520,16 @@ def one_line(exc: BaseException) -> str:
     return message.splitlines()[0] if message else type(exc).__name__
 
 
-def check_database_target(db: str) -> None:
+def check_database_target(db: str, option: str = "--db") -> None:
     """Refuse, in one line, what cannot be a ledger, before any engine exists: a URL of
     another database or an uninstalled driver, an in-memory SQLite database, a directory,
-    a file that is not SQLite."""
+    a file that is not SQLite. ``option``: the command's option that named ``db``, which
+    the advice names."""
     from .ledger import plain_sqlite_file
 
     path = plain_sqlite_file(database_url(db))
     if path is not None:  # the common case, checked without SQLAlchemy
-        _check_sqlite_file(path, shown_url(db))
+        _check_sqlite_file(path, shown_url(db), option)
         return
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
@@ -541,8 +546,8 @@ def check_database_target(db: str) -> None:
         path = url.database
         if not path or path == ":memory:":
             raise UnsupportedDatabase(f"{shown} is an in-memory SQLite database, which vanishes when omg-ledger "
-                                      f"exits: give the ledger a file (--db ledger.sqlite)")
-        _check_sqlite_file(path, shown)
+                                      f"exits: give the ledger a file ({option} ledger.sqlite)")
+        _check_sqlite_file(path, shown, option)
         return
     if backend != "postgresql":
         raise UnsupportedDatabase(f"{shown}: omg-ledger keeps its ledger in SQLite or PostgreSQL, not {backend}; "
@@ -571,7 +576,7 @@ NOT_SQLITE = ("is not a SQLite database: not a ledger, or a damaged one (restore
               "and run `omg-ledger sync` to rebuild it from the homes)")
 
 
-def _check_sqlite_file(path: str, shown: str) -> None:
+def _check_sqlite_file(path: str, shown: str, option: str = "--db") -> None:
     """A directory, a FIFO or device, or a file that is not SQLite is refused; a missing
     file is the caller's."""
     from .errors import NotALedger
@@ -584,13 +589,13 @@ def _check_sqlite_file(path: str, shown: str) -> None:
         raise DatabaseUnavailable(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if stat.S_ISDIR(mode):
         raise NotALedger(f"{shown} is a directory, not a ledger file "
-                         f"(the default file name is ledger.sqlite: --db {os.path.join(shown, 'ledger.sqlite')})")
+                         f"(the default file name is ledger.sqlite: {option} {os.path.join(shown, 'ledger.sqlite')})")
     if not stat.S_ISREG(mode):
         # Opening a FIFO blocks; SQLite would read a device and write a journal beside it.
         from .files import file_kind
 
         raise NotALedger(f"{shown} is {file_kind(mode)}, not a regular file: a ledger is a SQLite file; "
-                         f"point --db at the ledger's file, or at a new path for a new ledger")
+                         f"point {option} at the ledger's file, or at a new path for a new ledger")
     try:
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_HEADER))
@@ -604,7 +609,7 @@ def _check_sqlite_file(path: str, shown: str) -> None:
         foreign = _foreign_sqlite_tables(path, shown)
         if foreign:
             raise NotALedger(f"{shown} holds no ledger but another program's tables ({_names(foreign)}): "
-                             f"omg-ledger neither reads it nor adds its own tables to it; point --db at the "
+                             f"omg-ledger neither reads it nor adds its own tables to it; point {option} at the "
                              f"ledger's file, or at a new path for a new ledger")
 
 

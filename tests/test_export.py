@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 
@@ -15,6 +18,7 @@ from omg_ledger.errors import BadArgument
 from omg_ledger.export import export_ledger
 from omg_ledger.sync import Home, sync
 
+from .cli_checks import one_line_error
 from .conftest import CORPUS_HOME
 from .ledger_dump import dump
 
@@ -101,3 +105,22 @@ def test_export_of_an_empty_ledger_says_so(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == "copied 0 rows: the ledger is empty\n"
 
+
+@pytest.mark.parametrize("to, hint", [
+    ("somedir", "(the default file name is ledger.sqlite: --to somedir/ledger.sqlite)"),
+    ("sqlite://", "exits: give the ledger a file (--to ledger.sqlite)"),
+    ("x\udcff.sqlite", "--to x\\udcff.sqlite is not valid UTF-8"),  # (the byte 0xff, as a shell's $'x\xff.sqlite')
+    ("newer.sqlite", "written by a newer omg-ledger — upgrade omg-ledger, or point --to at another database"),
+])
+def test_export_names_to_in_the_hints_about_its_target(tmp_path, to, hint):
+    source = tmp_path / "ledger.sqlite"
+    assert cli("db", "upgrade", "--db", source).returncode == 0
+    (tmp_path / "somedir").mkdir()
+    assert cli("db", "upgrade", "--db", tmp_path / "newer.sqlite").returncode == 0
+    with contextlib.closing(sqlite3.connect(tmp_path / "newer.sqlite")) as newer, newer:
+        newer.execute("UPDATE alembic_version SET version_num = '9999'")  # as a newer omg-ledger leaves it
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "export", "--db", str(source), "--to", to],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    line = one_line_error(result, 3)
+    assert hint in line and "--db" not in line
+    assert os.listdir(tmp_path / "somedir") == []
