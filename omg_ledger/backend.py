@@ -3,8 +3,8 @@ per dialect. The rest of the code asks ``backend_of(engine_or_connection)`` and 
 branches on a dialect name.
 
 What differs: the DB-API placeholder, the upsert statement, the exclusive right to
-sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL),
-the migration lock, how a run's rows are locked before a re-derivation, and how a
+sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL)
+and an export's right to the whole ledger, the migration lock, how a run's rows are locked before a re-derivation, and how a
 report reads: ``reading`` gives one read transaction on the DB-API connection (sqlite3;
 psycopg), so the hot read paths never import SQLAlchemy. Their SQL is portable text with
 named parameters (``:name``). SQLAlchemy is imported only by the methods that use it, so
@@ -30,6 +30,13 @@ if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start wi
     from sqlalchemy.engine import Connection, Engine
 
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
+# The PostgreSQL ledger as a whole (advisory lock class 3, key 0): every sync lock holds it
+# shared, so syncs of different homes still run side by side; an export into the ledger
+# holds it alone, so no sync writes while the copy is made (its explicit keys would
+# collide with a sync's new rows).
+TRY_SHARE_LEDGER = "SELECT pg_try_advisory_lock_shared(3, 0)"
+TRY_OWN_LEDGER = "SELECT pg_try_advisory_lock(3, 0)"
+EXPORT_RUNNING = "an export into this ledger is running"
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,11 @@ class Backend:
         """``name``: what the scope is to a user (a home's label), for the message."""
         raise NotImplementedError
 
+    def export_lock(self, engine: Engine, wait_seconds: float) -> contextlib.AbstractContextManager:
+        """The ledger to one writer, an export copying into it: no sync lock is held
+        while it is, none is given until it ends; waited for up to ``wait_seconds``."""
+        raise NotImplementedError
+
     def lock_migrations(self, conn: Connection) -> None:
         """Inside the migrating transaction: two first-time syncs must not both migrate."""
 
@@ -374,6 +386,9 @@ class SQLiteBackend(Backend):
             raise DatabaseUnavailable(f"cannot create the sync lock {exc.lock_path}: "
                                       f"{exc.__cause__.strerror or exc.__cause__}") from exc.__cause__
 
+    def export_lock(self, engine: Engine, wait_seconds: float) -> contextlib.AbstractContextManager:
+        return self.sync_lock(engine, "export", wait_seconds)  # the flock is the whole ledger's already
+
 
 class PostgresBackend(Backend):
     name = "postgresql"
@@ -477,17 +492,38 @@ class PostgresBackend(Backend):
         from sqlalchemy import text
 
         scopes = (scope,) if isinstance(scope, str) else scope
+        deadline = time.monotonic() + wait_seconds
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            shared = False
             taken: list[int] = []
             try:
+                retry_until(lambda: bool(conn.execute(text(TRY_SHARE_LEDGER)).scalar()), wait_seconds, 0.2,
+                            EXPORT_RUNNING)
+                shared = True
                 take_advisory_locks(lambda k: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
                                                                 {"k": k}).scalar()),
-                                    [(one, name or one) for one in scopes], wait_seconds, taken)
+                                    [(one, name or one) for one in scopes], max(0.0, deadline - time.monotonic()),
+                                    taken)
                 yield
             finally:
                 for key in reversed(taken):
                     conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
+                if shared:
+                    conn.execute(text("SELECT pg_advisory_unlock_shared(3, 0)"))
+
+    @contextlib.contextmanager
+    def export_lock(self, engine: Engine, wait_seconds: float) -> Iterator[None]:
+        from sqlalchemy import text
+
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            retry_until(lambda: bool(conn.execute(text(TRY_OWN_LEDGER)).scalar()), wait_seconds, 0.2,
+                        "another sync, rebuild or export into this ledger is running")
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(3, 0)"))
 
     def lock_migrations(self, conn: Connection) -> None:
         from sqlalchemy import text
@@ -575,7 +611,7 @@ def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
                 return False
             return True
 
-        retry_until(take, wait_seconds, 0.1, f"another sync holds this ledger ({lock_path})")
+        retry_until(take, wait_seconds, 0.1, f"another sync or an export holds this ledger ({lock_path})")
         yield
     finally:
         os.close(fd)

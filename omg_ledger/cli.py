@@ -1471,12 +1471,15 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
 @db_option
 @click.option("--to", "target", required=True, metavar="URL|PATH",
               help="The new, empty ledger database (created and migrated if needed).")
+@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
+              help="Seconds to wait for a sync holding the target before giving up (exit 75).")
 @ledger_errors
-def export(db, target) -> None:
+def export(db, target, wait_seconds) -> None:
     """Copy the whole ledger into another database, e.g. SQLite into a shared PostgreSQL.
 
     Unlike syncing the same homes into the new database, a copy keeps the history of
-    runs whose directories are gone. The target must be empty.
+    runs whose directories are gone. The target must be empty. The copy holds the
+    target's sync lock: a sync into it waits until the copy is committed.
 
     \b
     Example:
@@ -1485,7 +1488,7 @@ def export(db, target) -> None:
     """
     from .export import export_ledger
 
-    copied = export_ledger(open_db_readonly(db), open_db(target, "--to"))
+    copied = export_ledger(open_db_readonly(db), open_db(target, "--to"), wait_seconds=wait_seconds)
     tables = ", ".join(f"{n} {t}" for t, n in copied.items() if n)
     _say(f"copied {sum(copied.values())} rows: {tables or 'the ledger is empty'}")
 

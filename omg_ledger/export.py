@@ -20,10 +20,14 @@ from .errors import BadArgument
 BATCH_ROWS = 5_000
 
 
-def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
-    """Copy every table, keys included, in one transaction on the target."""
+def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int], None] | None = None,
+                  wait_seconds: float = 60.0) -> dict[str, int]:
+    """Copy every table, keys included, in one transaction on the target, holding the
+    target's sync lock throughout (waited for up to ``wait_seconds``, then LedgerBusy):
+    a sync into it waits for the copy instead of writing rows whose keys it then holds."""
     copied: dict[str, int] = {}
-    with write_transaction(target) as out, source.connect() as src:
+    with (backend_of(target).export_lock(target, wait_seconds), write_transaction(target) as out,
+          source.connect() as src):
         if src.dialect.name == "postgresql":
             # Every table read in one snapshot (the whole copy is one transaction, autobegun):
             # at READ COMMITTED each SELECT would see the syncs committed since the last, and

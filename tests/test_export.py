@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from omg_ledger import schema
-from omg_ledger.db import open_ledger
-from omg_ledger.errors import BadArgument
+from omg_ledger.db import open_ledger, sync_lock
+from omg_ledger.errors import BadArgument, LedgerBusy
 from omg_ledger.export import export_ledger
 from omg_ledger.sync import Home, sync
 
@@ -124,3 +125,69 @@ def test_export_names_to_in_the_hints_about_its_target(tmp_path, to, hint):
     line = one_line_error(result, 3)
     assert hint in line and "--db" not in line
     assert os.listdir(tmp_path / "somedir") == []
+
+
+def _rows(url: str) -> int:
+    engine = open_ledger(url)
+    try:
+        with engine.connect() as conn:
+            return sum(conn.execute(select(func.count()).select_from(t)).scalar() for t in schema.metadata.sorted_tables)
+    finally:
+        engine.dispose()
+
+
+def test_export_waits_for_a_sync_holding_its_target(tmp_path, db_url):
+    """A sync into the target holds its sync lock (here the test holds it, as a sync does):
+    export waits for it within --wait, and gives up without copying a row."""
+    source = tmp_path / "source.sqlite"
+    assert cli("sync", "--db", source, "--home", CORPUS_HOME).returncode == 0
+    target = open_ledger(db_url)
+    with sync_lock(target, "h", 0):
+        line = one_line_error(cli("export", "--db", source, "--to", db_url, "--wait", "0"), 75)
+        holder = ("another sync or an export holds this ledger (" if db_url.startswith("sqlite")
+                  else "another sync, rebuild or export into this ledger is running;")
+        assert holder in line and "gave up after 0s (use --wait to wait longer)" in line
+        assert _rows(db_url) == 0
+    done = cli("export", "--db", source, "--to", db_url, "--wait", "0")
+    assert done.returncode == 0, done.stderr
+    target.dispose()
+    assert dump(open_ledger(db_url), cache_hints=True) == dump(open_ledger(str(source)), cache_hints=True)
+
+
+def test_a_sync_into_the_target_waits_for_the_export(tmp_path, db_url, monkeypatch):
+    """The review's race: a sync into a brand-new target while export copies into it. The
+    sync (a real process, started once the homes are copied but not committed; then the
+    full sync in this process too, past the change check) waits for the export's lock
+    and, with --wait 0, gives up having written nothing; run again after the export, it
+    adds its home beside the copied ones."""
+    source = open_ledger(str(tmp_path / "source.sqlite"))
+    sync(source, [Home.from_path(str(CORPUS_HOME), "h")])
+    other = tmp_path / "other-home"
+    shutil.copytree(CORPUS_HOME, other)
+    # Without the export's lock a sync into PostgreSQL would wait on the copy's uncommitted
+    # homes row for good: every connection from here on gives up after 2 s instead of
+    # hanging the test (the export itself waits on no row lock).
+    monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=2000")
+    target = open_ledger(db_url)
+    second = open_ledger(db_url)  # a writer of its own: another connection, another flock
+    during: list[subprocess.CompletedProcess] = []
+    holder = ("another sync or an export holds this ledger (" if db_url.startswith("sqlite")
+              else "an export into this ledger is running;")
+
+    def sync_while_copying(table: str, count: int) -> None:
+        if table == "homes":
+            during.append(cli("sync", "--db", db_url, "--home", f"other={other}", "--wait", "0"))
+            with pytest.raises(LedgerBusy, match=re.escape(holder)):
+                sync(second, [Home.from_path(str(other), "other")], wait_seconds=0)
+
+    copied = export_ledger(source, target, progress=sync_while_copying)
+    assert copied["homes"] == 1
+    line = one_line_error(during[0], 75)
+    assert holder in line and "gave up after 0s" in line
+    assert dump(target, cache_hints=True) == dump(source, cache_hints=True)  # the sync wrote nothing
+    after = cli("sync", "--db", db_url, "--home", f"other={other}", "--wait", "0")
+    assert after.returncode == 0, after.stderr
+    with target.connect() as conn:
+        assert sorted(conn.execute(select(schema.homes.c.label)).scalars()) == ["h", "other"]
+        assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 50
+    second.dispose()

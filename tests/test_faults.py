@@ -488,7 +488,7 @@ def test_second_sync_with_wait_0_is_refused_and_a_report_runs_during_sync(big_ho
         engine = open_ledger(str(db))
         try:
             # A second sync while the first holds the ledger: refused at once with --wait 0.
-            with pytest.raises(LedgerBusy, match="another sync holds"):
+            with pytest.raises(LedgerBusy, match="another sync or an export holds"):
                 sync(engine, [Home.from_path(str(big_home))], wait_seconds=0)
             # Reports while the sync is mid-way (WAL: readers do not block and are not
             # blocked): they see the runs committed so far, all of them and no more.
@@ -526,7 +526,7 @@ def test_cli_sync_while_another_holds_the_ledger_exits_75(big_home, tmp_path):
         started = time.monotonic()
         refused = cli("sync", "--db", db, "--home", big_home, "--wait", "0")
         assert refused.returncode == 75 and "Traceback" not in refused.stderr, refused.stderr
-        assert "another sync holds" in refused.stderr
+        assert "another sync or an export holds" in refused.stderr
         waited = cli("sync", "--db", db, "--home", big_home, "--wait", "0.5")
         assert waited.returncode == 75 and time.monotonic() - started >= 0.5
     finally:
@@ -552,7 +552,7 @@ def test_a_ledger_named_through_a_symlink_takes_the_same_sync_lock(big_home, tmp
     try:
         assert holder.stdout.readline() == "held\n"
         refused = cli("sync", "--db", link, "--home", big_home, "--wait", "0")
-        assert refused.returncode == 75 and "another sync holds" in refused.stderr, refused.stderr
+        assert refused.returncode == 75 and "another sync or an export holds" in refused.stderr, refused.stderr
     finally:
         holder.stdin.close()
         holder.wait(timeout=60)
