@@ -1180,7 +1180,8 @@ def limit_options(f: Callable) -> Callable:
                           "the report's days) and dates without an offset are read in. Default: local zone.")(f)
     return click.option("--limit", "limit_specs", multiple=True, metavar="[SCOPE/]PERIOD=USD",
                         help="A spend limit (repeatable): day=50, month=800, graph:NAME/day=5, runtime:codex/week=100, "
-                             "node:GRAPH/NODE/day=1. Added to the [limits] of config.toml in the config directory "
+                             "node:GRAPH/NODE/day=1 (node:\"GRAPH\"/NODE/day=1 when GRAPH/NODE is two nodes' key: "
+                             "names may hold /). Added to the [limits] of config.toml in the config directory "
                              "($XDG_CONFIG_HOME/omg-ledger on Linux, ~/Library/Application Support/omg-ledger "
                              "on macOS; env OMG_LEDGER_CONFIG).")(f)
 

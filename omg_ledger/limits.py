@@ -3,6 +3,11 @@
 A limit is a period (day, week from Monday, month, cut in --tz) and a scope: all spend,
 one graph, one runtime or one node (``<graph>/<node id>``, as ``cost --by node`` keys it).
 
+Graph names (free text) and node ids (a spliced fragment's ``top/core``) may both hold
+``/``, so ``GRAPH/NODE`` names the node ``cost --by node`` keys so; when that key is two
+nodes' (graph ``a/b`` node ``c``, graph ``a`` node ``b/c``) the limit is refused, and
+``"GRAPH"/NODE`` (a ``"`` in GRAPH doubled) names the one: ``node:"a/b"/c/day=1``.
+
 On the command line: ``[SCOPE/]PERIOD=USD``, e.g. ``day=50``, ``month=800``,
 ``graph:nightly-refactor/day=5``, ``runtime:codex/week=100``, ``node:g/review/day=1``.
 
@@ -20,6 +25,9 @@ directory, :func:`omg_ledger.paths.config_dir`: ``~/.config/omg-ledger`` on Linu
     week = 100
 
     [limits.node."nightly-refactor/review"]
+    day = 1
+
+    [limits.node.'"team/nightly"/review']
     day = 1
 
 Flags add to the file's limits; a flag for the same scope and period replaces the file's.
@@ -40,6 +48,7 @@ ENV_CONFIG = "OMG_LEDGER_CONFIG"
 PERIODS = ("day", "week", "month")
 SCOPES = ("graph", "runtime", "node")
 _SPEC_HELP = "use [SCOPE/]PERIOD=USD, e.g. day=50, month=800, graph:nightly-refactor/day=5 (PERIOD: day, week, month)"
+_QUOTED_HELP = 'a quoted graph is node:"GRAPH"/NODE, a " in GRAPH doubled'
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,40 @@ def _amount(value: object, where: str) -> int:
     return int(nanos)
 
 
+def quote_graph(graph: str) -> str:
+    """A graph name as a node limit's quoted graph."""
+    return '"' + graph.replace('"', '""') + '"'
+
+
+def node_parts(name: str) -> tuple[str, str] | None:
+    """A node limit's ``"GRAPH"/NODE`` as (graph, node); None for ``GRAPH/NODE``, which
+    names whichever node ``cost --by node`` keys so (reports/limits.py refuses it when
+    that is more than one). ValueError: a quote that does not close, or no /NODE after it."""
+    if not name.startswith('"'):
+        return None
+    graph, at = [], 1
+    while True:
+        end = name.find('"', at)
+        if end < 0:
+            raise ValueError("the graph's quote is never closed")
+        graph.append(name[at:end])
+        if not name.startswith('"', end + 1):
+            break
+        graph.append('"')  # "" inside the quotes is one "
+        at = end + 2
+    rest = name[end + 1:]
+    if not rest.startswith("/") or rest == "/":
+        raise ValueError("no /NODE after the quoted graph")
+    return "".join(graph), rest[1:]
+
+
+def _check_node_name(name: str, where: str) -> None:
+    try:
+        node_parts(name)
+    except ValueError as exc:
+        raise BadArgument(f"{where}: {exc}; {_QUOTED_HELP}") from None
+
+
 def parse_limit(spec: str) -> Limit:
     """`[SCOPE/]PERIOD=USD` (see the module docstring)."""
     target, sep, amount = spec.partition("=")
@@ -90,6 +133,8 @@ def parse_limit(spec: str) -> Limit:
     if not colon or scope not in SCOPES or not name:
         raise BadArgument(f"cannot read limit {spec!r}: the scope is graph:NAME, runtime:NAME or "
                           f"node:GRAPH/NODE; {_SPEC_HELP}")
+    if scope == "node":
+        _check_node_name(name, f"cannot read limit {spec!r}")
     return Limit(period, _amount(amount.strip(), f"limit {spec!r}"), scope, name)
 
 
@@ -131,6 +176,8 @@ def limits_from_config(path: Path | None = None) -> list[Limit]:
         elif key in SCOPES and isinstance(value, Mapping):
             for name, periods in value.items():
                 label = f'[limits.{key}."{name}"]'
+                if key == "node":
+                    _check_node_name(name, f"config file {path}: {label}")
                 if not isinstance(periods, Mapping):
                     raise BadArgument(f"config file {path}: {label} must be a table of day/week/month = USD")
                 for period, amount in periods.items():

@@ -288,3 +288,72 @@ def test_spend_no_period_holds_is_said_beside_the_limits(db_url, tmp_path):
                                 env={"OMG_LEDGER_NOW": "2026-11-29T20:00:00Z"})
     assert result.exit_code == 0, result.output
     assert "not in any period, so in no limit: $0.5000 in 1 undated charge " in result.output
+
+
+# -- node limits when graph names and node ids hold "/" ----------------------------------------
+# Graph names are free text from state.json; node ids may hold "/" too (a spliced fragment's
+# "top/core"). Graph "team/nightly" node "review" and graph "team" node "nightly/review" are
+# both keyed "team/nightly/review" by `cost --by node`.
+
+SLASHED = (("20261129-090000.000000001-1", "team/nightly", "review", 0.1),
+           ("20261129-100000.000000001-1", "team", "nightly/review", 0.2),
+           ("20261129-110000.000000001-1", "team/nightly", "lint", 0.05),
+           ("20261129-120000.000000001-1", 'say "hi"', "n", 0.01))
+
+
+@pytest.fixture
+def slashed_home(tmp_path):
+    home = tmp_path / "slashed-home"
+    for run_id, graph, node, cost in SLASHED:
+        at = "2026-11-29T" + run_id[9:11] + ":00:00.000000Z"
+        test_cost.write_run(home, run_id, [
+            test_cost.ev(run_id, at, "run_started"), test_cost.ev(run_id, at, "node_started", node_id=node),
+            test_cost.passed(run_id, at, node, cost, provenance="exit-only"),
+            test_cost.ev(run_id, at, "run_finished", outcome="passed")],
+            test_cost.state(run_id, graph, {node: {"verdict": "PASS", "cost_usd": cost}}))
+    return home
+
+
+def test_a_node_limit_names_one_node_when_names_hold_slashes(db_url, slashed_home):
+    engine = ledger(db_url, slashed_home)
+    specs = ["node:team/nightly/lint/day=1",  # one node has this key: its graph's "/" needs no quoting
+             'node:"team/nightly"/review/day=0.15', 'node:"team"/nightly/review/day=0.15',
+             'node:"say ""hi"""/n/day=1', 'node:"team"/review/day=1']
+    report = check_limits(engine, [parse_limit(s) for s in specs], tz="UTC", now=SUNDAY_EVENING)
+    assert spent(report) == {"node:team/nightly/lint/day": nanos("0.05"),
+                             'node:"team/nightly"/review/day': nanos("0.1"),
+                             'node:"team"/nightly/review/day': nanos("0.2"),
+                             'node:"say ""hi"""/n/day': nanos("0.01"), 'node:"team"/review/day': 0}
+    assert [i["exceeded"] for i in report["limits"]] == [False, False, True, False, False]
+    assert [i["names_nothing_charged"] for i in report["limits"]] == [False, False, False, False, True]
+
+
+def test_a_node_limit_whose_key_names_two_nodes_is_refused(db_url, slashed_home):
+    engine = ledger(db_url, slashed_home)
+    with pytest.raises(BadArgument) as refused:
+        check_limits(engine, [parse_limit("node:team/nightly/review/day=0.15")], tz="UTC", now=SUNDAY_EVENING)
+    assert str(refused.value) == (
+        "limit node:team/nightly/review/day: team/nightly/review names 2 nodes (graph 'team' node "
+        "'nightly/review', graph 'team/nightly' node 'review'): quote the graph to say which, "
+        'node:"team"/nightly/review or node:"team/nightly"/review')
+
+
+@pytest.mark.parametrize("spec", ['node:"team/day=1', 'node:"team"review/day=1', 'node:"team"/day=1',
+                                  'node:"say "hi""/n/day=1'])
+def test_a_badly_quoted_graph_is_clear(spec):
+    with pytest.raises(BadArgument, match=r'node:"GRAPH"/NODE'):
+        parse_limit(spec)
+
+
+def test_cli_node_limits_with_slashes_in_the_config_file(sqlite_url, slashed_home, tmp_path):
+    ledger(sqlite_url, slashed_home)
+    config = tmp_path / "config.toml"
+    config.write_text("[limits.node.'\"team/nightly\"/review']\nday = 0.05\n")
+    result = run(["limits", "--db", sqlite_url, "--tz", "UTC"], OMG_LEDGER_CONFIG=str(config))
+    assert result.exit_code == 1
+    assert result.output.startswith('LIMIT EXCEEDED: node:"team/nightly"/review/day: $0.1000 known spend of $0.0500')
+    config.write_text('[limits.node."team/nightly/review"]\nday = 0.05\n')
+    ambiguous = run(["limits", "--db", sqlite_url, "--tz", "UTC"], OMG_LEDGER_CONFIG=str(config))
+    assert ambiguous.exit_code == 2 and "team/nightly/review names 2 nodes" in ambiguous.output
+    bad = run(["limits", "--db", sqlite_url, "--limit", 'node:"team/nightly/day=1'])
+    assert bad.exit_code == 2 and 'node:"GRAPH"/NODE' in bad.output

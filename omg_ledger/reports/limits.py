@@ -9,11 +9,13 @@ over it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from ..limits import Limit
+from ..errors import BadArgument
+from ..limits import Limit, node_parts, quote_graph
 from ..prices import PriceBook
 from ..render import limit_places
 from ..units import format_usd
@@ -25,14 +27,35 @@ if TYPE_CHECKING:
 _GROUPING = {None: None, "graph": "graph", "node": "node", "runtime": "runtime"}
 
 
-def _in_scope(limit: Limit, report: dict) -> dict:
+def _in_scope(report: dict, counts: Callable[[dict], bool] | None) -> dict:
     fields = ("cost_nano_usd", "unknown_cost_invocations", "estimated_nano_usd", "estimated_invocations",
               "unestimated_invocations")
-    if limit.scope is None:
-        rows = [report["total"]]
-    else:  # the row of `cost --by <scope>` keyed by its name ("(no graph)" included)
-        rows = [r for r in report["rows"] if r["key"] == limit.name]
+    rows = [report["total"]] if counts is None else [r for r in report["rows"] if counts(r)]
     return {f: sum(int(r.get(f) or 0) for r in rows) for f in fields}
+
+
+def _counted(limit: Limit, ever: list[dict]) -> Callable[[dict], bool] | None:
+    """Which rows of `cost --by <scope>` are the limit's (None: the total). ``ever``: that
+    report's rows over all time, where a node limit's GRAPH/NODE is looked up."""
+    if limit.scope is None:
+        return None
+    if limit.scope != "node":  # the row keyed by its name ("(no graph)" included)
+        return lambda row: row["key"] == limit.name
+    parts = node_parts(limit.name)
+    if parts is not None:
+        graph, node = parts
+        return lambda row: row["graph"] == graph and row["key"] == f"{graph}/{node}"
+    # Graph "a/b" node "c" and graph "a" node "b/c" are both keyed "a/b/c": such a key
+    # names no one node, and summing both would charge the limit with another's spend.
+    named = {(row["graph"], row["node_id"], row["key"]) for row in ever if row["key"] == limit.name}
+    if len(named) > 1:
+        nodes = sorted(named, key=lambda n: (n[0] is not None, n[0] or "", n[2]))
+        shown = ", ".join(f"graph {g!r} node {k[len(g) + 1:]!r}" if g is not None else f"{k!r} of runs with no graph"
+                          for g, _, k in nodes)
+        quoted = " or ".join(f"node:{quote_graph(g)}/{k[len(g) + 1:]}" for g, _, k in nodes if g is not None)
+        raise BadArgument(f"limit {limit.label}: {limit.name} names {len(named)} nodes ({shown}): quote the graph "
+                          f"to say which, {quoted}")
+    return lambda row: (row["graph"], row["node_id"], row["key"]) in named
 
 
 def _breach_line(item: dict) -> str:
@@ -56,9 +79,12 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
     now = now or datetime.now(UTC)
     zone = zone_named(tz)
     reports: dict[tuple, dict] = {}
-    ever: dict[str, set[str]] = {}  # scope -> every key `cost --by <scope>` has over all time
+    ever: dict[str, list[dict]] = {}  # scope -> the rows of `cost --by <scope>` over all time
     items = []
     for limit in limits:
+        if limit.scope is not None and limit.scope not in ever:
+            ever[limit.scope] = cost_report(engine, by=_GROUPING[limit.scope], tz=tz, now=now)["rows"]
+        counts = _counted(limit, ever.get(limit.scope, []))
         start, end = current_period(now, limit.period, zone)
         grouping = _GROUPING[limit.scope]
         # Periods of different lengths can start together (the 1st's day and month): the
@@ -67,10 +93,7 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
         if cache_key not in reports:
             reports[cache_key] = cost_report(engine, since=start.isoformat(), until=end.isoformat(), by=grouping,
                                              tz=tz, home_labels=home_labels, now=now, prices=prices)
-        spend = _in_scope(limit, reports[cache_key])
-        if limit.scope is not None and limit.scope not in ever:
-            ever[limit.scope] = {row["key"] for row in cost_report(engine, by=_GROUPING[limit.scope], tz=tz,
-                                                                   now=now)["rows"]}
+        spend = _in_scope(reports[cache_key], counts)
         item = {
             "limit": limit.label, "scope": limit.scope or "all", "name": limit.name, "period": limit.period,
             "tz": reports[cache_key]["tz"], "period_start": start.isoformat(), "period_end": end.isoformat(),
@@ -91,7 +114,7 @@ def check_limits(engine: Engine, limits: list[Limit], *, tz: str | None = None, 
         item["breach"] = item["exceeded"] or bool(item.get("exceeded_with_estimate"))
         # A name nothing in the ledger was ever charged to (a typo in a cron job's limits)
         # reads $0 and never trips: said, not left to look like an answer.
-        item["names_nothing_charged"] = limit.scope is not None and limit.name not in ever[limit.scope]
+        item["names_nothing_charged"] = counts is not None and not any(counts(row) for row in ever[limit.scope])
         items.append(item)
     # Spend with no time is in no period, so no limit counts it: said, never left out
     # unsaid (every period's report holds the same all-time figure).
