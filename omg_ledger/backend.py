@@ -30,12 +30,13 @@ if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start wi
     from sqlalchemy.engine import Connection, Engine
 
 MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
-# The PostgreSQL ledger as a whole (advisory lock class 3, key 0): every sync lock holds it
-# shared, so syncs of different homes still run side by side; an export into the ledger
-# holds it alone, so no sync writes while the copy is made (its explicit keys would
-# collide with a sync's new rows).
-TRY_SHARE_LEDGER = "SELECT pg_try_advisory_lock_shared(3, 0)"
-TRY_OWN_LEDGER = "SELECT pg_try_advisory_lock(3, 0)"
+# The PostgreSQL ledger as a whole (advisory lock class 3, keyed by the schema it is in: a
+# database may hold ledgers in several): every sync lock holds it shared, so syncs of
+# different homes still run side by side; an export into the ledger holds it alone, so no
+# sync writes while the copy is made (its explicit keys would collide with a sync's new rows).
+LEDGER_LOCK = "3, hashtext(coalesce(current_schema(), ''))"
+TRY_SHARE_LEDGER = f"SELECT pg_try_advisory_lock_shared({LEDGER_LOCK})"
+TRY_OWN_LEDGER = f"SELECT pg_try_advisory_lock({LEDGER_LOCK})"
 EXPORT_RUNNING = "an export into this ledger is running"
 
 
@@ -510,7 +511,7 @@ class PostgresBackend(Backend):
                 for key in reversed(taken):
                     conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
                 if shared:
-                    conn.execute(text("SELECT pg_advisory_unlock_shared(3, 0)"))
+                    conn.execute(text(f"SELECT pg_advisory_unlock_shared({LEDGER_LOCK})"))
 
     @contextlib.contextmanager
     def export_lock(self, engine: Engine, wait_seconds: float) -> Iterator[None]:
@@ -523,7 +524,7 @@ class PostgresBackend(Backend):
             try:
                 yield
             finally:
-                conn.execute(text("SELECT pg_advisory_unlock(3, 0)"))
+                conn.execute(text(f"SELECT pg_advisory_unlock({LEDGER_LOCK})"))
 
     def lock_migrations(self, conn: Connection) -> None:
         from sqlalchemy import text

@@ -191,3 +191,30 @@ def test_a_sync_into_the_target_waits_for_the_export(tmp_path, db_url, monkeypat
         assert sorted(conn.execute(select(schema.homes.c.label)).scalars()) == ["h", "other"]
         assert conn.execute(select(func.count()).select_from(schema.runs)).scalar() == 50
     second.dispose()
+
+
+def test_an_export_into_one_postgresql_schema_lets_syncs_into_another_run(tmp_path, pg_url):
+    """A database may hold a ledger in each of several schemas (search_path): the lock an
+    export holds on its target is that ledger's, so a sync into the other schema's ledger
+    goes on while one into the export's own target waits."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    libpq_url = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(libpq_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA ledger_a")
+        conn.execute("CREATE SCHEMA ledger_b")
+    url_a, url_b = (pg_url + f"&options=-csearch_path%3D{name}" for name in ("ledger_a", "ledger_b"))
+    source = open_ledger(str(tmp_path / "source.sqlite"))
+    sync(source, [Home.from_path(str(CORPUS_HOME), "h")])
+    outcomes: dict[str, int] = {}
+
+    def sync_both_while_copying(table: str, count: int) -> None:
+        if table == "homes":
+            for name, url in (("a", url_a), ("b", url_b)):
+                outcomes[name] = cli("sync", "--db", url, "--home", f"h={CORPUS_HOME}", "--wait", "0").returncode
+
+    target = open_ledger(url_a)
+    export_ledger(source, target, progress=sync_both_while_copying)
+    target.dispose()
+    assert outcomes == {"a": 75, "b": 0}
