@@ -351,7 +351,7 @@ def test_homes_command_lists_renames_and_forgets(tmp_path, home):
 
 
 @pytest.mark.parametrize("label, message", [
-    ("", "cannot be empty"), ("a=b", "cannot hold '='"), ("x" * 600, "at most 512 characters")])
+    ("", "NEW was given an empty value"), ("a=b", "cannot hold '='"), ("x" * 600, "at most 512 characters")])
 def test_homes_rename_refuses_a_label_sync_could_not_name_again(tmp_path, home, label, message):
     db = str(tmp_path / "ledger.sqlite")
     runner = CliRunner()
