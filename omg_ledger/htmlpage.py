@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .render import inert, limit_places
+from .render import inert, limit_places, money
 from .units import format_usd
 
 PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
@@ -52,8 +52,8 @@ def _synced_text(synced: dict) -> str:
 
 
 def _usd(nanos: int | None, unpriced: int = 0) -> str:
-    text = format_usd(nanos or 0)
-    return f"≥ {text} +{unpriced} unpriced" if unpriced else text
+    # The text `cost` shows: a lower bound, or "unknown" where no invocation has a price.
+    return money(nanos, unpriced)
 
 
 def _money_cell(row: dict, cls: str = "n") -> str:

@@ -260,3 +260,25 @@ def test_the_page_says_which_syncs_its_figures_come_from(db_url, tmp_path):
     for label in ("here", "there"):
         set_synced(label, None)
     assert synced_span() == '<span id="synced">no sync completed yet</span>'
+
+
+def _rows(dom: DomIndex, table_id: str) -> list[tuple[dict, list[str]]]:
+    """(attributes, cell texts) of each row of table `table_id` that has cells."""
+    rows = [(row.attrs, [e.text for e in _children(dom, row) if e.tag == "td"])
+            for row in dom.where("tr") if _inside(dom, row, table_id)]
+    return [(attrs, cells) for attrs, cells in rows if cells]
+
+
+def test_work_with_no_known_price_reads_unknown_as_cost_shows_it(sqlite_url, corpus_home, tmp_path):
+    """The corpus's codex runs (auto-codex, s18-codex) have 6 invocations, none priced:
+    `cost --by runtime` says "unknown (6 unpriced)", never a $0.0000 lower bound, and so
+    does the page, in every table that has the row (the exact 0 stays in the attribute)."""
+    ledger(sqlite_url, corpus_home, "corpus")
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    [(attrs, cells)] = [row for row in _rows(dom, "runtimes") if row[0]["data-key"] == "codex"]
+    assert cells[1:3] == ["unknown (6 unpriced)", "6"]
+    [(attrs, cells)] = [row for row in _rows(dom, "spend-by-day") if row[0]["data-runtime"] == "codex"]
+    assert cells == ["2026-11-29", "codex", "unknown (6 unpriced)", "6"]
+    assert all("$0.0000 +" not in cells[2] for _attrs, cells in _rows(dom, "spend-by-day"))
