@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from .render import inert, limit_places, money
+from .reports.cost import UNDATED
 from .units import format_usd
 
 PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
@@ -109,8 +110,9 @@ def _day_chart(days: list[dict], colors: dict[str, str], with_estimate: bool) ->
                              f'<title>{esc(day["day"])} {esc(runtime)} {part}: '
                              f'{"~" if part == "estimated" else ""}{esc(format_usd(nanos))}</title></rect>')
         if len(days) <= 31 or n % max(1, len(days) // 15) == 0:
+            label = day["day"] if day["day"] == UNDATED else day["day"][5:]  # a date without its year
             parts.append(f'<text x="{x + bar / 2:.1f}" y="{height + 16}" text-anchor="middle" font-size="10">'
-                         f'{esc(day["day"][5:])}</text>')
+                         f'{esc(label)}</text>')
     parts.append("</svg>")
     legend = "".join(f'<span><i class="swatch" style="background:{c}"></i>{esc(name)}</span>'
                      for name, c in colors.items())

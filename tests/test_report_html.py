@@ -282,3 +282,23 @@ def test_work_with_no_known_price_reads_unknown_as_cost_shows_it(sqlite_url, cor
     [(attrs, cells)] = [row for row in _rows(dom, "spend-by-day") if row[0]["data-runtime"] == "codex"]
     assert cells == ["2026-11-29", "codex", "unknown (6 unpriced)", "6"]
     assert all("$0.0000 +" not in cells[2] for _attrs, cells in _rows(dom, "spend-by-day"))
+
+
+def test_the_chart_names_the_undated_spend_in_full(sqlite_url, tmp_path):
+    """A run with state.json and assess.json but no stream: its assessment charge ($0.50)
+    has no time, so all time shows it as its own "(undated)" day beside 2026-11-29's $0.25
+    (as `cost --by day` does); the chart's axis names both days, the undated one whole."""
+    from tests.test_cost import one_charge_run
+
+    home = tmp_path / "home"
+    run = "20261129-090000.000000001-1"
+    write_run(home, run, None, state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    ledger(sqlite_url, home)
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    bars = {r.attrs["data-day"]: int(r.attrs["data-nano-usd"]) for r in dom.where("rect") if "data-day" in r.attrs}
+    assert bars == {"2026-11-29": nanos("0.25"), "(undated)": nanos("0.5")}
+    axis = [e.text for e in dom.where("text", font_size="10")]
+    assert axis == ["11-29", "(undated)"]
