@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .render import inert, limit_places, money
+from .render import inert, limit_places, money, undated_note
 from .reports.cost import UNDATED
 from .units import format_usd
 
@@ -228,6 +228,10 @@ def render(data: dict) -> str:
                    f' <span class="muted">({total["estimated_invocations"]} of '
                    f'{total["estimated_invocations"] + total["unestimated_invocations"]})</span></dd></div>')
     out.append("</dl>")
+    outside = data["undated_outside_window"]
+    if outside and outside["invocations"]:  # no spend left out unsaid, as under `cost`'s total
+        out.append(f'<p class="muted" id="undated" data-nano-usd="{outside["cost_nano_usd"]}" '
+                   f'data-count="{outside["invocations"]}">{esc(undated_note(outside))}</p>')
     if with_estimate:
         book = data["price_book"]
         models = "; ".join(f"{esc(n)}: {esc(r['model'])} from {esc(r['valid_from'])}" for n, r in book["runtimes"].items())

@@ -302,3 +302,28 @@ def test_the_chart_names_the_undated_spend_in_full(sqlite_url, tmp_path):
     assert bars == {"2026-11-29": nanos("0.25"), "(undated)": nanos("0.5")}
     axis = [e.text for e in dom.where("text", font_size="10")]
     assert axis == ["11-29", "(undated)"]
+
+
+def test_a_window_says_how_much_undated_spend_it_leaves_out(sqlite_url, tmp_path):
+    """The run above with no stream ($0.50, undated) is in no window: a page for
+    2026-11-29 totals the $0.25 charged that day and says the $0.50 it leaves out, as
+    `cost` says it under its total; the all-time page holds it and says nothing."""
+    from tests.test_cost import one_charge_run
+
+    home = tmp_path / "home"
+    run = "20261129-090000.000000001-1"
+    write_run(home, run, None, state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    ledger(sqlite_url, home)
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC",
+        "--since", "2026-11-29", "--until", "2026-11-30")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    assert int(dom.by_id("known").attrs["data-nano-usd"]) == nanos("0.25")
+    undated = dom.by_id("undated")
+    assert (int(undated.attrs["data-nano-usd"]), int(undated.attrs["data-count"])) == (nanos("0.5"), 1)
+    assert undated.text.startswith("not in any window: $0.5000 in 1 undated charge ")
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    assert int(dom.by_id("known").attrs["data-nano-usd"]) == nanos("0.75")
+    assert not [e for e in dom.elements if e.attrs.get("id") == "undated"]

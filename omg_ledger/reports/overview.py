@@ -5,6 +5,7 @@ page and ``cost --json`` agree to the nano-dollar:
 
 * ``total``, ``runtimes`` (cost by runtime), ``nodes`` (cost by node) and ``graphs`` (the
   node rows summed per graph);
+* ``undated_outside_window``: the spend with no time a window leaves out, as ``cost`` says it;
 * ``days``: spend per day (cut in ``tz``) and runtime, known and, with a price book,
   estimated — the per-day sums equal ``cost --by day``;
 * ``redone``: spend on work that was done again. A charge of a node is *redone* when the
@@ -177,6 +178,7 @@ def overview(engine: Engine, *, since: str | None = None, until: str | None = No
         "since": by_runtime["since"],
         "until": by_runtime["until"],
         "total": by_runtime["total"],
+        "undated_outside_window": by_runtime["undated_outside_window"],
         "runtimes": by_runtime["rows"],
         "graphs": by_graph["rows"][:TOP],
         "nodes": by_node["rows"][:TOP],
