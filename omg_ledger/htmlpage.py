@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from .render import inert, limit_places, money, undated_note
+from .render import inert, limit_places, limit_status, money, names_nothing_note, undated_note
 from .reports.cost import UNDATED
 from .units import format_usd
 
@@ -187,15 +187,22 @@ def _limits(limits: dict | None) -> str:
         return (f'<tr data-limit="{esc(i["limit"])}"><td><code>{esc(i["limit"])}</code></td>'
                 f'<td>{esc(i["period_start"][:10])} ({esc(i["period"])})</td>'
                 f'<td class="n" data-nano-usd="{i["spent_nano_usd"]}">{esc(format_usd(i["spent_nano_usd"], places))}</td>'
+                f'<td class="n" data-count="{i["unpriced_invocations"]}">{i["unpriced_invocations"]}</td>'
                 + (f'<td class="n">~{esc(format_usd(i["estimated_nano_usd"], places))}</td>' if limits["estimate"] else "")
                 + f'<td class="n">{esc(format_usd(i["limit_nano_usd"], places))}</td>'
-                f'<td>{"EXCEEDED" if i["breach"] else "ok"}</td></tr>')
+                f'<td>{esc(limit_status(i))}</td></tr>')
 
     rows = "".join(row(i) for i in limits["limits"])
-    head = "<tr><th>limit</th><th>period</th><th class=n>known spend</th>" \
+    head = "<tr><th>limit</th><th>period</th><th class=n>known spend</th><th class=n>unpriced</th>" \
            + ("<th class=n>estimate</th>" if limits["estimate"] else "") + "<th class=n>limit</th><th></th></tr>"
+    # What the `limits` table says under it: spend no period holds, and names nothing was charged to.
+    notes = []
+    outside = limits.get("undated_outside_periods")
+    if outside and outside["invocations"]:
+        notes.append(undated_note(outside, "period, so in no limit"))
+    notes += [names_nothing_note(i) for i in limits["limits"] if i.get("names_nothing_charged")]
     return f'<h2>Spend limits <span class="muted">at {esc(limits["at"])}</span></h2>' \
-           f'<table id="limits">{head}{rows}</table>'
+           f'<table id="limits">{head}{rows}</table>' + "".join(f'<p class="muted">{esc(n)}</p>' for n in notes)
 
 
 def render(data: dict) -> str:

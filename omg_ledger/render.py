@@ -671,8 +671,7 @@ def limits_table(report: dict) -> str:
                  format_usd(item["spent_nano_usd"], places), str(item["unpriced_invocations"])]
         if report["estimate"]:
             cells.append(f"~{format_usd(item['estimated_nano_usd'], places)}")
-        status = "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
-        body.append([*cells, format_usd(item["limit_nano_usd"], places), status])
+        body.append([*cells, format_usd(item["limit_nano_usd"], places), limit_status(item)])
     right = {2, 3, 4, 5} if report["estimate"] else {2, 3, 4}
     text = (f"spend limits at {when_local(report['at'])} (periods in {report['tz']})\n"
             + table(headers, body, right=right))
@@ -681,9 +680,18 @@ def limits_table(report: dict) -> str:
         text += "\n" + undated_note(outside, "period, so in no limit")
     for item in report["limits"]:
         if item.get("names_nothing_charged"):
-            text += (f"\nlimit {safe(item['limit'])}: no {item['scope']} {safe(item['name'])!r} was ever charged in this "
-                     f"ledger, so it reads $0 until one is (`omg-ledger cost --by {item['scope']}` lists the names)")
+            text += "\n" + names_nothing_note(item)
     return text
+
+
+def limit_status(item: dict) -> str:
+    return "EXCEEDED" if item["exceeded"] else "EXCEEDED with estimate" if item["breach"] else "ok"
+
+
+def names_nothing_note(item: dict) -> str:
+    """A limit on a name nothing was ever charged to (a typo) reads $0 and never trips: said."""
+    return (f"limit {safe(item['limit'])}: no {item['scope']} {safe(item['name'])!r} was ever charged in this "
+            f"ledger, so it reads $0 until one is (`omg-ledger cost --by {item['scope']}` lists the names)")
 
 
 def limits_text(report: dict) -> str:

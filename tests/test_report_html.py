@@ -284,17 +284,23 @@ def test_work_with_no_known_price_reads_unknown_as_cost_shows_it(sqlite_url, cor
     assert all("$0.0000 +" not in cells[2] for _attrs, cells in _rows(dom, "spend-by-day"))
 
 
-def test_the_chart_names_the_undated_spend_in_full(sqlite_url, tmp_path):
+def _undated_home(tmp_path):
     """A run with state.json and assess.json but no stream: its assessment charge ($0.50)
-    has no time, so all time shows it as its own "(undated)" day beside 2026-11-29's $0.25
-    (as `cost --by day` does); the chart's axis names both days, the undated one whole."""
+    has no time. And one run charged $0.25 at 2026-11-29T09:10Z."""
     from tests.test_cost import one_charge_run
 
     home = tmp_path / "home"
     run = "20261129-090000.000000001-1"
     write_run(home, run, None, state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
     one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
-    ledger(sqlite_url, home)
+    return home
+
+
+def test_the_chart_names_the_undated_spend_in_full(sqlite_url, tmp_path):
+    """A run with state.json and assess.json but no stream: its assessment charge ($0.50)
+    has no time, so all time shows it as its own "(undated)" day beside 2026-11-29's $0.25
+    (as `cost --by day` does); the chart's axis names both days, the undated one whole."""
+    ledger(sqlite_url, _undated_home(tmp_path))
     page = tmp_path / "report.html"
     cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
     dom = DomIndex(page.read_text(encoding="utf-8"))
@@ -308,13 +314,7 @@ def test_a_window_says_how_much_undated_spend_it_leaves_out(sqlite_url, tmp_path
     """The run above with no stream ($0.50, undated) is in no window: a page for
     2026-11-29 totals the $0.25 charged that day and says the $0.50 it leaves out, as
     `cost` says it under its total; the all-time page holds it and says nothing."""
-    from tests.test_cost import one_charge_run
-
-    home = tmp_path / "home"
-    run = "20261129-090000.000000001-1"
-    write_run(home, run, None, state(run, "g", {}), assess={"goal_met": True, "assess_cost_usd": 0.5})
-    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
-    ledger(sqlite_url, home)
+    ledger(sqlite_url, _undated_home(tmp_path))
     page = tmp_path / "report.html"
     cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC",
         "--since", "2026-11-29", "--until", "2026-11-30")
@@ -327,3 +327,38 @@ def test_a_window_says_how_much_undated_spend_it_leaves_out(sqlite_url, tmp_path
     dom = DomIndex(page.read_text(encoding="utf-8"))
     assert int(dom.by_id("known").attrs["data-nano-usd"]) == nanos("0.75")
     assert not [e for e in dom.elements if e.attrs.get("id") == "undated"]
+
+
+def test_the_limits_section_says_what_limits_says(sqlite_url, corpus_home, tmp_path):
+    """As the `limits` table (README): the corpus's codex work has $0 known spend, 6
+    unpriced invocations and ~$0.1703 estimated with the shipped book (tests/test_estimate.py),
+    so runtime:codex/week=0.10 is exceeded with the estimate only, never read as known spend
+    over it; day=5 is not ($1.7167 known, 6 unpriced); a limit on a graph nothing was ever
+    charged to reads $0 and is said."""
+    from tests.test_estimate import SHIPPED
+
+    ledger(sqlite_url, corpus_home, "corpus")
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC", "--estimate", "--prices", str(SHIPPED),
+        "--limit", "runtime:codex/week=0.10", "--limit", "graph:nosuch/day=1", "--limit", "day=5")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    rows = {attrs["data-limit"]: cells for attrs, cells in _rows(dom, "limits")}
+    assert rows == {
+        "runtime:codex/week": ["runtime:codex/week", "2026-11-23 (week)", "$0.0000", "6", "~$0.1703", "$0.1000",
+                               "EXCEEDED with estimate"],
+        "graph:nosuch/day": ["graph:nosuch/day", "2026-11-29 (day)", "$0.0000", "0", "~$0.0000", "$1.0000", "ok"],
+        "day": ["day", "2026-11-29 (day)", "$1.7167", "6", "~$0.1703", "$5.0000", "ok"],
+    }
+    notes = [e.text for e in dom.where("p", **{"class": "muted"})]
+    assert "limit graph:nosuch/day: no graph 'nosuch' was ever charged in this ledger, so it reads $0 until one " \
+           "is (`omg-ledger cost --by graph` lists the names)" in notes
+
+
+def test_the_limits_section_says_the_spend_no_period_holds(sqlite_url, tmp_path):
+    ledger(sqlite_url, _undated_home(tmp_path))
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC", "--limit", "day=1")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    assert [cells[2] for _attrs, cells in _rows(dom, "limits")] == ["$0.2500"]  # the undated $0.50 in no day
+    notes = [e.text for e in dom.where("p", **{"class": "muted"})]
+    assert any(n.startswith("not in any period, so in no limit: $0.5000 in 1 undated charge ") for n in notes)
