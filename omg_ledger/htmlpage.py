@@ -91,7 +91,9 @@ def _day_chart(days: list[dict], colors: dict[str, str], with_estimate: bool) ->
                      f'<line x1="0" y1="0" x2="0" y2="6" stroke="{color}" stroke-width="3"/></pattern>')
     parts.append("</defs>")
     parts.append(f'<line x1="{left}" y1="{height}" x2="{width}" y2="{height}" stroke="#999"/>')
-    parts.append(f'<text x="{left - 6}" y="12" text-anchor="end" font-size="11">{esc(format_usd(top, 2))}</text>')
+    # Cents, or the page's four decimals where cents would read a tallest bar as $0.00.
+    top_text = format_usd(top, 2 if top >= 10**9 else 4)
+    parts.append(f'<text x="{left - 6}" y="12" text-anchor="end" font-size="11">{esc(top_text)}</text>')
     parts.append(f'<text x="{left - 6}" y="{height}" text-anchor="end" font-size="11">$0</text>')
     index = {name: i for i, name in enumerate(colors)}
     for n, day in enumerate(days):

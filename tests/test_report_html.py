@@ -362,3 +362,18 @@ def test_the_limits_section_says_the_spend_no_period_holds(sqlite_url, tmp_path)
     assert [cells[2] for _attrs, cells in _rows(dom, "limits")] == ["$0.2500"]  # the undated $0.50 in no day
     notes = [e.text for e in dom.where("p", **{"class": "muted"})]
     assert any(n.startswith("not in any period, so in no limit: $0.5000 in 1 undated charge ") for n in notes)
+
+
+def test_the_charts_scale_reads_small_spend(sqlite_url, tmp_path):
+    """Days of $0.003 and $0.001: the top of the scale is the larger day, $0.0030 at the
+    page's four decimals (in cents it read $0.00 above a full-height bar)."""
+    from tests.test_cost import one_charge_run
+
+    home = tmp_path / "home"
+    one_charge_run(home, "20261128-091000.000000001-1", "2026-11-28T09:10:00.000000Z", 0.003)
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.001)
+    ledger(sqlite_url, home)
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    scale = [e.text for e in DomIndex(page.read_text(encoding="utf-8")).where("text", font_size="11")]
+    assert scale == ["$0.0030", "$0"]
