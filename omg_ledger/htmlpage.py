@@ -14,6 +14,8 @@ from .render import inert, limit_places, limit_status, money, names_nothing_note
 from .reports.cost import UNDATED
 from .units import format_usd
 
+# A name from a run file may be one long word: it wraps anywhere (td, li, legend) rather
+# than push the figures beside it off the page; a figure (td.n) wraps only at its spaces.
 PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#1d1d1f;
@@ -24,6 +26,7 @@ font-weight:600}
 table{border-collapse:collapse;margin:.5rem 0}th,td{padding:.2rem .6rem;text-align:left;border-bottom:1px solid #eee;
 vertical-align:top}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+td,li,.legend span{overflow-wrap:anywhere}td.n{overflow-wrap:normal}
 dl.totals{display:grid;grid-template-columns:repeat(4,1fr);gap:.5rem 1.5rem;margin:1rem 0}
 dl.totals dt{color:#666;font-size:.85rem}dl.totals dd{margin:0;font-size:1.3rem;font-weight:600}
 .bar{display:inline-block;height:.7rem;background:#c96442;vertical-align:middle}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from omg_ledger.cli import main
 from tests import test_cost
-from tests.browser import DomIndex, load
+from tests.browser import DomIndex, load, measure
 from tests.test_cost import ev, ledger, nanos, passed, state, t, write_run
 from tests.test_estimate import BOOK
 
@@ -377,3 +377,22 @@ def test_the_charts_scale_reads_small_spend(sqlite_url, tmp_path):
     cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
     scale = [e.text for e in DomIndex(page.read_text(encoding="utf-8")).where("text", font_size="11")]
     assert scale == ["$0.0030", "$0"]
+
+
+def test_a_long_name_never_pushes_the_figures_off_the_page(sqlite_url, tmp_path):
+    """A graph named by one 400-character word: laid out in a 1200-pixel window, its row's
+    figures and every other row's stay in the window (they were pushed some 2,000 pixels
+    right, off every row of the graph and node tables), and the page does not scroll sideways."""
+    from tests.test_cost import one_charge_run
+
+    home = tmp_path / "home"
+    one_charge_run(home, "20261128-091000.000000001-1", "2026-11-28T09:10:00.000000Z", 1.5, graph="g" * 400)
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25, graph="short")
+    ledger(sqlite_url, home)
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    rights = measure(page, tmp_path, "[...document.querySelectorAll('#graphs td.n, #nodes td.n')]"
+                                     ".map(e => e.getBoundingClientRect().right).join(' ')")
+    assert len(rights.split()) == 8  # 2 rows x (spend, invocations), in 2 tables
+    assert all(float(right) <= 1200 for right in rights.split()), rights
+    assert measure(page, tmp_path, "document.documentElement.scrollWidth <= window.innerWidth") == "true"
