@@ -72,6 +72,14 @@ def _estimate_cell(row: dict) -> str:
     return f'<td class="n" data-estimated-nano-usd="{nanos}">{esc(shown)}</td>'
 
 
+def _share(part: int, whole: int) -> str:
+    """A whole percentage that never reads as none or all when it is neither."""
+    if not part or part == whole:
+        return "100%" if part else "0%"
+    percent = round(100 * part / whole)
+    return "<1%" if percent == 0 else ">99%" if percent == 100 else f"{percent}%"
+
+
 def _colors(runtimes: list[str]) -> dict[str, str]:
     known = {"claude": PALETTE[0], "codex": PALETTE[1]}
     others = iter(PALETTE[2:] * (len(runtimes) // 4 + 1))
@@ -217,7 +225,6 @@ def render(data: dict) -> str:
     colors = _colors(runtimes)
     window = "all time" if data["since"] is None and data["until"] is None else \
         f'{data["since"] or "the beginning"} → {data["until"] or "now"}'
-    share = total["unknown_cost_invocations"] / total["invocations"] if total["invocations"] else 0.0
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -233,7 +240,8 @@ def render(data: dict) -> str:
                f'<div><dt>invocations</dt><dd id="invocations" data-count="{total["invocations"]}">'
                f'{total["invocations"]}</dd></div>'
                f'<div><dt>unpriced invocations</dt><dd id="unpriced" data-count="{total["unknown_cost_invocations"]}">'
-               f'{total["unknown_cost_invocations"]} ({share:.0%})</dd></div>')
+               f'{total["unknown_cost_invocations"]} ({_share(total["unknown_cost_invocations"], total["invocations"])})'
+               '</dd></div>')
     if with_estimate:
         out.append(f'<div><dt>estimate for unpriced work</dt><dd id="estimated" '
                    f'data-nano-usd="{total["estimated_nano_usd"]}">~{esc(format_usd(total["estimated_nano_usd"]))}'

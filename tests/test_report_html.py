@@ -396,3 +396,28 @@ def test_a_long_name_never_pushes_the_figures_off_the_page(sqlite_url, tmp_path)
     assert len(rights.split()) == 8  # 2 rows x (spend, invocations), in 2 tables
     assert all(float(right) <= 1200 for right in rights.split()), rights
     assert measure(page, tmp_path, "document.documentElement.scrollWidth <= window.innerWidth") == "true"
+
+
+@pytest.mark.parametrize("unpriced, shown", [(0, "0 (0%)"), (1, "1 (<1%)"), (100, "100 (50%)"), (200, "200 (>99%)"),
+                                             (201, "201 (100%)")])
+def test_the_unpriced_share_never_reads_as_none_or_all_when_it_is_neither(sqlite_url, tmp_path, unpriced, shown):
+    """201 invocations, `unpriced` of them with no price: 1 of 201 is 0.5% and 200 of 201
+    is 99.5%, which whole percents would show as 0% and 100%."""
+    home = tmp_path / "home"
+    run_id = "20261129-120000.000000001-1"
+    events = [ev(run_id, t("12:00:00"), "run_started")]
+    for n in range(201):
+        node = f"n{n}"
+        events.append(ev(run_id, t("12:00:01"), "node_started", node_id=node))
+        if n < unpriced:
+            events.append(ev(run_id, t("12:00:02"), "node_passed", node_id=node, verdict="PASS", cost_unknown=True,
+                             provenance="exit-only"))
+        else:
+            events.append(passed(run_id, t("12:00:02"), node, 0.01, provenance="exit-only"))
+    write_run(home, run_id, events)
+    ledger(sqlite_url, home)
+    page = tmp_path / "report.html"
+    cli("report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC")
+    dom = DomIndex(page.read_text(encoding="utf-8"))
+    assert int(dom.by_id("invocations").attrs["data-count"]) == 201
+    assert dom.by_id("unpriced").text == shown
