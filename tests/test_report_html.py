@@ -421,3 +421,19 @@ def test_the_unpriced_share_never_reads_as_none_or_all_when_it_is_neither(sqlite
     dom = DomIndex(page.read_text(encoding="utf-8"))
     assert int(dom.by_id("invocations").attrs["data-count"]) == 201
     assert dom.by_id("unpriced").text == shown
+
+
+def test_a_hand_edited_sync_time_is_shown_as_stored(sqlite_url, tmp_path):
+    """homes.last_synced_at edited by hand to text that is no time: the page is written
+    (exit 0, no traceback) and shows the value as stored, as `homes` does."""
+    import sqlite3
+
+    run_id = "20261129-090000.000000001-1"
+    write_run(tmp_path / "home", run_id, [ev(run_id, t("09:00:00"), "run_started")])
+    ledger(sqlite_url, tmp_path / "home")
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE homes SET last_synced_at = 'yesterday <b>ish</b>'")
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["report", "--db", sqlite_url, "--html", str(page), "--tz", "UTC"], env=NOW)
+    assert result.exit_code == 0, result.output
+    assert DomIndex(page.read_text(encoding="utf-8")).by_id("synced").text == "ledger synced yesterday <b>ish</b>"

@@ -147,7 +147,12 @@ def _synced(engine, zone) -> dict:
             "SELECT COUNT(*) - COUNT(last_synced_at), MIN(last_synced_at), MAX(last_synced_at) FROM homes"))
 
     def shown(instant: str | None) -> str | None:
-        return None if instant is None else datetime.fromisoformat(instant).astimezone(zone).isoformat(timespec="seconds")
+        if instant is None:
+            return None
+        try:
+            return datetime.fromisoformat(instant).astimezone(zone).isoformat(timespec="seconds")
+        except (TypeError, ValueError):  # a row edited by hand: shown as stored, as `homes` shows it
+            return str(instant)
 
     return {"never_synced": int(never), "oldest": oldest, "newest": newest,
             "oldest_shown": shown(oldest), "newest_shown": shown(newest)}
