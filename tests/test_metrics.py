@@ -137,6 +137,21 @@ def test_last_sync_time_per_home(sqlite_url, corpus_home, tmp_path):
     assert before <= sample.value <= after
 
 
+def test_a_hand_edited_sync_time_gives_no_sample_for_its_home(sqlite_url, corpus_home, tmp_path):
+    """homes.last_synced_at edited by hand to what is no time: the scrape still works (it
+    stopped with a traceback), that home has no last-sync sample, the other home keeps its."""
+    import sqlite3
+
+    invoke("sync", "--db", sqlite_url, "--home", f"corpus={corpus_home}")
+    other = tmp_path / "other"
+    other.mkdir()
+    invoke("sync", "--db", sqlite_url, "--home", f"other={other}")
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE homes SET last_synced_at = 'yesterday-ish' WHERE label = 'corpus'")
+    families = parse(invoke("metrics", "--db", sqlite_url))
+    assert [s.labels for s in families["omg_ledger_last_sync_timestamp_seconds"].samples] == [{"home": "other"}]
+
+
 def test_output_into_a_fifo_is_written_into_it_not_replaced(sqlite_url, corpus_home, tmp_path):
     """--output /dev/stdout, /dev/null or a FIFO: renaming a file over it put a regular
     file in the node's place (run as root, /dev/null itself was replaced)."""
