@@ -181,11 +181,14 @@ def when(utc_text: str | None, zone=None) -> str:
     same in --tz with its offset at that instant (``2026-11-29 19:15:22.073+0100``)."""
     if not utc_text:
         return "-"
-    if zone is None:
+    if zone is None and utc_text[10:11] == "T" and utc_text[-1:] == "Z":
         return utc_text[:10] + " " + utc_text[11:23] + "Z"
-    from datetime import datetime
+    from datetime import UTC, datetime
 
-    return when_local(datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone).isoformat())
+    try:
+        return when_local(datetime.fromisoformat(utc_text.replace("Z", "+00:00")).astimezone(zone or UTC).isoformat())
+    except (TypeError, ValueError):
+        return safe(utc_text)  # edited by hand to what is no instant: shown as stored
 
 
 def _charged(charged: object, nanos: int | None, unknown_count: int, free: bool = False) -> str:

@@ -4,6 +4,7 @@ damaged database), never a traceback; the rows it came from can be derived again
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -76,3 +77,21 @@ def test_the_rebuild_the_error_names_puts_the_derived_value_back(synced, tmp_pat
     assert result.returncode == 0, result.stderr
     # README: s15-retry-failed paid $0.028 (failed first leg) + $0.049 = $0.077.
     assert _cli("cost", "--by", "run", "--json", "--db", db).stdout.count('"cost_nano_usd": 77000000') == 1
+
+
+@pytest.mark.parametrize("command", [["runs"], ["runs", "--tz", "Europe/Berlin"], ["show", RUN],
+                                     ["show", RUN, "--tz", "Europe/Berlin"]], ids=" ".join)
+def test_a_hand_edited_time_that_is_no_instant_is_shown_as_stored(synced, tmp_path, command):
+    """A run's start and a leg's start edited to text that is no time: shown as stored, in
+    UTC and in --tz alike (in --tz the table stopped with a ValueError traceback; in UTC
+    'garbage' read 'garbage Z', as if it were a time)."""
+    db = _edited(synced, tmp_path, "UPDATE runs SET first_event_at = 'garbage' WHERE run_id = ?")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE legs SET started_at = '2026-13-45' WHERE ordinal = 1 AND run_pk = "
+                     "(SELECT id FROM runs WHERE run_id = ?)", (RUN,))
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *command, "--db", db], capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "COLUMNS": "300"})  # every column shown
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    row = next(line for line in result.stdout.splitlines()
+               if (line.startswith(RUN) if command[0] == "runs" else line.startswith("1 ")))
+    assert ("  garbage  " if command[0] == "runs" else "  2026-13-45  ") in row, row
