@@ -429,8 +429,17 @@ class PostgresBackend(Backend):
 
     def run_schema_statements(self, conn: Connection, statements: Sequence[str]) -> None:
         # One round trip: psycopg sends a text without parameters by the simple query
-        # protocol, which takes many statements (and reads no % as a placeholder).
-        conn.connection.driver_connection.execute("".join(f"{sql};\n" for sql in statements))
+        # protocol, which takes many statements (and reads no % as a placeholder). A
+        # refusal (a role that may not create in the schema) is raised as SQLAlchemy's,
+        # like every other statement's: the caller words it in one line.
+        import psycopg
+        from sqlalchemy.exc import DBAPIError
+
+        script = "".join(f"{sql};\n" for sql in statements)
+        try:
+            conn.connection.driver_connection.execute(script)
+        except psycopg.Error as exc:
+            raise DBAPIError.instance(script, None, exc, psycopg.Error, dialect=conn.dialect) from exc
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
         # PostgreSQL refuses to drop a view or change a column another view reads: every

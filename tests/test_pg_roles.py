@@ -1,0 +1,79 @@
+"""PostgreSQL as a team deploys it: the ledger's owner writes, other roles read or are
+refused, a ledger may live in a schema of its own; every refusal is one line and exit 3."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from .conftest import CORPUS_HOME
+
+pytestmark = pytest.mark.postgres
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def _admin(url: str, *statements: str) -> list[tuple]:
+    """Statements run by the superuser in the database of ``url`` (autocommit); the rows of the last."""
+    import psycopg
+
+    from omg_ledger.ledger import postgres_conninfo
+
+    rows: list[tuple] = []
+    with psycopg.connect(postgres_conninfo(url), autocommit=True) as conn:
+        for statement in statements:
+            cursor = conn.execute(statement)
+            rows = cursor.fetchall() if cursor.description else []
+    return rows
+
+
+@pytest.fixture
+def role(pg_server, pg_url) -> Iterator[str]:
+    """A login role of no privilege but those PUBLIC has, in the test's database; dropped after."""
+    name = f"r_{uuid.uuid4().hex[:10]}"
+    pg_server.execute_admin(f"CREATE ROLE {name} LOGIN")
+    try:
+        yield name
+    finally:
+        if pg_server.running:
+            _admin(pg_url, f"DROP OWNED BY {name}")  # (its grants in this database)
+            pg_server.execute_admin(f"DROP ROLE {name}")
+
+
+def _as(url: str, role: str) -> str:
+    assert "://postgres@" in url
+    return url.replace("://postgres@", f"://{role}@", 1)
+
+
+def _assert_one_line(done: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert done.returncode == code, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("omg-ledger: error: "), done.stderr[-3000:]
+    for word in words:
+        assert word in lines[0]
+
+
+def test_a_role_that_may_not_create_in_the_schema_is_refused_in_one_line_and_nothing_is_made(pg_url, role, tmp_path):
+    """An empty database whose schema the role may not create in: sync, db upgrade and
+    export --to are each one line and exit 3 (the head schema's CREATE used to escape as
+    a psycopg traceback, exit 1), and the database is still empty."""
+    _admin(pg_url, "REVOKE CREATE ON SCHEMA public FROM PUBLIC")  # (PostgreSQL 15's default: said for older ones)
+    url = _as(pg_url, role)
+    source = str(tmp_path / "source.sqlite")
+    assert _cli("sync", "--db", source, "--home", str(CORPUS_HOME)).returncode == 0
+    for args in (["sync", "--db", url, "--home", str(CORPUS_HOME)], ["db", "upgrade", "--db", url],
+                 ["export", "--db", source, "--to", url]):
+        _assert_one_line(_cli(*args), 3, "permission denied for schema public")
+    # A search_path naming no schema there: nowhere to create the ledger in.
+    _assert_one_line(_cli("sync", "--db", f"{pg_url}&options=-csearch_path%3Dmissing", "--home", str(CORPUS_HOME)),
+                     3, "no schema has been selected to create in")
+    assert _admin(pg_url, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                          "WHERE n.nspname = 'public'") == [(0,)]
