@@ -707,8 +707,11 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
     try:
         try:
             current = _postgres_revision(connection)
+        except psycopg.Error as exc:  # the server went away, a statement or lock timeout (a migration holds the table)
+            raise DatabaseUnavailable(f"cannot read the ledger database {shown}: {one_line(exc)}") from exc
         finally:
-            connection.rollback()
+            with contextlib.suppress(psycopg.Error):  # (a lost connection: the error above says so)
+                connection.rollback()
         _check_revision(current, shown, oldest)
     except BaseException:
         connection.close()

@@ -77,3 +77,25 @@ def test_a_role_that_may_not_create_in_the_schema_is_refused_in_one_line_and_not
                      3, "no schema has been selected to create in")
     assert _admin(pg_url, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                           "WHERE n.nspname = 'public'") == [(0,)]
+
+
+def test_reading_while_a_migration_holds_the_version_table_past_the_roles_timeout_is_one_line(pg_url, tmp_path):
+    """A reader whose role sets a lock (or statement) timeout, while `db upgrade` on
+    another machine holds alembic_version: the revision read is cancelled, which is one
+    line and exit 3 (it escaped as a psycopg traceback, exit 1, as did a server going
+    away at that moment)."""
+    import psycopg
+
+    from omg_ledger.ledger import postgres_conninfo
+
+    assert _cli("sync", "--db", pg_url, "--home", str(CORPUS_HOME)).returncode == 0
+    impatient = f"{pg_url}&options=-clock_timeout%3D100"
+    with psycopg.connect(postgres_conninfo(pg_url)) as migrating:
+        migrating.execute("LOCK TABLE alembic_version IN ACCESS EXCLUSIVE MODE")
+        for args in (["runs"], ["db", "current"], ["sql", "SELECT 1 AS one"],
+                     ["export", "--to", str(tmp_path / "copy.sqlite")]):
+            _assert_one_line(_cli(*args, "--db", impatient), 3, "cannot read the ledger database",
+                             "canceling statement due to lock timeout")
+        migrating.rollback()
+    assert not (tmp_path / "copy.sqlite").exists()
+    assert _cli("runs", "--db", impatient).returncode == 0
