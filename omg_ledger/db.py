@@ -720,9 +720,11 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
 
 
 def _postgres_revision(connection) -> str | None:
-    """alembic_version's revision in the connection's current schema (None: no such table)."""
-    found = connection.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() "
-                               "AND table_name = 'alembic_version'").fetchone()
+    """alembic_version's revision in the connection's current schema (None: no such table).
+    Looked for in pg_class, which lists it to every role: information_schema leaves out
+    the tables a role may not read, and a ledger the role may not read is no empty database."""
+    found = connection.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                               "WHERE n.nspname = current_schema() AND c.relname = 'alembic_version'").fetchone()
     if found is None:
         return None
     row = connection.execute("SELECT version_num FROM alembic_version").fetchone()

@@ -99,3 +99,17 @@ def test_reading_while_a_migration_holds_the_version_table_past_the_roles_timeou
         migrating.rollback()
     assert not (tmp_path / "copy.sqlite").exists()
     assert _cli("runs", "--db", impatient).returncode == 0
+
+
+def test_a_role_not_granted_select_on_the_ledger_is_told_so_not_that_the_database_is_empty(pg_url, role):
+    """The grants to an analysts' role forgotten (or made before the ledger's tables, with
+    no default privileges): reading is refused by the server, and that is what the one
+    line says; the database was said to hold no ledger and `sync` was said to make one."""
+    assert _cli("sync", "--db", pg_url, "--home", str(CORPUS_HOME)).returncode == 0
+    url = _as(pg_url, role)
+    for args in (["runs"], ["db", "current"], ["cost"]):
+        done = _cli(*args, "--db", url)
+        _assert_one_line(done, 3, "permission denied for table alembic_version")
+        assert "holds no ledger" not in done.stderr
+    _admin(pg_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    assert _cli("runs", "--db", url).returncode == 0
