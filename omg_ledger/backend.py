@@ -506,6 +506,7 @@ class PostgresBackend(Backend):
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             shared = False
+            schema = conn.execute(text("SELECT current_schema()")).scalar()
             taken: list[int] = []
             try:
                 retry_until(lambda: bool(conn.execute(text(TRY_SHARE_LEDGER)).scalar()), wait_seconds, 0.2,
@@ -514,7 +515,7 @@ class PostgresBackend(Backend):
                 take_advisory_locks(lambda k: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
                                                                 {"k": k}).scalar()),
                                     [(one, name or one) for one in scopes], max(0.0, deadline - time.monotonic()),
-                                    taken)
+                                    taken, schema)
                 yield
             finally:
                 for key in reversed(taken):
@@ -627,19 +628,26 @@ def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
         os.close(fd)
 
 
-def sync_lock_key(scope: str) -> int:
-    """The PostgreSQL advisory lock key (class 1) of a sync scope."""
-    return zlib.crc32(scope.encode()) & 0x7FFFFFFF
+def sync_lock_key(scope: str, schema: str | None = "public") -> int:
+    """The PostgreSQL advisory lock key (class 1) of a sync scope of the ledger in
+    ``schema`` (the session's current schema). Advisory locks belong to the database, not
+    to a schema: a ledger in any other schema mixes its schema's name in, so the syncs of
+    two ledgers of one database never wait for each other. A ledger in public keeps the
+    keys every omg-ledger took for it (a machine not yet upgraded still waits, and is
+    waited for)."""
+    text = scope if schema == "public" else f"{scope}\0{schema or ''}"
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
 def take_advisory_locks(try_lock: Callable[[int], bool], scopes: Sequence[tuple[str, str]], wait_seconds: float,
-                        taken: list[int] | None = None) -> None:
-    """PostgreSQL's sync locks (class 1 advisory locks, through ``try_lock``), each
-    (scope, name) in the order given, within ``wait_seconds`` in all (then LedgerBusy,
-    naming the scope's name); each key taken is appended to ``taken``."""
+                        taken: list[int] | None = None, schema: str | None = "public") -> None:
+    """PostgreSQL's sync locks (class 1 advisory locks, through ``try_lock``) of the
+    ledger in ``schema``, each (scope, name) in the order given, within ``wait_seconds``
+    in all (then LedgerBusy, naming the scope's name); each key taken is appended to
+    ``taken``."""
     deadline = time.monotonic() + wait_seconds
     for scope, name in scopes:
-        key = sync_lock_key(scope)
+        key = sync_lock_key(scope, schema)
         retry_until(lambda k=key: try_lock(k), max(0.0, deadline - time.monotonic()), 0.2,
                     f"another sync of {name} into this ledger is running")
         if taken is not None:

@@ -447,8 +447,9 @@ def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> No
     retry_until(lambda: bool(conn.execute(TRY_SHARE_LEDGER).fetchone()[0]), wait_seconds, 0.2, EXPORT_RUNNING)
     scopes = [*((scope, home.label) for home in homes for scope in home_lock_scopes(home.path, home.label)),
               (DERIVE_SCOPE, DERIVE_SCOPE)]
+    schema = conn.execute("SELECT current_schema()").fetchone()[0]
     take_advisory_locks(lambda k: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
-                        scopes, max(0.0, deadline - time.monotonic()))
+                        scopes, max(0.0, deadline - time.monotonic()), schema=schema)
 
 
 @contextlib.contextmanager

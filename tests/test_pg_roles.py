@@ -113,3 +113,36 @@ def test_a_role_not_granted_select_on_the_ledger_is_told_so_not_that_the_databas
         assert "holds no ledger" not in done.stderr
     _admin(pg_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
     assert _cli("runs", "--db", url).returncode == 0
+
+
+def test_two_ledgers_in_two_schemas_of_one_database_sync_without_waiting_for_each_other(pg_url):
+    """Advisory locks are the database's: the sync locks of a ledger in a schema of its own
+    were those of the ledger in public, so a sync of one (its home, or the derivation a
+    rebuild holds for minutes) made a sync of the other give up, exit 75, saying "another
+    sync … into this ledger". Two URLs naming one ledger still share its locks."""
+    from omg_ledger.change_check import DERIVE_SCOPE
+    from omg_ledger.db import open_ledger, sync_lock
+    from omg_ledger.discover import home_lock_scopes
+
+    _admin(pg_url, "CREATE SCHEMA books")
+    books = f"{pg_url}&options=-csearch_path%3Dbooks"
+    home = ["--home", f"corpus={CORPUS_HOME}"]
+    for db in (pg_url, books):
+        assert _cli("sync", "--db", db, *home).returncode == 0
+    public = open_ledger(pg_url)
+    try:
+        with sync_lock(public, (*home_lock_scopes(str(CORPUS_HOME), "corpus"), DERIVE_SCOPE), 0, "corpus"):
+            for args in (["sync", *home], ["rebuild"]):  # (the no-op sync's locks, the full one's)
+                done = _cli(*args, "--db", books, "--wait", "0")
+                assert done.returncode == 0, done.stderr
+    finally:
+        public.dispose()
+    in_books = open_ledger(books)
+    try:
+        with sync_lock(in_books, home_lock_scopes(str(CORPUS_HOME), "corpus"), 0, "corpus"):
+            also_books = f"{pg_url}&options=-csearch_path%3Dbooks,public"  # the same ledger, spelt otherwise
+            _assert_one_line(_cli("sync", *home, "--db", also_books, "--wait", "0"), 75,
+                             "another sync of corpus into this ledger is running")
+            assert _cli("sync", *home, "--db", pg_url, "--wait", "0").returncode == 0
+    finally:
+        in_books.dispose()
