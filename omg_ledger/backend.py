@@ -39,6 +39,13 @@ TRY_SHARE_LEDGER = f"SELECT pg_try_advisory_lock_shared({LEDGER_LOCK})"
 TRY_OWN_LEDGER = f"SELECT pg_try_advisory_lock({LEDGER_LOCK})"
 EXPORT_RUNNING = "an export into this ledger is running"
 
+# A PostgreSQL ledger is its connection's current schema's. When that schema holds none,
+# a later schema of the search_path may: unqualified names would then read and write
+# that one. Its schema's name and the current one's, or no row.
+PG_LEDGER_ELSEWHERE_SQL = (
+    "SELECT n.nspname, current_schema() FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.oid = to_regclass('alembic_version') AND n.nspname IS DISTINCT FROM current_schema()")
+
 
 @dataclass(frozen=True)
 class UserObject:
@@ -286,6 +293,11 @@ class Backend:
         """The head schema's statements, in the caller's transaction."""
         raise NotImplementedError
 
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None] | None:
+        """(the schema, the current schema) when the current schema holds no ledger but
+        a later schema of the search_path does (PostgreSQL); None otherwise."""
+        return None
+
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
         """The views (and SQLite triggers) not among ``ledger_names`` that a migration of
         the ledger's tables and views could break or be refused by, in an order they can
@@ -440,6 +452,10 @@ class PostgresBackend(Backend):
             conn.connection.driver_connection.execute(script)
         except psycopg.Error as exc:
             raise DBAPIError.instance(script, None, exc, psycopg.Error, dialect=conn.dialect) from exc
+
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None] | None:
+        row = conn.exec_driver_sql(PG_LEDGER_ELSEWHERE_SQL).first()
+        return None if row is None else (row[0], row[1])
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
         # PostgreSQL refuses to drop a view or change a column another view reads: every

@@ -397,8 +397,12 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
             import psycopg
         except ImportError:
             return None  # the full sync says what to install
+        from .backend import PG_LEDGER_ELSEWHERE_SQL
+
         try:
             with contextlib.closing(psycopg.connect(conninfo, autocommit=True)) as conn:
+                if conn.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone() is not None:
+                    return None  # a ledger only in a later schema of the search_path: the full sync refuses it
                 _postgres_sync_locks(conn, homes, wait_seconds)
                 ledger = _PostgresLedger(conn)
                 with conn.transaction():

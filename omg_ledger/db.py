@@ -22,6 +22,7 @@ from .errors import (
     DatabaseTooNew,
     DatabaseUnavailable,
     LedgerBusy,
+    LedgerError,
     UnreadableValue,
     UpgradeBlocked,
     is_locked,
@@ -201,15 +202,30 @@ def stored_revision(ledger) -> str | None:
 
 
 def _is_at_head(engine: Engine) -> bool:
-    """One read, no lock, no alembic: the common case of every command."""
+    """One read, no lock, no alembic: the common case of every command. A PostgreSQL
+    ledger in a later schema of the search_path than the current one is refused: the
+    ledger is the current schema's (reads look there; a new one is made there)."""
     from sqlalchemy import text
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         with engine.connect() as conn:
+            elsewhere = backend_of(conn).ledger_elsewhere(conn)
+            if elsewhere is not None:
+                raise ledger_elsewhere(*elsewhere)
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD_REVISION
     except SQLAlchemyError:
         return False  # no table yet (a new database) or unreadable: take the full path
+
+
+def ledger_elsewhere(schema: str, current: str | None) -> LedgerError:
+    """The error for a search_path whose current schema holds no ledger, where ``schema``,
+    later on it, does."""
+    from .errors import NotALedger
+
+    return NotALedger(f"schema {current} (the connection's current schema, where omg-ledger keeps its ledger) "
+                      f"holds no ledger, but schema {schema}, later on its search_path, does: put {schema} first "
+                      f"on search_path to use that ledger, or leave it out to make a new one in {current}")
 
 
 # A new ledger is made from the schema the migrations build, not by running them:
@@ -720,12 +736,18 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
 
 
 def _postgres_revision(connection) -> str | None:
-    """alembic_version's revision in the connection's current schema (None: no such table).
-    Looked for in pg_class, which lists it to every role: information_schema leaves out
-    the tables a role may not read, and a ledger the role may not read is no empty database."""
+    """alembic_version's revision in the connection's current schema (None: no such table;
+    one only in a later schema of the search_path is refused). Looked for in pg_class,
+    which lists it to every role: information_schema leaves out the tables a role may
+    not read, and a ledger the role may not read is no empty database."""
+    from .backend import PG_LEDGER_ELSEWHERE_SQL
+
     found = connection.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                                "WHERE n.nspname = current_schema() AND c.relname = 'alembic_version'").fetchone()
     if found is None:
+        elsewhere = connection.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone()
+        if elsewhere is not None:
+            raise ledger_elsewhere(*elsewhere)
         return None
     row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     return None if row is None else row[0]

@@ -3,6 +3,7 @@ refused, a ledger may live in a schema of its own; every refusal is one line and
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -146,3 +147,34 @@ def test_two_ledgers_in_two_schemas_of_one_database_sync_without_waiting_for_eac
             assert _cli("sync", *home, "--db", pg_url, "--wait", "0").returncode == 0
     finally:
         in_books.dispose()
+
+
+def test_a_search_path_whose_current_schema_holds_no_ledger_never_writes_the_ledger_of_a_later_schema(pg_url,
+                                                                                                     tmp_path):
+    """search_path=staging,public with the ledger in public alone: reads look in the
+    current schema (staging) and found no ledger, while sync, through unqualified names,
+    wrote the staging machine's runs into public's ledger (and a no-op sync stamped its
+    homes there). Both now refuse, in one line naming both schemas, and nothing is written;
+    with public off the path, staging gets a ledger of its own."""
+    from .builders import ev, write_run
+    from .ledger_dump import dump
+
+    stage_home = tmp_path / "stage"
+    write_run(stage_home, "20261129-100000.000000001-1",
+              [ev("run_started", 0), ev("node_started", 1, node_id="a"),
+               ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.25), ev("run_finished", 3, outcome="passed")])
+    assert _cli("sync", "--db", pg_url, "--home", f"corpus={CORPUS_HOME}").returncode == 0
+    before = dump(pg_url, cache_hints=True)
+    _admin(pg_url, "CREATE SCHEMA staging")
+    both = f"{pg_url}&options=-csearch_path%3Dstaging,public"
+    for args in (["sync", "--home", f"stage={stage_home}"],  # a new home: the full sync
+                 ["sync", "--home", f"corpus={CORPUS_HOME}"],  # nothing changed: the no-op sync
+                 ["runs"], ["db", "upgrade"]):
+        _assert_one_line(_cli(*args, "--db", both), 3, "schema staging", "schema public")
+    assert dump(pg_url, cache_hints=True) == before
+    assert _admin(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'staging'") == [(0,)]
+
+    staging = f"{pg_url}&options=-csearch_path%3Dstaging"
+    assert _cli("sync", "--db", staging, "--home", f"stage={stage_home}").returncode == 0
+    assert [h["label"] for h in json.loads(_cli("homes", "--json", "--db", both).stdout)] == ["stage"]
+    assert dump(pg_url, cache_hints=True) == before
