@@ -1205,7 +1205,7 @@ class _Pool:
 
         self.workers = workers
         self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started,
-                                             initargs=(paths, tables, clock_ns))
+                                             initargs=(paths, tables, clock_ns, os.getpid()))
 
     def submit(self, jobs: list):
         return self._executor.submit(_prepare_new_runs, jobs)
@@ -1266,11 +1266,12 @@ class _Worker:
 _WORKER = _Worker()
 
 
-def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], int]) -> None:
+def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], int], writer: int) -> None:
     """In a pool worker: its work file; Ctrl-C and SIGTERM (sent to the whole process
     group by a terminal, `timeout` or a service manager) are the writer's to handle (it
     ends the pool), and a worker dies with the writer (kill -9 included) instead of
-    waiting for work forever."""
+    waiting for work forever: forked while the writer held the ledger's sync lock, it
+    holds the lock too for as long as it lives."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -1280,6 +1281,10 @@ def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], 
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != writer:
+        # The writer died before the line above ran (a loaded machine may start a worker
+        # late): no signal will come, so go now.
+        os._exit(1)
     _WORKER.work_file = WorkFile(paths.get(), tables)
     _WORKER.clock_ns = clock_ns
 

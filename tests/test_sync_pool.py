@@ -595,3 +595,58 @@ def test_a_directory_a_worker_looked_at_in_its_racy_window_is_looked_at_again_ho
         has_state = conn.exec_driver_sql("SELECT has_state FROM runs WHERE run_id = ?", (run_id,)).scalar_one()
     engine.dispose()
     assert report.runs_changed == 1 and has_state
+
+
+def test_a_worker_started_after_its_writer_was_killed_goes_at_once_and_frees_the_ledger(tmp_path):
+    """A worker is forked while the writer holds the ledger's sync lock, so it holds it
+    too. It dies with the writer by the signal it asks for as it starts; on a loaded
+    machine a worker may start only after the writer was killed (kill -9 as soon as the
+    first batch committed), and then no signal comes: it waited for work for ever, and the
+    next sync found the ledger locked ("another sync holds this ledger"). Here the worker
+    is held at its start until its writer is dead, by a real kill -9."""
+    import fcntl
+    import multiprocessing
+
+    from sqlalchemy import create_engine
+
+    from omg_ledger.store import work_tables
+
+    from .test_faults import lock_is_held
+
+    lock_path = tmp_path / "ledger.sqlite.sync-lock"
+    tables = work_tables(create_engine("sqlite://"))
+    gate_r, gate_w = os.pipe()
+    told_r, told_w = os.pipe()
+    writer = os.fork()
+    if writer == 0:  # the writer: holds the lock, forks its worker, waits to be killed
+        try:
+            lock = os.open(lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            paths = multiprocessing.get_context("fork").SimpleQueue()
+            paths.put(str(tmp_path / "worker-0.0.sqlite"))
+            writer_pid = os.getpid()
+            worker = os.fork()
+            if worker == 0:  # the worker: starts only once the gate opens
+                os.read(gate_r, 1)
+                sync_module._worker_started(paths, tables, time.time_ns, writer_pid)
+                time.sleep(3600)  # waiting for work, as a pool worker does
+                os._exit(0)
+            os.write(told_w, b"%d\n" % worker)
+            time.sleep(3600)
+        finally:
+            os._exit(0)
+    worker = int(os.read(told_r, 64))
+    os.kill(writer, signal.SIGKILL)
+    os.waitpid(writer, 0)
+    os.write(gate_w, b"x")  # the worker starts now, its writer dead
+    deadline = time.monotonic() + 60
+    try:
+        while lock_is_held(str(lock_path)):
+            assert time.monotonic() < deadline, "the worker still holds the ledger's sync lock 60 s on"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        for fd in (gate_r, gate_w, told_r, told_w):
+            os.close(fd)
+
