@@ -34,21 +34,39 @@ _SUGGEST = {"M": "mo (months) or {n}m (minutes)", "min": "m", "mins": "m", "H": 
 
 
 def local_zone() -> ZoneInfo:
-    """The local IANA zone (DST rules included): $TZ, else /etc/localtime, else UTC."""
+    """The local IANA zone (DST rules included): $TZ, a zone's name or, as the C library
+    reads it, the path of a zone file (``TZ=:/usr/share/zoneinfo/Asia/Tokyo``); else
+    /etc/localtime; else UTC."""
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
-        try:
-            return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: TZ=Europe (a directory), a name too long
-            pass
+        zone = _zone_file(name) if name.startswith("/") else _zone_key(name)
+        if zone is not None:
+            return zone
+    return _zone_file("/etc/localtime") or ZoneInfo("UTC")
+
+
+def _zone_key(name: str) -> ZoneInfo | None:
     try:
-        target = os.path.realpath("/etc/localtime")
-        if "/zoneinfo/" in target:
-            return ZoneInfo(target.split("/zoneinfo/", 1)[1])
-        with open("/etc/localtime", "rb") as fh:
-            return ZoneInfo.from_file(fh, key="localtime")
-    except (OSError, ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: TZ=Europe (a directory), a name too long
+        return None
+
+
+def _zone_file(path: str) -> ZoneInfo | None:
+    """The zone in the file at ``path``, by its name where the file is one of a zone
+    database's (so a report says Europe/Berlin); None when there is no such file."""
+    target = os.path.realpath(path)
+    if "/zoneinfo/" in target:
+        zone = _zone_key(target.split("/zoneinfo/", 1)[1])
+        if zone is not None:
+            return zone
+    if not os.path.isfile(target):  # (a FIFO would never answer)
+        return None
+    try:
+        with open(target, "rb") as fh:
+            return ZoneInfo.from_file(fh, key=os.path.basename(path))
+    except (OSError, ValueError):
+        return None
 
 
 def zone_named(name: str | None) -> ZoneInfo:

@@ -102,3 +102,25 @@ def test_a_zone_name_naming_a_directory_or_too_long_is_a_usage_error(tmp_path, c
         result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--by", "day", "--db", db],
                                 capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": zone})
         assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_a_tz_that_is_the_path_of_a_zone_file_is_that_zone(monkeypatch, tmp_path):
+    """TZ=/usr/share/zoneinfo/Asia/Tokyo (or with the C library's leading ':') is the local
+    zone the C library and `date` use; it was ignored for /etc/localtime, so periods and
+    `today` were cut in another zone. A zone file outside a zone database counts too."""
+    import importlib.resources
+    import shutil
+
+    from omg_ledger.timespec import local_zone
+
+    in_database = importlib.resources.files("tzdata") / "zoneinfo" / "Pacific" / "Kiritimati"
+    elsewhere = tmp_path / "kiritimati"
+    shutil.copyfile(str(in_database), elsewhere)
+    # 09:30Z on Dec 1 is 23:30 on Dec 1 in Kiritimati (+14), whose day began at 10:00Z on Nov 30.
+    start_of_today = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+    for value, key in ((str(in_database), "Pacific/Kiritimati"), (f":{in_database}", "Pacific/Kiritimati"),
+                       (str(elsewhere), "kiritimati")):
+        monkeypatch.setenv("TZ", value)
+        assert local_zone().key == key, value
+        assert parse_time("today", NOW) == start_of_today, value
+        assert local_zone().utcoffset(datetime(2026, 12, 1)).total_seconds() == 14 * 3600
