@@ -153,15 +153,17 @@ def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int
 
     An mtime well in the future (`touch -d`, `rsync -t` from a machine whose clock is
     ahead) is trusted once the ctime, which the file system stamps on every change, is
-    old: no change can happen in that tick until the clock reaches it. Otherwise the run
-    would be listed again by every sync, and the no-op sync would step aside each time.
+    outside the window too: old, or itself well in the future (written while this
+    machine's clock was ahead, before it stepped back). No change can happen in that tick
+    until the clock reaches it. Otherwise the run would be listed again by every sync,
+    and the no-op sync would step aside each time.
     """
     if info is None:
         return None
     now_ns = time.time_ns() if now_ns is None else now_ns
     if now_ns - info.st_mtime_ns >= RACY_WINDOW_NS:
         return info.st_mtime_ns
-    if info.st_mtime_ns - now_ns >= RACY_WINDOW_NS and now_ns - info.st_ctime_ns >= RACY_WINDOW_NS:
+    if info.st_mtime_ns - now_ns >= RACY_WINDOW_NS and abs(now_ns - info.st_ctime_ns) >= RACY_WINDOW_NS:
         return info.st_mtime_ns
     return None
 

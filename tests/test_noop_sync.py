@@ -187,6 +187,27 @@ def test_a_run_directory_with_an_mtime_in_the_future_is_trusted_once_its_ctime_i
     assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_changed"] == 0
 
 
+def test_a_run_directory_written_while_the_clock_was_ahead_is_trusted_after_it_steps_back(home, db):
+    """A run written while the wall clock was a day ahead (a clock NTP then stepped back):
+    its directory's mtime and ctime are both a day in the future. No change can happen in
+    that tick until the clock gets there, so the mtime is remembered; it was not, so every
+    sync listed the run again, and the no-op sync stepped aside, for that whole day."""
+    run_dir = home / "runs" / "r-extra"
+    (run_dir / "scratch").write_text("")
+    (run_dir / "scratch").unlink()  # the directory changed now: its mtime and ctime are now
+    info = os.stat(run_dir)
+    engine = open_ledger(db)
+    try:
+        # The clock, stepped back a day after the run was written, as every sync sees it.
+        sync(engine, [Home.from_path(str(home), LABEL)], clock_ns=lambda: info.st_ctime_ns - 86_400 * 10**9)
+    finally:
+        engine.dispose()
+    assert _rows(db, "SELECT i.dir_mtime_ns FROM ingest_state i JOIN runs r ON r.id = i.run_pk "
+                     "WHERE r.run_id = 'r-extra'") == [(info.st_mtime_ns,)]
+    again = _sync(db, home, importtime=True)
+    assert "sqlalchemy" not in again.stderr and json.loads(again.stdout)["runs_changed"] == 0
+
+
 def test_another_label_for_an_indexed_home_is_still_refused(home, db):
     _sync(db, home)
     result = cli("sync", "--db", db, "--home", f"other={home}", "--json")
