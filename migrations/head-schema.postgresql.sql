@@ -1,4 +1,4 @@
--- omg-ledger's PostgreSQL schema at revision 0016, as the migrations build it (make head-schema)
+-- omg-ledger's PostgreSQL schema at revision 0017, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
     version_num character varying(32) NOT NULL
 )
@@ -88,7 +88,9 @@ ALTER SEQUENCE homes_id_seq OWNED BY homes.id
 CREATE TABLE ingest_state (
     run_pk integer NOT NULL,
     dir_mtime_ns bigint,
-    failed_dir_mtime_ns bigint
+    failed_dir_mtime_ns bigint,
+    dir_ctime_ns bigint,
+    failed_dir_ctime_ns bigint
 )
 ;
 CREATE TABLE invocation_lines (

@@ -1,4 +1,4 @@
--- omg-ledger's SQLite schema at revision 0016, as the migrations build it (make head-schema)
+-- omg-ledger's SQLite schema at revision 0017, as the migrations build it (make head-schema)
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
 	CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
@@ -300,7 +300,7 @@ CREATE TABLE "invocations" (
 CREATE TABLE "ingest_state" (
 	run_pk INTEGER NOT NULL, 
 	dir_mtime_ns BIGINT, 
-	failed_dir_mtime_ns BIGINT, 
+	failed_dir_mtime_ns BIGINT, dir_ctime_ns BIGINT, failed_dir_ctime_ns BIGINT, 
 	CONSTRAINT pk_ingest_state PRIMARY KEY (run_pk), 
 	CONSTRAINT fk_ingest_state_run_pk_runs FOREIGN KEY(run_pk) REFERENCES runs (id) ON DELETE CASCADE
 )

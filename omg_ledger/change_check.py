@@ -93,7 +93,8 @@ class Known:
         self.run_pk = run_pk
         self.gone = gone
         self.dir_path = dir_path  # where the run was last read
-        self.cache = cache  # (dir_mtime_ns, failed_dir_mtime_ns); None when never scanned
+        # (dir_mtime_ns, failed_dir_mtime_ns, dir_ctime_ns, failed_dir_ctime_ns); None when never scanned
+        self.cache = cache
         self.checkpoint_row = checkpoint_row  # Checkpoint.COLUMNS values; None: no stream
         self.file_rows: tuple[Sequence[Any], ...] = ()  # FILE_COLUMNS rows of its JSON files
 
@@ -112,7 +113,7 @@ Fetch = Callable[[str, tuple], Sequence[Sequence[Any]]]  # DB-API: (SQL with `ma
 
 def _runs_sql(mark: str) -> str:
     return (f"SELECT runs.id, runs.run_id, runs.gone, runs.dir_path, i.run_pk, i.dir_mtime_ns, i.failed_dir_mtime_ns, "
-            f"s.run_pk, "
+            f"i.dir_ctime_ns, i.failed_dir_ctime_ns, s.run_pk, "
             f"{', '.join('s.' + n for n in Checkpoint.COLUMNS)} FROM runs "
             f"LEFT OUTER JOIN ingest_state i ON i.run_pk = runs.id "
             f"LEFT OUTER JOIN streams s ON s.run_pk = runs.id WHERE runs.home_id = {mark}")
@@ -124,8 +125,8 @@ def _files_sql(mark: str) -> str:
 
 
 def _known(row: Sequence[Any]) -> Known:
-    return Known(row[0], bool(row[2]), row[3], (row[5], row[6]) if row[4] is not None else None,
-                 tuple(row[8:]) if row[7] is not None else None)
+    return Known(row[0], bool(row[2]), row[3], tuple(row[5:9]) if row[4] is not None else None,
+                 tuple(row[10:]) if row[9] is not None else None)
 
 
 KNOWN_CHUNK = 500  # listed runs whose Known is read per pair of queries
@@ -200,6 +201,13 @@ class Look:
     moved: bool = False  # the run was last read at another path (its home renamed, a symlink gone)
 
 
+def _moved(mtime_ns: int | None, ctime_ns: int | None, info: os.stat_result) -> bool:
+    """Whether a directory may hold other entries than when its times were remembered: its
+    mtime differs, or its ctime does (an mtime set back after a change, as `rsync -t` sets
+    it, leaves the ctime moved; no user sets a ctime)."""
+    return mtime_ns != info.st_mtime_ns or (ctime_ns is not None and ctime_ns != info.st_ctime_ns)
+
+
 def look_at(path: str, known: Known | None) -> Look | None:
     """The change check of one run directory: stat calls only. None: it vanished
     between listing and now (the next sync marks it gone)."""
@@ -207,11 +215,13 @@ def look_at(path: str, known: Known | None) -> Look | None:
     if dir_info is None:
         return None
     cache = known.cache if known else None
-    dir_changed = cache is None or cache[0] != dir_info.st_mtime_ns
+    dir_changed = cache is None or _moved(cache[0], cache[2], dir_info)
     # An unchanged directory without failed/ has none now: creating it would have changed its mtime.
     failed_info = None if not dir_changed and cache[1] == ABSENT else stat_or_none(f"{path}/failed")
-    failed_now = ABSENT if failed_info is None else failed_info.st_mtime_ns
-    failed_changed = cache is None or cache[1] != failed_now
+    if failed_info is None:
+        failed_changed = cache is None or cache[1] != ABSENT
+    else:
+        failed_changed = cache is None or _moved(cache[1], cache[3], failed_info)
     if known is None:
         # A run never seen is read whole: the stream and the JSON files it lists are
         # stat-ed as they are read (read_run_dir), the absent ones not at all.

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # SQLAlchemy is imported where an engine is made: start-up ne
 # revision with it by one plain read, so alembic (about a third of a second to import
 # and to load the scripts) is only loaded when there is migrating to do.
 # tests/test_migrations.py keeps it equal to alembic's own head.
-HEAD_REVISION = "0016"
+HEAD_REVISION = "0017"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_NEW_PAGE_SIZE = 16384  # bytes per page of a ledger file this omg-ledger creates
 

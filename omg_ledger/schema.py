@@ -320,15 +320,18 @@ events = Table(
     Column("raw", TEXT, nullable=False),  # the line exactly as written (unknown fields kept)
 )
 
-# The directory change cache of a run: its own mtimes (a new .out, a renamed
-# state.json or a new failed/ reply shows there). Not a fact: only what lets an
-# unchanged directory cost a few stat calls.
+# The directory change cache of a run: its own mtimes and ctimes (a new .out, a renamed
+# state.json or a new failed/ reply shows there; the ctime also when the mtime was set
+# back, as `rsync -t` does). Not a fact: only what lets an unchanged directory cost a few
+# stat calls.
 ingest_state = Table(
     "ingest_state",
     metadata,
     _run_fk(),
     Column("dir_mtime_ns", BigInteger),  # NULL = must rescan (racy or never scanned)
     Column("failed_dir_mtime_ns", BigInteger),
+    Column("dir_ctime_ns", BigInteger),  # NULL = not compared (remembered from 0017 on)
+    Column("failed_dir_ctime_ns", BigInteger),
 )
 
 # Where the derivation of a run's stream stopped: the reconciler's fold state after
@@ -751,10 +754,13 @@ DOCS: dict[str, dict[str, str]] = {
         "raw": "The line exactly as written (unknown fields kept).",
     },
     "ingest_state": {
-        "": "A run directory's own mtimes: only what lets an unchanged directory cost a few stat calls.",
+        "": "A run directory's own mtimes and ctimes: only what lets an unchanged directory cost a few stat calls.",
         "run_pk": _RUN_PK,
         "dir_mtime_ns": "The run directory's mtime (epoch ns); NULL = must rescan.",
         "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns); -1 = it did not exist.",
+        "dir_ctime_ns": "The run directory's ctime when its mtime was remembered (epoch ns): a directory whose "
+                        "mtime was set back (rsync -t) after a change still reads as changed. NULL = not compared.",
+        "failed_dir_ctime_ns": "The failed/ directory's ctime when its mtime was remembered; NULL = not compared.",
     },
     "derive_states": {
         "": "Where the derivation of a run's stream stopped (a cache derived from the stored events): the fold "

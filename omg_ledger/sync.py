@@ -1103,9 +1103,10 @@ class _HomeSync:
 
 def _dir_cache(path: str, dir_info: os.stat_result, failed_info: os.stat_result | None, now_ns: int,
                problems: Iterable[Problem]) -> dict:
-    """The run's ingest_state columns: the directory mtimes the next change check trusts.
-    A failed/ that could not be listed is trusted never (NULL: listed again by every sync
-    until it can be): making it readable changes its ctime, not its mtime."""
+    """The run's ingest_state columns: the directory mtimes the next change check trusts,
+    with the ctimes they were seen with (taken before the listing, as the mtimes). A
+    failed/ that could not be listed is trusted never (NULL: listed again by every sync
+    until it can be)."""
     failed = os.path.join(path, "failed")
     if failed_info is None:
         failed_mtime = ABSENT
@@ -1113,7 +1114,10 @@ def _dir_cache(path: str, dir_info: os.stat_result, failed_info: os.stat_result 
         failed_mtime = None
     else:
         failed_mtime = trusted_mtime(failed_info, now_ns)
-    return {"dir_mtime_ns": trusted_mtime(dir_info, now_ns), "failed_dir_mtime_ns": failed_mtime}
+    dir_mtime = trusted_mtime(dir_info, now_ns)
+    return {"dir_mtime_ns": dir_mtime, "failed_dir_mtime_ns": failed_mtime,
+            "dir_ctime_ns": None if dir_mtime is None else dir_info.st_ctime_ns,
+            "failed_dir_ctime_ns": None if failed_mtime in (None, ABSENT) else failed_info.st_ctime_ns}
 
 
 def _run_write(source: str, path: str, known: Known | None, read: RunDirRead, dir_cache: dict) -> RunWrite:
@@ -1308,7 +1312,8 @@ class NotIndexed:
 @dataclass
 class PreparedRun:
     """A new run as a pool worker read and derived it: every row it adds to the ledger
-    but its ingest_state (the writer's clock judges the directory mtimes) is in
+    but its ingest_state (the writer adds it, judging the directory's mtimes by the clock
+    the worker read before looking: ``looked_at_ns``) is in
     ``work_file``, whose tables end at ``ends`` after this run's rows."""
 
     run_pk: int

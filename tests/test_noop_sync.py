@@ -138,6 +138,37 @@ def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, db, clean_db,
     assert ours == reference, diff(ours, reference)
 
 
+ASSESSED = "20261129-181522.237468643-1"  # its assess.json bills an assessment of $0.0078
+
+
+def test_a_file_that_arrives_under_a_directory_time_set_back_is_read(home, db, clean_db):
+    """`rsync -t` sets a directory's mtime to the source's when it reaches it, writes into
+    it, and sets it again at the end. A sync in between remembered that mtime; the one after
+    saw it unchanged and never looked for the assess.json that arrived meanwhile: the
+    assessment's charge was lost for good. The ctime shows the change (no user sets it)."""
+    run_dir = home / "runs" / ASSESSED
+    assess = (run_dir / "assess.json").read_bytes()
+    (run_dir / "assess.json").unlink()
+    source_time = time.time_ns() - 3600 * 10**9  # the source's mtime: old, so trusted
+    os.utime(run_dir, ns=(source_time, source_time))
+    _sync(db, home)  # mid-transfer
+    assert _rows(db, "SELECT COUNT(*) FROM charges c JOIN runs r ON r.id = c.run_pk "
+                     "WHERE r.run_id = :r AND c.kind = 'assessment'", {"r": ASSESSED}) == [(0,)]
+    changed_at = os.stat(run_dir).st_ctime_ns
+    while time.time_ns() < changed_at + 100_000_000:  # the next change in a later clock tick
+        time.sleep(0.01)
+    (run_dir / "assess.json").write_bytes(assess)
+    os.utime(run_dir, ns=(source_time, source_time))  # rsync's last touch: the same mtime again
+    _sync(db, home)
+    assert _rows(db, "SELECT c.cost_nano_usd FROM charges c JOIN runs r ON r.id = c.run_pk "
+                     "WHERE r.run_id = :r AND c.kind = 'assessment'", {"r": ASSESSED}) == [(7_800_000,)]
+    engine = open_ledger(clean_db)
+    sync(engine, [Home.from_path(str(home), LABEL)])
+    engine.dispose()
+    ours, reference = dump(db), dump(clean_db)
+    assert ours == reference, diff(ours, reference)
+
+
 @pytest.mark.parametrize("which", ["first", "middle", "last"])
 def test_a_vanished_run_is_marked_gone(home, db, which):
     """Wherever it sorts: the check walks the listing and the ledger's runs side by side."""
