@@ -13,7 +13,7 @@ What is normalised, and why (everything else is compared verbatim):
   kill rolled back; no user query may rely on them.
 * **problems.first_seen_at / last_seen_at** and **homes.last_synced_at** are wall-clock
   times of the syncs that saw the problem or the home, not facts about the files.
-* **ingest_state.dir_mtime_ns / failed_dir_mtime_ns** are compared only when
+* **ingest_state.dir_mtime_ns / failed_dir_mtime_ns** (and the ctimes seen with them) are compared only when
   ``cache_hints=True``. They are a rescan cache: the sync stores NULL instead of the
   mtime while the directory changed within the last two seconds (the "racy mtime" rule
   in discover.trusted_mtime), so the value depends on *when* the sync ran. NULL only
@@ -37,7 +37,7 @@ VOLATILE = {
     "problems": {"id", "first_seen_at", "last_seen_at"},
     "homes": {"last_synced_at"},  # wall-clock time of the last sync, not a fact about the files
 }
-CACHE_HINTS = {"ingest_state": {"dir_mtime_ns", "failed_dir_mtime_ns"}}
+CACHE_HINTS = {"ingest_state": {"dir_mtime_ns", "failed_dir_mtime_ns", "dir_ctime_ns", "failed_dir_ctime_ns"}}
 
 
 # Tables whose surrogate ``id`` stands for a natural key: {table: natural key columns}.
