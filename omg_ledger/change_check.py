@@ -204,8 +204,9 @@ class Look:
 def _moved(mtime_ns: int | None, ctime_ns: int | None, info: os.stat_result) -> bool:
     """Whether a directory may hold other entries than when its times were remembered: its
     mtime differs, or its ctime does (an mtime set back after a change, as `rsync -t` sets
-    it, leaves the ctime moved; no user sets a ctime)."""
-    return mtime_ns != info.st_mtime_ns or (ctime_ns is not None and ctime_ns != info.st_ctime_ns)
+    it, leaves the ctime moved; no user sets a ctime). A ctime not remembered (a row from
+    before revision 0017) is a change: the directory is listed once more."""
+    return mtime_ns != info.st_mtime_ns or ctime_ns != info.st_ctime_ns
 
 
 def look_at(path: str, known: Known | None) -> Look | None:

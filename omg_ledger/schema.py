@@ -330,7 +330,7 @@ ingest_state = Table(
     _run_fk(),
     Column("dir_mtime_ns", BigInteger),  # NULL = must rescan (racy or never scanned)
     Column("failed_dir_mtime_ns", BigInteger),
-    Column("dir_ctime_ns", BigInteger),  # NULL = not compared (remembered from 0017 on)
+    Column("dir_ctime_ns", BigInteger),  # NULL = must rescan (as dir_mtime_ns; remembered from 0017 on)
     Column("failed_dir_ctime_ns", BigInteger),
 )
 
@@ -759,8 +759,9 @@ DOCS: dict[str, dict[str, str]] = {
         "dir_mtime_ns": "The run directory's mtime (epoch ns); NULL = must rescan.",
         "failed_dir_mtime_ns": "The failed/ directory's mtime (epoch ns); -1 = it did not exist.",
         "dir_ctime_ns": "The run directory's ctime when its mtime was remembered (epoch ns): a directory whose "
-                        "mtime was set back (rsync -t) after a change still reads as changed. NULL = not compared.",
-        "failed_dir_ctime_ns": "The failed/ directory's ctime when its mtime was remembered; NULL = not compared.",
+                        "mtime was set back (rsync -t) after a change still reads as changed. NULL = must rescan.",
+        "failed_dir_ctime_ns": "The failed/ directory's ctime when its mtime was remembered; NULL when it did not "
+                               "exist or must be listed again.",
     },
     "derive_states": {
         "": "Where the derivation of a run's stream stopped (a cache derived from the stored events): the fold "

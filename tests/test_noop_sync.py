@@ -141,17 +141,21 @@ def test_a_change_gets_the_full_sync_and_equals_a_clean_sync(home, db, clean_db,
 ASSESSED = "20261129-181522.237468643-1"  # its assess.json bills an assessment of $0.0078
 
 
-def test_a_file_that_arrives_under_a_directory_time_set_back_is_read(home, db, clean_db):
+@pytest.mark.parametrize("remembered", ["ctime", "no ctime (a row from before 0017)"])
+def test_a_file_that_arrives_under_a_directory_time_set_back_is_read(home, db, clean_db, remembered):
     """`rsync -t` sets a directory's mtime to the source's when it reaches it, writes into
     it, and sets it again at the end. A sync in between remembered that mtime; the one after
     saw it unchanged and never looked for the assess.json that arrived meanwhile: the
-    assessment's charge was lost for good. The ctime shows the change (no user sets it)."""
+    assessment's charge was lost for good. The ctime shows the change (no user sets it); a
+    row that remembers none, as the upgrade leaves every row, is listed again."""
     run_dir = home / "runs" / ASSESSED
     assess = (run_dir / "assess.json").read_bytes()
     (run_dir / "assess.json").unlink()
     source_time = time.time_ns() - 3600 * 10**9  # the source's mtime: old, so trusted
     os.utime(run_dir, ns=(source_time, source_time))
     _sync(db, home)  # mid-transfer
+    if remembered != "ctime":
+        _rows(db, "UPDATE ingest_state SET dir_ctime_ns = NULL, failed_dir_ctime_ns = NULL")
     assert _rows(db, "SELECT COUNT(*) FROM charges c JOIN runs r ON r.id = c.run_pk "
                      "WHERE r.run_id = :r AND c.kind = 'assessment'", {"r": ASSESSED}) == [(0,)]
     changed_at = os.stat(run_dir).st_ctime_ns

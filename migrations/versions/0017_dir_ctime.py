@@ -9,8 +9,9 @@ a directory's mtime back to the source's after writing into it, so a sync that r
 directory mid-transfer remembered the same mtime the finished transfer left: a state.json
 or assess.json that arrived later was never read (an assessment's charge lost for good).
 The ctime moves with every change, and no user can set it: a directory is now listed
-again when either differs. Existing rows have NULL (not compared) until their directory
-is next listed. Derived rows do not change: DERIVATION_VERSION stays.
+again when either differs. Existing rows have NULL, which reads as a change: the first sync
+after the upgrade lists every run directory once more (its files are read again only where
+their identity changed). Derived rows do not change: DERIVATION_VERSION stays.
 """
 
 from __future__ import annotations
