@@ -37,6 +37,7 @@ from .discover import (
     open_directory,
     stat_or_none,
 )
+from .errors import out_of_resources
 from .ingest import Problem, file_identity, run_stream_row_needs_reading
 from .ledger import postgres_conninfo
 from .snapshot import PARSERS, SNAPSHOT_NAMES, BadSnapshot, UnreadableFile, read_small_file
@@ -258,6 +259,8 @@ def read_plans(home_id: int, entries: Sequence) -> tuple[list[dict], list[Proble
         try:
             listing, graph_name = _read_plan_dir(entry.path, problems)
         except OSError as exc:
+            if out_of_resources(exc):
+                raise
             problems.append(Problem(entry.path, 0, f"cannot list plan directory: {exc.strerror or exc}"))
             continue
         rows.append({"home_id": home_id, "plan_id": entry.run_id,

@@ -675,8 +675,9 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     Exit codes: 0 done; 1 done with problems (--strict only); 2 usage (a home that is
     not there and was never indexed on this machine, a label that names another home);
     3 database trouble (a ledger removed while the sync ran too);
-    75 another sync holds the ledger for longer than --wait, or a worker process was
-    killed (runs committed so far are kept: sync again); 130 Ctrl-C, 143 SIGTERM (the
+    75 another sync holds the ledger for longer than --wait, a worker process was
+    killed, or the sync ran out of memory or open files (runs committed so far are
+    kept: sync again); 130 Ctrl-C, 143 SIGTERM (the
     open batch rolled back, runs committed so far kept).
     """
     from .change_check import unchanged_sync

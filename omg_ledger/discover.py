@@ -19,6 +19,7 @@ import stat
 import time
 from dataclasses import dataclass
 
+from .errors import out_of_resources
 from .files import file_kind
 from .tail import machine_source
 
@@ -92,6 +93,8 @@ def list_home_dir(parent: str) -> HomeDirListing:
     except FileNotFoundError:
         return HomeDirListing([], [], None)
     except OSError as exc:
+        if out_of_resources(exc):
+            raise
         return HomeDirListing([], [SkippedEntry(parent, f"cannot list directory: {exc.strerror or exc}")], None)
     resolved = None
     where = parent
@@ -106,6 +109,8 @@ def list_home_dir(parent: str) -> HomeDirListing:
         # be swapped for a link before it is read.
         items = sorted(_scan_directory(where))
     except OSError as exc:
+        if out_of_resources(exc):
+            raise
         why = exc.strerror or str(exc)
         if resolved is not None:
             why = f"it is a symlink to {resolved}: {why}"
@@ -221,6 +226,8 @@ def list_run_dir(path: str, dir_fd: int | None = None) -> DirListing:
             try:
                 what = file_kind(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
             except OSError as exc:
+                if out_of_resources(exc):
+                    raise
                 what = f"unreadable ({exc.strerror or exc})"
             damage.append(SkippedEntry(entry, f"{name} is {what}, not a regular file: not read"))
     failed: set[str] = set()
@@ -231,6 +238,8 @@ def list_run_dir(path: str, dir_fd: int | None = None) -> DirListing:
     except FileNotFoundError:
         pass  # no failed replies: the common case
     except OSError as exc:
+        if out_of_resources(exc):
+            raise
         # Unreadable (or a link, never followed) is not empty: which nodes left a failed reply is unknown.
         damage.append(SkippedEntry(os.path.join(path, "failed"),
                                    f"cannot list failed/: {exc.strerror or exc}; its replies are not known"))

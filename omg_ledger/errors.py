@@ -3,6 +3,8 @@ messages that say what to do next, and exit codes cron can act on."""
 
 from __future__ import annotations
 
+import errno
+
 
 class LedgerError(Exception):
     """Base of every error omg-ledger reports to a user."""
@@ -54,6 +56,23 @@ class SyncWorkerLost(LedgerError):
     memory): the open batch rolled back, runs committed before it are kept."""
 
     exit_code = 75  # EX_TEMPFAIL: the next sync carries on
+
+
+class OutOfResources(LedgerError):
+    """The process ran out of memory or of open files (a ulimit, a system-wide table
+    full) while it wrote the ledger: the open batch rolled back, runs committed are kept."""
+
+    exit_code = 75  # EX_TEMPFAIL: as for a worker the OOM killer ended
+
+
+# What an OSError with one of these says is about this process (or the system), not
+# the file it was opening: never a problem of what was read.
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def out_of_resources(exc: OSError) -> bool:
+    """Whether ``exc`` says the process ran out of open files or memory."""
+    return exc.errno in _RESOURCE_ERRNOS
 
 
 class RunNotFound(LedgerError):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from . import feed
 from .bounds import shown
 from .discover import DirListing, list_run_dir, open_directory, stat_or_none
+from .errors import out_of_resources
 from .feed import parse_stream_line
 from .snapshot import (
     PARSERS,
@@ -128,6 +129,8 @@ def read_stream(path: str, checkpoint: Checkpoint | None, parse, label: str, laz
     except NotARegularFile as exc:
         return StreamRead(None, unopened, [Problem(path, 0, f"{label}: {exc}")], path)
     except OSError as exc:
+        if out_of_resources(exc):
+            raise
         reason = ("is a symlink (not followed; give the real path)" if exc.errno == errno.ELOOP
                   else f"cannot open: {exc.strerror or exc}")
         return StreamRead(None, unopened, [Problem(path, 0, f"{label}: {reason}")], path)

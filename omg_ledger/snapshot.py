@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import orjson
 
 from .bounds import MAX_ID_CHARS, MAX_RUN_NANOS, NANOS_PER_USD, RUN_BOUND_TEXT, shown, too_long_id
+from .errors import out_of_resources
 from .feed import (
     MAX_COST_USD,
     MAX_COUNTER,
@@ -61,6 +62,8 @@ def read_small_file(path: str, dir_fd: int | None = None) -> SmallFile:
         fd = os.open(path if dir_fd is None else os.path.basename(path),
                      os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
+        if out_of_resources(exc):
+            raise  # (the process's, not the file's: it must not be remembered as unreadable)
         raise UnreadableFile(f"cannot open: {exc.strerror or exc}") from exc
     try:
         info = os.fstat(fd)
@@ -82,7 +85,7 @@ def read_small_file(path: str, dir_fd: int | None = None) -> SmallFile:
             raise UnreadableFile(f"larger than {MAX_SNAPSHOT_BYTES} bytes")
         content = b"".join(chunks)
     except OSError as exc:
-        if isinstance(exc, UnreadableFile):
+        if isinstance(exc, UnreadableFile) or out_of_resources(exc):
             raise
         raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from exc
     finally:

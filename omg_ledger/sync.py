@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import errno
 import functools
 import itertools
 import os
@@ -54,7 +55,14 @@ from .discover import (
     stat_or_none,
     trusted_mtime,
 )
-from .errors import BadArgument, DatabaseUnavailable, RunNotFound, SyncWorkerLost
+from .errors import (
+    BadArgument,
+    DatabaseUnavailable,
+    OutOfResources,
+    RunNotFound,
+    SyncWorkerLost,
+    out_of_resources,
+)
 from .ingest import (
     Problem,
     RunDirRead,
@@ -233,6 +241,10 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
             f"the next sync carries on") from exc
     except WorkFileError as exc:
         raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
+    except OSError as exc:
+        if not out_of_resources(exc):
+            raise
+        raise _out_of(exc, "runs committed so far are kept, the next sync carries on") from None
     except sqlite3.Error as exc:
         # The pool's copy into the ledger runs inside SQLite itself (workfile.copy_attached).
         _refuse_a_lost_ledger_file(ledger_file)
@@ -244,6 +256,21 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     _refuse_a_lost_ledger_file(ledger_file)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _out_of(what: OSError | None, kept: str) -> OutOfResources:
+    """The error of a sync or rebuild that ran out of memory (``what`` None, or ENOMEM)
+    or of open files (EMFILE, ENFILE); ``kept``: what of its work stays."""
+    if what is not None and what.errno == errno.EMFILE:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        out = f"out of open files (ulimit -n is {soft}; --workers 0 needs the fewest)"
+    elif what is not None and what.errno == errno.ENFILE:
+        out = "the system is out of open files"
+    else:
+        out = "out of memory"
+    return OutOfResources(f"{out}: the open batch rolled back; {kept}")
 
 
 def _problem_key(problem: Problem) -> tuple[str, int, str]:
@@ -685,6 +712,8 @@ class _HomeSync:
             read = read_run_dir(path, checkpoint, known.files if known else {}, look.file_infos,
                                 look.stream_changed or moved_from is not None)
         except OSError as exc:
+            if out_of_resources(exc):
+                raise
             self._problem_now(known.run_pk if known else None, path, 0,
                               f"cannot list run directory: {exc.strerror or exc}")
             if known is not None:
@@ -756,6 +785,8 @@ class _HomeSync:
             return
         self.report.runs_listed += 1
         if isinstance(prepared, OSError):
+            if out_of_resources(prepared):
+                raise prepared
             self._problem_now(None, path, 0, f"cannot list run directory: {prepared.strerror or prepared}")
             return
         if isinstance(prepared, NotIndexed):

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, NamedTuple
 
+from .errors import out_of_resources
+
 MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
 READ_CHUNK = 1 << 20
 HEAD_BYTES = 1024  # fingerprinted head: a replaced file is noticed even at equal size
@@ -190,7 +192,9 @@ def holds_what_was_read(path: str, stored: Checkpoint) -> bool:
     its name, ctime or mtime now: the same stream, moved or appended to."""
     try:
         fd = open_regular(path)
-    except OSError:
+    except OSError as exc:
+        if out_of_resources(exc):
+            raise  # (not knowing is not "another file": its lines would be stored twice)
         return False
     try:
         return _read_as_before(fd, os.fstat(fd).st_size, stored) is not None
