@@ -753,7 +753,8 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
       omg-ledger rebuild --json
       omg-ledger rebuild --run 20261129-181518.678721711-1
     Exit codes: 0 done; 2 no such run (or another usage error); 3 database trouble;
-    75 the ledger is busy; 130 Ctrl-C, 143 SIGTERM (runs re-derived so far kept).
+    75 the ledger is busy, or out of memory; 130 Ctrl-C, 143 SIGTERM (runs re-derived so
+    far kept).
     """
     from .sync import rebuild as run_rebuild
 

@@ -241,6 +241,8 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
             f"the next sync carries on") from exc
     except WorkFileError as exc:
         raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
+    except MemoryError:
+        raise _out_of(None, "runs committed so far are kept, the next sync carries on") from None
     except OSError as exc:
         if not out_of_resources(exc):
             raise
@@ -395,6 +397,8 @@ def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float 
     except OperationalError as exc:
         raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; runs re-derived so far are "
                                   f"kept, run rebuild again to finish") from exc
+    except MemoryError:
+        raise _out_of(None, "runs re-derived so far are kept, run rebuild again to finish") from None
     report.seconds = time.monotonic() - started
     return report
 
@@ -643,9 +647,11 @@ class _HomeSync:
             raise
         finally:
             if pool is not None:
-                pool.close()
-                self._work.remove()
-                self._work = None
+                try:
+                    pool.close()
+                finally:
+                    self._work.remove()
+                    self._work = None
         vanished = self._vanished({entry.run_id for entry in entries}) if not_gone > listed_not_gone else []
         if vanished:
             # History is kept: a run whose directory is gone stays, marked gone. Its open
@@ -767,10 +773,22 @@ class _HomeSync:
             self._work = None
             return None
         context = multiprocessing.get_context("fork")
-        paths = context.SimpleQueue()
-        for path in self._work.paths:
-            paths.put(path)
-        return _Pool(context, workers, paths, tables, self.clock_ns)
+        pool = None
+        try:
+            paths = context.SimpleQueue()
+            for path in self._work.paths:
+                paths.put(path)
+            pool = _Pool(context, workers, paths, tables, self.clock_ns)
+            pool.start()
+        except (OSError, MemoryError, RuntimeError):
+            # Too few file descriptors or too little memory for the workers' pipes, processes
+            # or the executor's thread (RuntimeError: "can't start new thread"): as above.
+            if pool is not None:
+                pool.close()
+            self._work.remove()
+            self._work = None
+            return None
+        return pool
 
     def _store_prepared(self, run_id: str, path: str, prepared) -> None:
         """A new run as a worker read and derived it (see _prepare_new_run): its rows
@@ -1242,6 +1260,28 @@ class _Pool:
         self._executor = ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_started,
                                              initargs=(paths, tables, clock_ns, os.getpid()))
 
+    def start(self) -> None:
+        """Fork the workers and start the executor's threads now, by a job that does nothing
+        (it does all of that at its first job): a pool that cannot start (too few file
+        descriptors or too little memory for its pipes, processes or threads) is known before
+        any run is handed to it. Its thread dying of it would leave every job waiting for ever."""
+        import threading
+
+        died: list[BaseException] = []
+        hook = threading.excepthook
+        threading.excepthook = lambda args: died.append(args.exc_value)  # (raised here, not printed)
+        try:
+            started = self._executor.submit(int)
+            while True:
+                try:
+                    started.result(timeout=0.05)
+                    return
+                except TimeoutError:
+                    if died:
+                        raise died[0] from None
+        finally:
+            threading.excepthook = hook
+
     def submit(self, jobs: list):
         return self._executor.submit(_prepare_new_runs, jobs)
 
@@ -1255,7 +1295,9 @@ class _Pool:
             for process in list((getattr(self._executor, "_processes", None) or {}).values()):
                 with contextlib.suppress(OSError):
                     process.kill()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        # (An executor whose thread never started cannot join it: its workers are killed above.)
+        with contextlib.suppress(RuntimeError):
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iterator:
@@ -1289,20 +1331,30 @@ def _prepare_new_runs(jobs: list[tuple[str, str, int, str, int]]) -> list:
     """In a pool worker: a chunk of new runs, their rows added to the work file, which
     is committed before the chunk is handed back (the writer reads only what it received)."""
     results = [_prepare_new_run(job) for job in jobs]
-    _WORKER.work_file.commit()
+    _WORKER.work_file().commit()
     return results
 
 
 class _Worker:
-    work_file: WorkFile
+    path: str
+    tables: dict[str, list[str]]
     clock_ns: Callable[[], int]
+    file: WorkFile | None = None
+
+    def work_file(self) -> WorkFile:
+        # Opened at the first chunk, not as the worker starts: a failure (too few file
+        # descriptors, say) then reaches the writer as that chunk's error, in one line,
+        # instead of breaking the pool with a traceback on stderr.
+        if self.file is None:
+            self.file = WorkFile(self.path, self.tables)
+        return self.file
 
 
 _WORKER = _Worker()
 
 
 def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], int], writer: int) -> None:
-    """In a pool worker: its work file; Ctrl-C and SIGTERM (sent to the whole process
+    """In a pool worker: its work file's path; Ctrl-C and SIGTERM (sent to the whole process
     group by a terminal, `timeout` or a service manager) are the writer's to handle (it
     ends the pool), and a worker dies with the writer (kill -9 included) instead of
     waiting for work forever: forked while the writer held the ledger's sync lock, it
@@ -1320,7 +1372,8 @@ def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], 
         # The writer died before the line above ran (a loaded machine may start a worker
         # late): no signal will come, so go now.
         os._exit(1)
-    _WORKER.work_file = WorkFile(paths.get(), tables)
+    _WORKER.path = paths.get()
+    _WORKER.tables = tables
     _WORKER.clock_ns = clock_ns
 
 
@@ -1395,7 +1448,7 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
                   created=True, pending=collected, insert_row=True)
         _save_state(table, run_pk, rows, fresh=True, pending=collected)
         del collected.rows["ingest_state"]
-        work_file = _WORKER.work_file
+        work_file = _WORKER.work_file()
         ends = work_file.add(collected.rows)
         row_count = sum(len(table_rows) for table_rows in collected.rows.values())
         problems = read.problems + _derived_problems(path, rows)

@@ -19,6 +19,7 @@ ends, and those left by a killed sync by the next.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sqlite3
@@ -49,6 +50,17 @@ def _connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = OFF")
     return conn
+
+
+def _out_of_descriptors(exc: sqlite3.Error) -> Exception:
+    """What SQLite's "unable to open database file" meant: when this process can open no
+    file at all, the OSError saying so (the process's, not the work file's), else ``exc``."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as probe:
+        if probe.errno in (errno.EMFILE, errno.ENFILE):
+            return probe
+    return exc
 
 
 def read_only_uri(path: str) -> str:
@@ -140,6 +152,9 @@ class WorkFile:
             self._conn = _connect(path)
             self._conn.execute("BEGIN")
         except sqlite3.Error as exc:
+            cause = _out_of_descriptors(exc)
+            if cause is not exc:
+                raise cause from None
             raise WorkFileError(path, str(exc)) from None
 
     def add(self, rows: Mapping[str, list[tuple]]) -> dict[str, int]:
@@ -248,7 +263,10 @@ class WorkFiles:
         files with rows to copy, read only: BEGIN IMMEDIATE then locks the ledger alone,
         never a worker's file."""
         for i, path in enumerate(self._unfinished()):
-            dbapi_conn.execute(f"ATTACH DATABASE ? AS work{i}", (read_only_uri(path),))
+            try:
+                dbapi_conn.execute(f"ATTACH DATABASE ? AS work{i}", (read_only_uri(path),))
+            except sqlite3.Error as exc:
+                raise _out_of_descriptors(exc) from None
             self._attached[path] = f"work{i}"
 
     def detach(self, dbapi_conn: sqlite3.Connection) -> None:
@@ -300,6 +318,15 @@ class WorkFiles:
             reader.close()
         self._readers.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if os.path.lexists(self.dir):
+            # rmtree lists the directory through a descriptor: with none left to open (a
+            # low ulimit -n), the files this side knows of are removed by name.
+            for path in {*self.paths, *self.received}:
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path + suffix)
+            with contextlib.suppress(OSError):
+                os.rmdir(self.dir)
 
 
 _TEMPORARY_PREFIX = "omg-ledger-sync-"

@@ -82,3 +82,94 @@ def test_a_sync_out_of_open_files_stops_in_one_line_and_records_no_problem(corpu
         assert after == reference, (spare, diff(after, reference))
     assert stopped, "no limit tried stopped the sync: give fewer spare files"
 
+
+# The command line, its address space limited as its pool of workers is made to what it
+# uses then and argv[1] MiB more: enough for some of the pool's threads (8 MiB of stack
+# each) or none.
+LITTLE_MEMORY_FOR_THE_POOL = r"""
+import resource, sys
+from omg_ledger import sync
+from omg_ledger.cli import main
+
+margin = int(sys.argv[1]) << 20
+make = sync._Pool.__init__
+
+def make_with_little_memory(self, *args, **kwargs):
+    with open("/proc/self/status") as status:
+        used = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (used + margin, resource.RLIM_INFINITY))
+    make(self, *args, **kwargs)
+
+sync._Pool.__init__ = make_with_little_memory
+main(sys.argv[2:], prog_name="omg-ledger")
+"""
+
+
+def test_a_pool_out_of_memory_for_its_threads_never_hangs_nor_prints_a_traceback(corpus_home, tmp_path):
+    """Too little memory for the pool's threads: the executor's first thread not started
+    was a RuntimeError traceback (exit 1) leaving the work directory behind; its second
+    (the queue's feeder, started by the first) dying left the writer waiting for a result
+    for ever. A pool that cannot start is no pool (its runs are read by the writer), and
+    memory that runs out then is one line, exit 75."""
+    reference = _cold_sync(tmp_path / "reference.sqlite", corpus_home)
+    for margin in (2, 6, 12, 20):
+        db = tmp_path / f"margin-{margin}.sqlite"
+        result = _child_sync(LITTLE_MEMORY_FOR_THE_POOL, str(margin), "sync", "--db", str(db), "--home",
+                             f"h={corpus_home}", "--workers", "2")
+        assert result.stdout == ""
+        if result.returncode == 75:
+            assert result.stderr.startswith("omg-ledger: error: out of memory: "), result.stderr
+            assert result.stderr.count("\n") == 1, result.stderr
+        else:
+            assert (result.returncode, result.stderr) == (0, ""), (margin, result.stderr)
+        assert not Path(f"{db}.sync-work").exists()
+        after = _cold_sync(db, corpus_home)
+        assert after == reference, (margin, diff(after, reference))
+
+
+# The command line, its address space limited from the first run directory it reads on
+# to what it uses then and argv[1] MiB more.
+LITTLE_MEMORY_FROM_THE_FIRST_RUN = r"""
+import resource, sys
+from omg_ledger import sync
+from omg_ledger.cli import main
+
+margin = int(sys.argv[1]) << 20
+read = sync.read_run_dir
+limited = []
+
+def read_with_little_memory(*args, **kwargs):
+    if not limited:
+        limited.append(True)
+        with open("/proc/self/status") as status:
+            used = next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize:"))
+        resource.setrlimit(resource.RLIMIT_AS, (used + margin, resource.RLIM_INFINITY))
+    return read(*args, **kwargs)
+
+sync.read_run_dir = read_with_little_memory
+main(sys.argv[2:], prog_name="omg-ledger")
+"""
+
+
+def test_a_sync_out_of_memory_is_one_line_and_exit_75_with_nothing_half_written(tmp_path):
+    """A run whose state.json (48 MiB, under the 64 MiB a snapshot may hold) does not fit
+    in what memory is left: MemoryError was a traceback and exit 1."""
+    from .builders import write_run
+
+    home = tmp_path / "home"
+    run_id = "20261129-101500.000000001-1"
+    run_dir = write_run(home, run_id, [{"schema": 3, "ts": "2026-11-29T10:15:00Z", "event": "run_started"}],
+                        state={"status": "running", "padding": "x" * (48 << 20)})
+    db = tmp_path / "ledger.sqlite"
+    result = _child_sync(LITTLE_MEMORY_FROM_THE_FIRST_RUN, "16", "sync", "--db", str(db), "--home", f"h={home}",
+                         "--workers", "0")
+    assert (result.returncode, result.stdout) == (75, ""), result.stderr
+    assert result.stderr.startswith("omg-ledger: error: out of memory: the open batch rolled back; "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM problems").fetchone() == (0,)
+    (run_dir / "state.json").unlink()
+    _cold_sync(db, home)  # the run, once it fits
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT run_id, has_state FROM runs").fetchall() == [(run_id, 0)]
