@@ -5,6 +5,7 @@ says --until is exclusive."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,18 @@ def test_ambiguous_prefix_says_how_many_it_did_not_list(db):
     assert "'2026' matches 25 runs" in line
     assert line.count("20261129-1815") == 20
     assert "and 5 more not listed" in line and "longer prefix" in line
+
+
+def test_a_since_not_before_now_is_named_not_an_until_never_given(db):
+    """`cost --since today` run at midnight exactly (or a --since in the future): the window
+    ends now, not at an --until the user never gave; its times are shown in --tz."""
+    for since in ("today", "2026-12-01T09:00"):
+        result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "cost", "--db", str(db), "--since", since,
+                                 "--tz", "Europe/Berlin"], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, "OMG_LEDGER_NOW": "2026-11-29T23:00:00Z"})  # midnight in Berlin
+        line = error_line(result)
+        assert "--until" not in line, line
+        assert "empty window: --since (" in line and "is not before now (2026-11-30T00:00:00+01:00)" in line, line
 
 
 def test_an_empty_window_says_until_is_exclusive(db):

@@ -84,9 +84,12 @@ def window(since: str | None, until: str | None, zone: tzinfo, now: datetime | N
     start = parse_time(since, now, zone) if since else None
     end = parse_time(until, now, zone) if until else (now if since else None)
     if start is not None and end is not None and end <= start:
-        raise BadArgument(f"empty window: --until ({end.isoformat()}) is not after --since ({start.isoformat()}); "
-                          f"--until is exclusive (the window is [since, until)): to include a whole day, end "
-                          f"the window at the start of the next one")
+        if not until:  # (the window ends now: --until was not given)
+            raise BadArgument(f"empty window: --since ({start.astimezone(zone).isoformat()}) is not before now "
+                              f"({now.astimezone(zone).isoformat()}): give a time in the past")
+        raise BadArgument(f"empty window: --until ({end.astimezone(zone).isoformat()}) is not after --since "
+                          f"({start.astimezone(zone).isoformat()}); --until is exclusive (the window is [since, "
+                          f"until)): to include a whole day, end the window at the start of the next one")
     return Window(start, end)
 
 
