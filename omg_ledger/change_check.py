@@ -202,7 +202,7 @@ class Look:
     moved: bool = False  # the run was last read at another path (its home renamed, a symlink gone)
 
 
-def _moved(mtime_ns: int | None, ctime_ns: int | None, info: os.stat_result) -> bool:
+def _times_differ(mtime_ns: int | None, ctime_ns: int | None, info: os.stat_result) -> bool:
     """Whether a directory may hold other entries than when its times were remembered: its
     mtime differs, or its ctime does (an mtime set back after a change, as `rsync -t` sets
     it, leaves the ctime moved; no user sets a ctime). A ctime not remembered (a row from
@@ -217,13 +217,13 @@ def look_at(path: str, known: Known | None) -> Look | None:
     if dir_info is None:
         return None
     cache = known.cache if known else None
-    dir_changed = cache is None or _moved(cache[0], cache[2], dir_info)
+    dir_changed = cache is None or _times_differ(cache[0], cache[2], dir_info)
     # An unchanged directory without failed/ has none now: creating it would have changed its mtime.
     failed_info = None if not dir_changed and cache[1] == ABSENT else stat_or_none(f"{path}/failed")
     if failed_info is None:
         failed_changed = cache is None or cache[1] != ABSENT
     else:
-        failed_changed = cache is None or _moved(cache[1], cache[3], failed_info)
+        failed_changed = cache is None or _times_differ(cache[1], cache[3], failed_info)
     if known is None:
         # A run never seen is read whole: the stream and the JSON files it lists are
         # stat-ed as they are read (read_run_dir), the absent ones not at all.
