@@ -55,15 +55,10 @@ def _synced_text(synced: dict) -> str:
             f'{when}{never}</span>')
 
 
-def _usd(nanos: int | None, unpriced: int = 0) -> str:
-    # The text `cost` shows: a lower bound, or "unknown" where no invocation has a price.
-    return money(nanos, unpriced)
-
-
 def _money_cell(row: dict, cls: str = "n") -> str:
     return (f'<td class="{cls}" data-nano-usd="{int(row["cost_nano_usd"])}" '
             f'data-unpriced="{int(row["unknown_cost_invocations"])}">'
-            f'{esc(_usd(row["cost_nano_usd"], row["unknown_cost_invocations"]))}</td>')
+            f'{esc(money(row["cost_nano_usd"], row["unknown_cost_invocations"]))}</td>')
 
 
 def _estimate_cell(row: dict) -> str:
@@ -236,7 +231,7 @@ def render(data: dict) -> str:
                f'{_synced_text(data["synced"])}</p>')
     out.append('<dl class="totals">'
                f'<div><dt>known spend</dt><dd id="known" data-nano-usd="{total["cost_nano_usd"]}">'
-               f'{esc(_usd(total["cost_nano_usd"], total["unknown_cost_invocations"]))}</dd></div>'
+               f'{esc(money(total["cost_nano_usd"], total["unknown_cost_invocations"]))}</dd></div>'
                f'<div><dt>invocations</dt><dd id="invocations" data-count="{total["invocations"]}">'
                f'{total["invocations"]}</dd></div>'
                f'<div><dt>unpriced invocations</dt><dd id="unpriced" data-count="{total["unknown_cost_invocations"]}">'
