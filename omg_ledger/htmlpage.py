@@ -14,9 +14,9 @@ from .render import inert, limit_places, limit_status, money, names_nothing_note
 from .reports.cost import UNDATED
 from .units import format_usd
 
+PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
 # A name from a run file may be one long word: it wraps anywhere (td, li, legend) rather
 # than push the figures beside it off the page; a figure (td.n) wraps only at its spaces.
-PALETTE = ("#c96442", "#10a37f", "#6b7cff", "#b58900", "#8a8a8a", "#d33682")
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1100px;color:#1d1d1f;
 padding:0 1rem}
