@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..backend import reading
@@ -171,7 +171,7 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{safe(s)}={n}" for s, n in counts.items())
 
 
-def to_text(report: dict[str, Any], zone=None) -> str:
+def to_text(report: dict[str, Any], zone: tzinfo | None = None) -> str:
     """The groups' table, then the starts with no end yet (times in ``zone``, else UTC)."""
     if not report["rows"] and not report["dangling"]:
         return ("no role invocations in the ledger match "
