@@ -4,11 +4,12 @@ branches on a dialect name.
 
 What differs: the DB-API placeholder, the upsert statement, the exclusive right to
 sync a scope (an flock beside a SQLite file; a session advisory lock on PostgreSQL)
-and an export's right to the whole ledger, the migration lock, how a run's rows are locked before a re-derivation, and how a
-report reads: ``reading`` gives one read transaction on the DB-API connection (sqlite3;
-psycopg), so the hot read paths never import SQLAlchemy. Their SQL is portable text with
-named parameters (``:name``). SQLAlchemy is imported only by the methods that use it, so
-importing this module (every command does) costs nothing.
+and an export's right to the whole ledger, the migration lock, how a run's rows are
+locked before a re-derivation, and how a report reads: ``reading`` gives one read
+transaction on the DB-API connection (sqlite3; psycopg), so the hot read paths never
+import SQLAlchemy. Their SQL is portable text with named parameters (``:name``).
+SQLAlchemy is imported only by the methods that use it, so importing this module
+(every command does) costs nothing.
 """
 
 from __future__ import annotations

@@ -1453,10 +1453,10 @@ def _prepare_new_run(job: tuple[str, str, int, str, int]):
         row_count = sum(len(table_rows) for table_rows in collected.rows.values())
         problems = read.problems + _derived_problems(path, rows)
         return PreparedRun(
-            run_pk=run_pk, looked_at_ns=looked_at_ns, work_file=work_file.path, ends=ends, rows=row_count, dir_info=look.dir_info,
-            failed_info=look.failed_info, stream_identity=rows.run["stream_identity"], problems=problems,
-            not_reread=_not_reread(path, read, None), events_walked=rows.events_walked, new_events=new_events,
-            bytes_read=stream.bytes_read if stream else 0)
+            run_pk=run_pk, looked_at_ns=looked_at_ns, work_file=work_file.path, ends=ends, rows=row_count,
+            dir_info=look.dir_info, failed_info=look.failed_info, stream_identity=rows.run["stream_identity"],
+            problems=problems, not_reread=_not_reread(path, read, None), events_walked=rows.events_walked,
+            new_events=new_events, bytes_read=stream.bytes_read if stream else 0)
     finally:
         if read.stream is not None:
             read.stream.close()
