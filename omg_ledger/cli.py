@@ -566,14 +566,15 @@ def _refuse_unreadable_times(ctx: click.Context) -> None:
     read is a usage error naming the option, before anything is opened."""
     if ctx.resilient_parsing:
         return
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name) if isinstance(param, click.Option) and param.metavar == "T" else None
-        if not value:
-            continue
-        from datetime import UTC
+    times = [(param, ctx.params.get(param.name)) for param in ctx.command.params
+             if isinstance(param, click.Option) and param.metavar == "T" and ctx.params.get(param.name)]
+    if not times:
+        return
+    from datetime import UTC
 
-        from .timespec import parse_time
+    from .timespec import parse_time
 
+    for param, value in times:
         try:
             parse_time(value, zone=UTC)  # (the zone changes which instant, never whether it reads)
         except BadArgument as exc:
@@ -990,12 +991,9 @@ def homes_forget(db, label, yes) -> None:
     require_utf8(label, f"home label {label!r}")
     if not yes:
         from .db import RUN_TABLES_SINCE
-        from .reports.homes import list_homes
+        from .reports.homes import home_labelled
 
-        # Asked what --yes would do: which home, and how many runs, or that there is none.
-        home = next((h for h in list_homes(open_db_readonly(db, RUN_TABLES_SINCE)) if h["label"] == label), None)
-        if home is None:
-            raise BadArgument(f"no home is labelled {label!r} (omg-ledger homes lists them)")
+        home = home_labelled(open_db_readonly(db, RUN_TABLES_SINCE), label)
         raise BadArgument(f"forgetting {label!r} ({home['path']}) removes its {home['runs']} run(s) from the ledger "
                           f"for good; add --yes to do it")
     count = forget_home(open_db(db), label)

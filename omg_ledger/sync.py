@@ -236,17 +236,15 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
         # Disk full, I/O error, read-only or lost database: the open transaction
         # rolled back (every run is all-or-nothing), so say what and stop.
         _refuse_a_lost_ledger_file(ledger_file)
-        raise DatabaseUnavailable(
-            f"cannot write the ledger database: {exc.orig}; runs committed so far are kept, "
-            f"the next sync carries on") from exc
+        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; {SYNC_KEEPS}") from exc
     except WorkFileError as exc:
-        raise DatabaseUnavailable(f"{exc}; runs committed so far are kept, the next sync carries on") from None
+        raise DatabaseUnavailable(f"{exc}; {SYNC_KEEPS}") from None
     except MemoryError:
-        raise _out_of(None, "runs committed so far are kept, the next sync carries on") from None
+        raise _out_of(None, SYNC_KEEPS) from None
     except OSError as exc:
         if not out_of_resources(exc):
             raise
-        raise _out_of(exc, "runs committed so far are kept, the next sync carries on") from None
+        raise _out_of(exc, SYNC_KEEPS) from None
     except sqlite3.Error as exc:
         # The pool's copy into the ledger runs inside SQLite itself (workfile.copy_attached).
         _refuse_a_lost_ledger_file(ledger_file)
@@ -258,6 +256,10 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     _refuse_a_lost_ledger_file(ledger_file)
     report.seconds = time.monotonic() - started
     return report
+
+
+# What a sync that stops leaves: its batches commit whole, so the next one carries on.
+SYNC_KEEPS = "runs committed so far are kept, the next sync carries on"
 
 
 def _out_of(what: OSError | None, kept: str) -> OutOfResources:
@@ -1313,8 +1315,8 @@ def _prefetched(pool: _Pool, jobs: list[tuple[str, str, int, str, int]]) -> Iter
         try:
             results = pending.popleft().result()
         except BrokenProcessPool:
-            raise SyncWorkerLost("a process reading new runs for the sync died (killed or out of memory); "
-                                 "runs committed so far are kept, the next sync carries on") from None
+            raise SyncWorkerLost(f"a process reading new runs for the sync died (killed or out of memory); "
+                                 f"{SYNC_KEEPS}") from None
         following = next(chunks, None)
         if following is not None:
             pending.append(pool.submit(following))

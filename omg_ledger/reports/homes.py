@@ -96,6 +96,14 @@ def rename_home(engine: Engine, old: str, new: str) -> None:
             raise BadArgument(f"no home is labelled {old!r} (omg-ledger homes lists them)")
 
 
+def home_labelled(engine: Engine, label: str) -> dict:
+    """The ``homes`` row of the home labelled ``label`` (what `homes forget` would remove)."""
+    home = next((h for h in list_homes(engine) if h["label"] == label), None)
+    if home is None:
+        raise BadArgument(f"no home is labelled {label!r} (omg-ledger homes lists them)")
+    return home
+
+
 def forget_home(engine: Engine, label: str) -> int:
     """Remove a home and every run of it from the ledger; returns how many runs went."""
     from datetime import UTC, datetime
