@@ -516,29 +516,16 @@ class PostgresBackend(Backend):
         """A session advisory lock per scope, so different homes sync in parallel; several
         scopes (a home's directory and its label) are taken in the order given, within
         ``wait_seconds`` in all."""
-        from sqlalchemy import text
-
         scopes = (scope,) if isinstance(scope, str) else scope
-        deadline = time.monotonic() + wait_seconds
         with engine.connect() as conn:
+            # A session of its own, holding nothing but these locks: all of them go at the end.
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            shared = False
-            schema = conn.execute(text("SELECT current_schema()")).scalar()
-            taken: list[int] = []
             try:
-                retry_until(lambda: bool(conn.execute(text(TRY_SHARE_LEDGER)).scalar()), wait_seconds, 0.2,
-                            EXPORT_RUNNING)
-                shared = True
-                take_advisory_locks(lambda k: bool(conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"),
-                                                                {"k": k}).scalar()),
-                                    [(one, name or one) for one in scopes], max(0.0, deadline - time.monotonic()),
-                                    taken, schema)
+                take_sync_locks(lambda sql, params: conn.exec_driver_sql(sql, params).scalar(),
+                                [(one, name or one) for one in scopes], wait_seconds)
                 yield
             finally:
-                for key in reversed(taken):
-                    conn.execute(text("SELECT pg_advisory_unlock(1, :k)"), {"k": key})
-                if shared:
-                    conn.execute(text(f"SELECT pg_advisory_unlock_shared({LEDGER_LOCK})"))
+                conn.exec_driver_sql("SELECT pg_advisory_unlock_all()")
 
     @contextlib.contextmanager
     def export_lock(self, engine: Engine, wait_seconds: float) -> Iterator[None]:
@@ -656,19 +643,20 @@ def sync_lock_key(scope: str, schema: str | None = "public") -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
-def take_advisory_locks(try_lock: Callable[[int], bool], scopes: Sequence[tuple[str, str]], wait_seconds: float,
-                        taken: list[int] | None = None, schema: str | None = "public") -> None:
-    """PostgreSQL's sync locks (class 1 advisory locks, through ``try_lock``) of the
-    ledger in ``schema``, each (scope, name) in the order given, within ``wait_seconds``
-    in all (then LedgerBusy, naming the scope's name); each key taken is appended to
-    ``taken``."""
+def take_sync_locks(scalar: Callable[[str, tuple], object], scopes: Sequence[tuple[str, str]],
+                    wait_seconds: float) -> None:
+    """PostgreSQL's sync locks, on the session ``scalar`` runs its SQL in (``%s``
+    placeholders): the ledger's lock shared (an export holds it alone), then each (scope,
+    name)'s (class 1, keyed with the ledger's schema) in the order given, within
+    ``wait_seconds`` in all (then LedgerBusy, naming what holds it). Held until the session
+    lets them go (pg_advisory_unlock_all) or ends."""
     deadline = time.monotonic() + wait_seconds
+    retry_until(lambda: bool(scalar(TRY_SHARE_LEDGER, ())), wait_seconds, 0.2, EXPORT_RUNNING)
+    schema = scalar("SELECT current_schema()", ())
     for scope, name in scopes:
         key = sync_lock_key(scope, schema)
-        retry_until(lambda k=key: try_lock(k), max(0.0, deadline - time.monotonic()), 0.2,
-                    f"another sync of {name} into this ledger is running")
-        if taken is not None:
-            taken.append(key)
+        retry_until(lambda k=key: bool(scalar("SELECT pg_try_advisory_lock(1, %s)", (k,))),
+                    max(0.0, deadline - time.monotonic()), 0.2, f"another sync of {name} into this ledger is running")
 
 
 def retry_until(attempt: Callable[[], bool], wait_seconds: float, pause: float, holder: str) -> None:

@@ -459,15 +459,11 @@ def _postgres_sync_locks(conn, homes: Sequence[Home], wait_seconds: float) -> No
     """The session advisory locks the full sync takes (backend.PostgresBackend.sync_lock):
     the ledger's shared, each home's, then the derivation's, waited for within
     ``wait_seconds`` in all. Held until the connection closes."""
-    from .backend import EXPORT_RUNNING, TRY_SHARE_LEDGER, retry_until, take_advisory_locks
+    from .backend import take_sync_locks
 
-    deadline = time.monotonic() + wait_seconds
-    retry_until(lambda: bool(conn.execute(TRY_SHARE_LEDGER).fetchone()[0]), wait_seconds, 0.2, EXPORT_RUNNING)
     scopes = [*((scope, home.label) for home in homes for scope in home_lock_scopes(home.path, home.label)),
               (DERIVE_SCOPE, DERIVE_SCOPE)]
-    schema = conn.execute("SELECT current_schema()").fetchone()[0]
-    take_advisory_locks(lambda k: bool(conn.execute("SELECT pg_try_advisory_lock(1, %s)", (k,)).fetchone()[0]),
-                        scopes, max(0.0, deadline - time.monotonic()), schema=schema)
+    take_sync_locks(lambda sql, params: conn.execute(sql, params).fetchone()[0], scopes, wait_seconds)
 
 
 @contextlib.contextmanager
