@@ -173,11 +173,12 @@ def trusted_mtime(info: os.stat_result | None, now_ns: int | None = None) -> int
     return None
 
 
-def _scan_directory(path: str) -> list[tuple[str, str]]:
-    """(name, kind) of every entry of ``path``, kind one of "link", "dir", "file",
-    "other". A ``path`` that is itself a symlink is refused (ELOOP), so a directory
-    swapped for a link after it was listed is never read."""
-    fd = open_directory(path)
+def _scan_directory(path: str, dir_fd: int | None = None) -> list[tuple[str, str]]:
+    """(name, kind) of every entry of ``path`` (with ``dir_fd``: relative to that open
+    directory), kind one of "link", "dir", "file", "other". A ``path`` that is itself a
+    symlink is refused (ELOOP), so a directory swapped for a link after it was listed is
+    never read."""
+    fd = os.open(path, DIRECTORY_FLAGS, dir_fd=dir_fd)
     try:
         return _scan_open_directory(fd)
     finally:
@@ -190,14 +191,6 @@ def _scan_open_directory(fd: int) -> list[tuple[str, str]]:
         # entry type, DirEntry stats relative to it.
         return [(item.name, "link" if item.is_symlink() else "dir" if item.is_dir(follow_symlinks=False)
                  else "file" if item.is_file(follow_symlinks=False) else "other") for item in it]
-
-
-def _scan_subdirectory(dir_fd: int, name: str) -> list[tuple[str, str]]:
-    fd = os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
-    try:
-        return _scan_open_directory(fd)
-    finally:
-        os.close(fd)
 
 
 def list_run_dir(path: str, dir_fd: int | None = None) -> DirListing:
@@ -232,7 +225,7 @@ def list_run_dir(path: str, dir_fd: int | None = None) -> DirListing:
             damage.append(SkippedEntry(entry, f"{name} is {what}, not a regular file: not read"))
     failed: set[str] = set()
     try:
-        for name, kind in _scan_subdirectory(dir_fd, "failed"):
+        for name, kind in _scan_directory("failed", dir_fd):
             if name.endswith(".out") and kind == "file" and (name.isascii() or is_utf8(name)):
                 failed.add(name)
     except FileNotFoundError:

@@ -97,7 +97,8 @@ def collect(engine: Engine) -> list[dict]:
                 us = instant_to_us(parse_rfc3339(at))
             except (TypeError, ValueError):
                 continue  # edited by hand to what is no time: no sample says when (`homes` shows it as stored)
-            synced[_shown(label)] = min(us, synced.get(_shown(label), us))
+            home = _shown(label)
+            synced[home] = min(us, synced.get(home, us))
     statuses = Counter(run["status"] for run in iter_runs(engine))
 
     def by_group(field: int, text) -> list:
