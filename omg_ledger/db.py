@@ -212,13 +212,13 @@ def _is_at_head(engine: Engine) -> bool:
         with engine.connect() as conn:
             elsewhere = backend_of(conn).ledger_elsewhere(conn)
             if elsewhere is not None:
-                raise ledger_elsewhere(*elsewhere)
+                raise ledger_elsewhere_error(*elsewhere)
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == HEAD_REVISION
     except SQLAlchemyError:
         return False  # no table yet (a new database) or unreadable: take the full path
 
 
-def ledger_elsewhere(schema: str, current: str | None) -> LedgerError:
+def ledger_elsewhere_error(schema: str, current: str | None) -> LedgerError:
     """The error for a search_path whose current schema holds no ledger, where ``schema``,
     later on it, does."""
     from .errors import NotALedger
@@ -747,7 +747,7 @@ def _postgres_revision(connection) -> str | None:
     if found is None:
         elsewhere = connection.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone()
         if elsewhere is not None:
-            raise ledger_elsewhere(*elsewhere)
+            raise ledger_elsewhere_error(*elsewhere)
         return None
     row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     return None if row is None else row[0]

@@ -240,11 +240,11 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     except WorkFileError as exc:
         raise DatabaseUnavailable(f"{exc}; {SYNC_KEEPS}") from None
     except MemoryError:
-        raise _out_of(None, SYNC_KEEPS) from None
+        raise _out_of_resources_error(None, SYNC_KEEPS) from None
     except OSError as exc:
         if not out_of_resources(exc):
             raise
-        raise _out_of(exc, SYNC_KEEPS) from None
+        raise _out_of_resources_error(exc, SYNC_KEEPS) from None
     except sqlite3.Error as exc:
         # The pool's copy into the ledger runs inside SQLite itself (workfile.copy_attached).
         _refuse_a_lost_ledger_file(ledger_file)
@@ -262,7 +262,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
 SYNC_KEEPS = "runs committed so far are kept, the next sync carries on"
 
 
-def _out_of(what: OSError | None, kept: str) -> OutOfResources:
+def _out_of_resources_error(what: OSError | None, kept: str) -> OutOfResources:
     """The error of a sync or rebuild that ran out of memory (``what`` None, or ENOMEM)
     or of open files (EMFILE, ENFILE); ``kept``: what of its work stays."""
     if what is not None and what.errno == errno.EMFILE:
@@ -400,7 +400,7 @@ def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float 
         raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; runs re-derived so far are "
                                   f"kept, run rebuild again to finish") from exc
     except MemoryError:
-        raise _out_of(None, "runs re-derived so far are kept, run rebuild again to finish") from None
+        raise _out_of_resources_error(None, "runs re-derived so far are kept, run rebuild again to finish") from None
     report.seconds = time.monotonic() - started
     return report
 
