@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import time
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from omg_ledger.feed import Event
@@ -85,3 +87,21 @@ def age_tree(root: Path, seconds: int = 3600) -> None:
         for n in files + dirs:
             os.utime(os.path.join(r, n), (then, then), follow_symlinks=False)
     os.utime(root, (then, then))
+
+
+# Hand readings of the engine's files, for tests that check the ledger against them (not
+# the code's own conversions).
+
+
+def epoch_us(ts: str) -> int:
+    """RFC 3339 with a Z and up to 9 fraction digits, to epoch µs (the rest cut)."""
+    second, _, fraction = ts[:-1].partition(".")
+    moment = datetime.strptime(second, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + int((fraction + "000000")[:6])
+
+
+def nanos(usd: object) -> int:
+    """A dollar amount as written in a file, to exact nano-dollars."""
+    value = Decimal(str(usd)) * 10**9
+    assert value == value.to_integral_value(), usd
+    return int(value)

@@ -35,7 +35,7 @@ from omg_ledger.reports.runs import list_runs, show_run
 from omg_ledger.reports.sql import run_saved
 from omg_ledger.sync import Home, sync
 
-from .builders import age_tree, write_run
+from .builders import age_tree, epoch_us, nanos, write_run
 from .conftest import CORPUS
 
 SCALE = CORPUS.parent / "corpus-scale" / "home.tar.gz"
@@ -56,19 +56,6 @@ class Charge:
     goal: str | None
 
 
-def _us(ts: str) -> int:
-    """RFC 3339 with a Z and up to 9 fraction digits, to epoch µs (the rest cut)."""
-    second, _, fraction = ts[:-1].partition(".")
-    moment = datetime.strptime(second, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return int(moment.timestamp()) * 1_000_000 + int((fraction + "000000")[:6])
-
-
-def _nanos(usd: object) -> int:
-    value = Decimal(str(usd)) * 10**9
-    assert value == value.to_integral_value(), usd
-    return int(value)
-
-
 def _tokens(usage: dict | None) -> tuple[int, int, int, int]:
     usage = usage or {}
     return tuple(int(usage.get(name) or 0) for name in TOKENS)  # type: ignore[return-value]
@@ -86,13 +73,13 @@ def _run_charges(run_dir: Path) -> list[Charge]:
     runtime = (snapshot.get("runtime") or "claude") if snapshot is not None else "(no snapshot)"
     graph = (snapshot.get("graph") or {}).get("name") if snapshot is not None else None
     goal = ((snapshot or {}).get("goal") or {}).get("first_run_id")
-    paid = [(line.get("node_id"), _us(line["ts"]), line.get("cost_unknown"), line.get("cost_usd"), line.get("usage"))
+    paid = [(line.get("node_id"), epoch_us(line["ts"]), line.get("cost_unknown"), line.get("cost_usd"), line.get("usage"))
             for line in lines if line["event"] in ACCOUNTED and ("cost_usd" in line or line.get("cost_unknown"))]
     if (run_dir / "assess.json").exists():
         assess = json.loads((run_dir / "assess.json").read_text())
-        paid.append((None, _us(lines[-1]["ts"]) if lines else None, assess.get("assess_cost_unknown"),
+        paid.append((None, epoch_us(lines[-1]["ts"]) if lines else None, assess.get("assess_cost_unknown"),
                      assess.get("assess_cost_usd"), assess.get("usage")))
-    return [Charge(run_dir.name, node_id, at_us, None if unknown else _nanos(usd or 0), _tokens(usage), runtime,
+    return [Charge(run_dir.name, node_id, at_us, None if unknown else nanos(usd or 0), _tokens(usage), runtime,
                    graph, goal) for node_id, at_us, unknown, usd, usage in paid]
 
 
@@ -191,7 +178,7 @@ def _check_every_report(engine, truth: list[Charge], homes_of: dict[str, str]) -
 
     # metrics: per runtime and graph, exact decimal text.
     families = {f["name"]: f["samples"] for f in metrics.collect(engine)}
-    spend = {(s[0]["runtime"], s[0]["graph"]): _nanos(s[1]) for s in families["omg_ledger_known_spend_usd"]}
+    spend = {(s[0]["runtime"], s[0]["graph"]): nanos(s[1]) for s in families["omg_ledger_known_spend_usd"]}
     calls = {(s[0]["runtime"], s[0]["graph"]): int(s[1]) for s in families["omg_ledger_invocations"]}
     unpriced = {(s[0]["runtime"], s[0]["graph"]): int(s[1]) for s in families["omg_ledger_unpriced_invocations"]}
     expected = grouped(truth, lambda c: (c.runtime, c.graph if c.graph is not None else "(no graph)"))
@@ -327,8 +314,8 @@ def test_periods_and_windows_cut_every_charge_where_zoneinfo_puts_it(db_url, tmp
             return at.strftime("%Y-%m-%dT%H:%M:%S.%f") + f"{rng.randrange(1000):03d}Z"
 
         stream = [{"schema": 3, "ts": ts(chunk[0][0]), "event": "run_started"}]
-        for i, (at, nanos) in enumerate(chunk):
-            money = {"cost_unknown": True} if nanos is None else {"cost_usd": float(Decimal(nanos) / 10**9)}
+        for i, (at, cost) in enumerate(chunk):
+            money = {"cost_unknown": True} if cost is None else {"cost_usd": float(Decimal(cost) / 10**9)}
             stream += [{"schema": 3, "ts": ts(at), "event": "node_started", "node_id": f"n{i}"},
                        {"schema": 3, "ts": ts(at), "event": "node_passed", "node_id": f"n{i}", **money}]
         stream.append({"schema": 3, "ts": ts(chunk[-1][0]), "event": "run_finished", "outcome": "passed"})
@@ -346,9 +333,9 @@ def test_periods_and_windows_cut_every_charge_where_zoneinfo_puts_it(db_url, tmp
         for by in ("day", "week", "month"):
             report = cost_report(engine, by=by, tz=name)
             periods = defaultdict(list)
-            for at, nanos in charges:
+            for at, cost in charges:
                 periods[local_period((at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1),
-                                     by, zone)].append((at, nanos))
+                                     by, zone)].append((at, cost))
             assert {r["key"]: measures(r)[:3] for r in report["rows"]} == \
                 {k: expected(v) for k, v in periods.items()}, (name, by)
             for row in report["rows"]:

@@ -32,7 +32,7 @@ from omg_ledger.reports.runs import list_runs
 from omg_ledger.reports.sql import run_saved
 from omg_ledger.sync import Home, sync
 
-from .builders import age_tree
+from .builders import age_tree, epoch_us, nanos
 from .conftest import CORPUS
 
 SCALE = CORPUS.parent / "corpus-scale"
@@ -50,18 +50,6 @@ def utc_text(ts: str) -> str:
     """The engine's RFC 3339 (Z, up to 9 fraction digits) as the views write times: µs, cut."""
     second, _, fraction = ts[:-1].partition(".")
     return f"{second}.{(fraction + '000000')[:6]}Z"
-
-
-def epoch_us(ts: str) -> int:
-    second, _, fraction = ts[:-1].partition(".")
-    moment = datetime.strptime(second, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
-    return int(moment.timestamp()) * 1_000_000 + int((fraction + "000000")[:6])
-
-
-def nanos(usd: object) -> int:
-    value = Decimal(str(usd)) * 10**9
-    assert value == value.to_integral_value(), usd
-    return int(value)
 
 
 def nanos_of_sum(usd: object) -> int:
