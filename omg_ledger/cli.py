@@ -14,6 +14,7 @@ import sys
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM, what a shell reports for `kill`
+EXIT_HUNG_UP = 129  # 128 + SIGHUP: the terminal the command ran in was closed
 AUDIT_NEWEST_FAILS = 20  # FAILs of each kind `audit` lists without --verbose: a summary a person reads
 
 
@@ -370,37 +371,51 @@ def ledger_errors(f: Callable) -> Callable:
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, `timeout`, a service manager stopping a job) in a command that
-    writes the ledger: it ends as Ctrl-C ends it — the open transaction rolled back, a
-    sync's workers stopped and their work files removed — under its own name and code."""
+    """SIGTERM (`kill`, `timeout`, a service manager stopping a job) or SIGHUP (the
+    terminal closed) in a command that writes the ledger: it ends as Ctrl-C ends it — the
+    open transaction rolled back, a sync's workers stopped and their work files removed —
+    under its own name and code."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _raise_terminated(_signum: int, _frame: object) -> None:
-    # Once: a second SIGTERM must not cut the clean-up of the first short.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise _Terminated
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-def ends_cleanly_on_sigterm(f: Callable) -> Callable:
-    """SIGTERM raises _Terminated while ``f`` runs (Python's default would kill the
-    process on the spot, leaving a sync's work files and an undocumented exit status)."""
+def _raise_terminated(signum: int, _frame: object) -> None:
+    # Once: a second signal must not cut the clean-up of the first short.
+    for ending in _ENDING_SIGNALS:
+        signal.signal(ending, signal.SIG_IGN)
+    raise _Terminated(signum)
+
+
+def ends_cleanly_on_signals(f: Callable) -> Callable:
+    """SIGTERM and SIGHUP raise _Terminated while ``f`` runs (Python's default would kill
+    the process on the spot, leaving a sync's work files and an undocumented exit status)."""
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         try:
-            before = signal.signal(signal.SIGTERM, _raise_terminated)
-        except ValueError:  # not the main thread: the signal is not ours to handle
+            before = {ending: signal.signal(ending, _raise_terminated) for ending in _ENDING_SIGNALS}
+        except ValueError:  # not the main thread: the signals are not ours to handle
             return f(*args, **kwargs)
         try:
             return f(*args, **kwargs)
         finally:
-            signal.signal(signal.SIGTERM, before)
+            for ending, handler in before.items():
+                signal.signal(ending, handler)
 
     return wrapper
 
 
 def _interrupted(exc: KeyboardInterrupt) -> NoReturn:
     if isinstance(exc, _Terminated):
+        if exc.signum == signal.SIGHUP:
+            # Seldom seen (the terminal is gone), but a log of stderr keeps it.
+            _to_stderr("omg-ledger: hung up (the terminal closed)")
+            sys.exit(EXIT_HUNG_UP)
         _to_stderr("omg-ledger: terminated")
         sys.exit(EXIT_TERMINATED)
     _to_stderr("omg-ledger: interrupted")
@@ -659,7 +674,7 @@ def main() -> None:
               help="Processes that read and derive new runs beside the one writing the ledger. "
                    "Default: one per CPU when a home has 100 or more new runs; 0: none.")
 @ledger_errors
-@ends_cleanly_on_sigterm
+@ends_cleanly_on_signals
 def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, workers) -> None:
     """Index oh-my-graph run directories into the ledger.
 
@@ -678,8 +693,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
     3 database trouble (a ledger removed while the sync ran too);
     75 another sync holds the ledger for longer than --wait, a worker process was
     killed, or the sync ran out of memory or open files (runs committed so far are
-    kept: sync again); 130 Ctrl-C, 143 SIGTERM (the
-    open batch rolled back, runs committed so far kept).
+    kept: sync again); 130 Ctrl-C, 143 SIGTERM, 129 the terminal closed
+    (the open batch rolled back, runs committed so far kept).
     """
     from .change_check import unchanged_sync
     from .db import HEAD_REVISION, check_sqlite_target
@@ -739,7 +754,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
 @ledger_errors
-@ends_cleanly_on_sigterm
+@ends_cleanly_on_signals
 def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     """Re-derive runs from the facts stored in the ledger; no home is read.
 
@@ -754,8 +769,8 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
       omg-ledger rebuild --json
       omg-ledger rebuild --run 20261129-181518.678721711-1
     Exit codes: 0 done; 2 no such run (or another usage error); 3 database trouble;
-    75 the ledger is busy, or out of memory; 130 Ctrl-C, 143 SIGTERM (runs re-derived so
-    far kept).
+    75 the ledger is busy, or out of memory; 130 Ctrl-C, 143 SIGTERM, 129 the terminal
+    closed (runs re-derived so far kept).
     """
     from .sync import rebuild as run_rebuild
 

@@ -1356,15 +1356,16 @@ _WORKER = _Worker()
 
 
 def _worker_started(paths, tables: dict[str, list[str]], clock_ns: Callable[[], int], writer: int) -> None:
-    """In a pool worker: its work file's path; Ctrl-C and SIGTERM (sent to the whole process
-    group by a terminal, `timeout` or a service manager) are the writer's to handle (it
-    ends the pool), and a worker dies with the writer (kill -9 included) instead of
+    """In a pool worker: its work file's path; Ctrl-C, SIGTERM and SIGHUP (sent to the whole
+    process group by a terminal, `timeout` or a service manager) are the writer's to handle
+    (it ends the pool), and a worker dies with the writer (kill -9 included) instead of
     waiting for work forever: forked while the writer held the ledger's sync lock, it
     holds the lock too for as long as it lives."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with contextlib.suppress(Exception):  # Linux only; elsewhere the pool's own shutdown stands
         import ctypes
 

@@ -195,7 +195,7 @@ def test_readme_documents_the_exit_codes_in_one_table():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
     codes = re.findall(r"^\| `(\d+)` \|", section, re.M)
-    assert codes == ["0", "1", "2", "3", "75", "130", "143"]
+    assert codes == ["0", "1", "2", "3", "75", "129", "130", "143"]
     assert readme.count("### Exit codes") == 1
 
 

@@ -354,33 +354,88 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("to_group", [False, True], ids=["to-the-sync", "to-its-process-group"])
+@pytest.mark.parametrize(("signum", "code", "said"), [
+    (signal.SIGTERM, 143, "omg-ledger: terminated\n"),
+    (signal.SIGHUP, 129, "omg-ledger: hung up (the terminal closed)\n"),
+], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_behind(
-        scale_home, reference, tmp_path, to_group):
+        scale_home, reference, tmp_path, to_group, signum, code, said):
     """`kill`, `timeout` and a service manager stop a sync with SIGTERM (the last two send
-    it to the workers too): it ends as Ctrl-C does (the open batch rolled back, the
-    workers stopped, their files removed), says so in one line and exits 143 (128 +
-    SIGTERM), which the README lists; the next sync carries on to the ledger a cold sync
-    makes."""
-    import fcntl
-
+    it to the workers too), a closed terminal with SIGHUP: it ends as Ctrl-C does (the open
+    batch rolled back, the workers stopped, their files removed), says so in one line and
+    exits 128 + the signal's number (143, 129), which the README lists; the next sync
+    carries on to the ledger a cold sync makes."""
     db = tmp_path / "ledger.sqlite"
     sync_cli = PausedSync(db, scale_home, "--workers", "2", new_session=to_group)
     sync_cli.paused()
     workers = _children_of(sync_cli.proc.pid)
     assert workers and Path(f"{db}.sync-work").is_dir()
     if to_group:
-        os.killpg(sync_cli.proc.pid, signal.SIGTERM)
+        os.killpg(sync_cli.proc.pid, signum)
     else:
-        sync_cli.proc.send_signal(signal.SIGTERM)
-    assert sync_cli.finish() == (143, "", "omg-ledger: terminated\n")
+        sync_cli.proc.send_signal(signum)
+    assert sync_cli.finish() == (code, "", said)
+    _stopped_cleanly(db, scale_home, reference, workers)
+
+
+def _stopped_cleanly(db: Path, home: Path, reference, workers: list[int]) -> None:
+    """A sync stopped mid-way left no work files, no worker and no lock, kept whole batches
+    in listing order, and the next sync makes the ledger a cold sync makes."""
+    import fcntl
+
     assert not Path(f"{db}.sync-work").exists()
     assert not any(_running(pid) for pid in workers)
     with open(f"{db}.sync-lock") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
-    runs = sorted(p.name for p in (scale_home / "runs").iterdir())
+    runs = sorted(p.name for p in (home / "runs").iterdir())
     held = set(_runs_and_event_counts(db))
     assert 0 < len(held) < SCALE_RUNS and held == set(runs[:len(held)])  # whole batches, in order
-    _next_sync_makes(db, scale_home, reference)
+    _next_sync_makes(db, home, reference)
+
+
+def test_a_sync_whose_terminal_is_closed_stops_cleanly_with_exit_129(scale_home, reference, tmp_path):
+    """A sync run by hand in a terminal that is then closed (an ssh session dropped, a
+    window shut): the kernel hangs the terminal up, which sends SIGHUP, and every later
+    write to it fails (EIO), the progress line's too. The sync still ends as on SIGTERM:
+    exit 129, no traceback, whole batches kept, nothing left behind."""
+    import fcntl
+    import subprocess
+    import sys
+    import termios
+
+    db = tmp_path / "ledger.sqlite"
+    master, slave = os.openpty()
+    said, says = os.pipe()
+    resume, told = os.pipe()
+
+    def own_the_terminal() -> None:  # in the child: a session whose controlling terminal it is
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_AFTER_FIRST_BATCH, str(says), str(resume), "sync",
+         "--db", str(db), "--home", f"scale={scale_home}", "--workers", "2"],
+        stdin=slave, stdout=slave, stderr=slave, pass_fds=[says, resume],
+        start_new_session=True, preexec_fn=own_the_terminal)
+    os.close(slave)
+    os.close(says)
+    os.close(resume)
+    try:
+        with os.fdopen(said, "rb") as said_file:
+            assert said_file.readline() == b"committed\n"
+        workers = _children_of(proc.pid)
+        assert workers
+        os.close(master)  # the terminal closes: SIGHUP to its session
+        master = None
+        os.write(told, b"x")
+        assert proc.wait(timeout=60) == 129
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if master is not None:
+            os.close(master)
+        os.close(told)
+    _stopped_cleanly(db, scale_home, reference, workers)
 
 
 @pytest.mark.parametrize("workers", ["2", "0"])
