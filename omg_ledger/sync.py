@@ -49,6 +49,7 @@ from .config import Home
 from .db import sync_lock, write_transaction
 from .derive import RunFacts, UnderivableRun, derive_run
 from .discover import (
+    SkippedEntry,
     home_identity,
     home_lock_scopes,
     list_home_dir,
@@ -588,6 +589,11 @@ class _HomeSync:
             self._problem_now(None, self.home.path, 0, "home directory does not exist or is not a directory")
             return
         entries, skipped = self._list(runs_dir)
+        if not entries and not skipped and not os.path.lexists(runs_dir) and self._count_not_gone():
+            # A home that is a mount point reads as an empty directory while its disk is
+            # not mounted: damage, as a home gone missing is, not every run vanishing.
+            skipped.append(SkippedEntry(runs_dir, "runs/ does not exist (a disk not mounted?): the runs indexed "
+                                                  "from it stay as they were; an empty runs/ records them gone"))
         for item in skipped:
             self._problem_now(None, item.path, 0, item.reason)
         # -- problem lifecycle: the home and its runs/ listing were looked at again just now

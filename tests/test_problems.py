@@ -139,6 +139,45 @@ def test_a_known_home_gone_missing_is_a_problem_until_it_is_back(sqlite_url, tmp
     assert list_problems(engine) == [] and len(list_problems(engine, include_resolved=True)) == 1
 
 
+def test_a_known_home_whose_runs_dir_is_missing_keeps_its_runs_until_it_is_back(sqlite_url, tmp_path):
+    """A home that is a mount point is an empty directory while its disk is not mounted:
+    runs/ is not there. That is damage, as a home gone missing is: its runs are not
+    recorded gone (each would flip back on the next mount), the problem says so, and it
+    resolves once runs/ is back; an empty runs/ is every run gone, as the README says."""
+    home = tmp_path / "home"
+    _clean(home)
+    _clean(home, OTHER_RUN)
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    runs_dir = home / "runs"
+    away = runs_dir.rename(tmp_path / "runs.away")
+    _sync(engine, home)
+    [problem] = list_problems(engine)
+    assert problem["path"] == str(runs_dir) and problem["reason"].startswith("runs/ does not exist")
+    assert {r["run_id"]: r["gone"] for r in list_runs(engine)} == {RUN: False, OTHER_RUN: False}
+    assert "open input problem(s)" in " ".join(audit_report(engine, now=NOW)["attention"])
+    away.rename(runs_dir)
+    _sync(engine, home)
+    assert list_problems(engine) == [] and len(list_problems(engine, include_resolved=True)) == 1
+    assert {r["run_id"]: r["gone"] for r in list_runs(engine)} == {RUN: False, OTHER_RUN: False}
+    # Removed on purpose: an empty runs/ says every run is gone.
+    runs_dir.rename(away)
+    runs_dir.mkdir()
+    _sync(engine, home)
+    assert {r["run_id"]: r["gone"] for r in list_runs(engine)} == {RUN: True, OTHER_RUN: True}
+    assert list_problems(engine) == []
+
+
+def test_a_home_without_runs_dir_that_holds_no_run_is_no_problem(sqlite_url, tmp_path):
+    """oh-my-graph makes runs/ with its first run: a home before that, or one whose runs are
+    all gone, has nothing to keep."""
+    home = tmp_path / "home"
+    home.mkdir()
+    engine = open_ledger(sqlite_url)
+    _sync(engine, home)
+    assert list_problems(engine, include_resolved=True) == [] and list_runs(engine) == []
+
+
 def test_a_home_never_indexed_that_does_not_exist_is_refused(sqlite_url, tmp_path):
     """A mistyped --home or OMG_HOME: a usage error, no home row, no problem recorded (a
     cron job would otherwise sync a home that is not there, exit 0, for ever)."""
