@@ -447,3 +447,37 @@ def test_a_negative_budget_usd_is_a_node_without_a_budget_not_damage(db_url, tmp
         row = conn.execute(text("SELECT r.snapshot_schema, n.budget_nano_usd, n.verdict FROM nodes n "
                                 "JOIN runs r ON r.id = n.run_pk WHERE n.node_id = 'impl'")).one()
     assert tuple(row) == (3, None, "PASS")
+
+
+def test_since_counts_each_unpriced_invocation_at_its_own_time_as_cost_does(db_url, tmp_path):
+    """One Codex run with an unpriced call at 10:00 and one at 12:00: `audit --since 11:00`
+    counts the second only, as `cost --since 11:00` does — and as the estimate printed
+    under the count does, which is `cost`'s. Counting every call of a run with an event
+    since 11:00 read "UNPRICED INVOCATIONS: 2" above "estimated (1 of 1 unpriced)"."""
+    home = tmp_path / "home"
+    run = "20261129-100000.000000001-1"
+    usage = {"input_tokens": 1000, "cached_input_tokens": 0, "output_tokens": 100, "reasoning_output_tokens": 0}
+    write_run(home, run, [
+        ev(run, t("10:00:00"), "run_started"),
+        ev(run, t("10:00:01"), "node_started", node_id="a"),
+        passed(run, t("10:00:02"), "a", cost_unknown=True, usage=usage, provenance="exit-only"),
+        ev(run, t("12:00:01"), "node_started", node_id="b"),
+        passed(run, t("12:00:02"), "b", cost_unknown=True, usage=usage, provenance="exit-only"),
+        ev(run, t("12:00:03"), "run_finished", outcome="passed"),
+    ], state(run, "g", {"a": {"verdict": "PASS", "cost_unknown": True},
+                        "b": {"verdict": "PASS", "cost_unknown": True}}, runtime="codex"))
+    engine = ledger(db_url, home)
+    assert audit_report(engine, now=NOW)["unknown_cost"]["by_runtime"] == {"codex": 2}
+    for since, expected in (("2026-11-29T10:00:02Z", 2), ("2026-11-29T10:00:02.000001Z", 1),
+                            ("2026-11-29T11:00:00Z", 1), ("2026-11-29T12:00:02Z", 1),
+                            ("2026-11-29T12:00:02.000001Z", 0)):
+        unknown = audit_report(engine, since=since, now=NOW)["unknown_cost"]
+        assert (unknown["total"], unknown["by_runtime"]) == (expected, {"codex": expected} if expected else {}), since
+    if db_url.startswith("sqlite"):
+        db = db_url.removeprefix("sqlite:///")
+        env = {"OMG_LEDGER_NOW": "2026-12-01T00:00:00Z"}
+        args = ["--db", db, "--since", "2026-11-29T11:00:00Z", "--tz", "UTC", "--estimate", "--json"]
+        audit = json.loads(CliRunner().invoke(main, ["audit", *args], env=env).output)["unknown_cost"]
+        cost = json.loads(CliRunner().invoke(main, ["cost", *args], env=env).output)["total"]
+        assert audit["total"] == cost["unknown_cost_invocations"] == 1
+        assert audit["estimate"]["estimated_invocations"] + audit["estimate"]["unestimated_invocations"] == 1

@@ -37,7 +37,8 @@ budget overrun (either kind), finding or recorded problem. Unverified passes and
 unpriced work are reported, but are facts about the work, not alarms.
 
 ``since`` limits every section but ``abandoned`` and ``paused`` to runs with an event
-at or after it (problems: seen at or after it). Status is live: a run's
+at or after it (problems: seen at or after it; unpriced invocations: charged in
+[since, now), each at its own time, as ``cost --since`` counts them). Status is live: a run's
 ABANDONED/PAUSED status is probed now.
 """
 
@@ -46,7 +47,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING
 
 import orjson
@@ -55,7 +56,7 @@ from ..backend import reading
 from ..provenance import PASS_COUNT_COLUMNS_ALL, PROVENANCES
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
-from ..units import BadTimestamp, format_instant, parse_timestamp, us_to_instant
+from ..units import BadTimestamp, format_instant, instant_to_us, parse_timestamp, us_to_instant
 from .problems import list_problems
 from .runs import list_runs, running_nodes
 
@@ -339,11 +340,18 @@ def _build_evidence(reader, since_us: int | None) -> dict:
             "note": "declared and disclosed are different answers and are never summed"}
 
 
-def _unknown_cost(reader, since_us: int | None) -> dict:
+def _unknown_cost(reader, since_us: int | None, now_us: int) -> dict:
     params: dict = {}
     runs_in_window = _run_filter(since_us, params)
+    # Each unpriced invocation counts at its own time, in [since, now) as `cost --since`
+    # counts it (the estimate shown beside this count is cost's); attempts recorded
+    # nowhere have no time, so they are those of the runs in the window.
+    charges_in_window = ["c.cost_unknown", "r.billed"]
+    if since_us is not None:
+        charges_in_window += ["c.at_us >= :since_us", "c.at_us < :now_us"]
+        params["now_us"] = now_us
     query = ("SELECT r.runtime, (r.snapshot_schema IS NULL) AS no_snapshot, COUNT(*) AS n "
-             f"FROM charges c JOIN runs r ON r.id = c.run_pk{_where(['c.cost_unknown', *runs_in_window])} "
+             f"FROM charges c JOIN runs r ON r.id = c.run_pk{_where(charges_in_window)} "
              "GROUP BY r.runtime, (r.snapshot_schema IS NULL)")
     by_runtime: dict[str, int] = {}
     for runtime, no_snapshot, n in reader.rows(query, params):
@@ -373,7 +381,7 @@ def _synced_us(text: str) -> int:
         return -1
 
 
-def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fails: int | None = None,
+def _report(engine: Engine, reader, since_us: int | None, now_us: int, lazy: bool, newest_fails: int | None = None,
             synced_since_us: int | None = None) -> dict:
     report = {
         "since": None if since_us is None else format_instant(us_to_instant(since_us)),
@@ -385,7 +393,7 @@ def _report(engine: Engine, reader, since_us: int | None, lazy: bool, newest_fai
         "findings": _findings(reader, since_us),
         "problems": _problems(engine, since_us),
         "build_evidence": _build_evidence(reader, since_us),
-        "unknown_cost": _unknown_cost(reader, since_us),
+        "unknown_cost": _unknown_cost(reader, since_us, now_us),
     }
     report["abandoned"], report["paused"], killed = _live(engine, reader, since_us)
     report["unknown_cost"]["unrecorded_attempts"] += killed
@@ -411,10 +419,11 @@ def audit_report(engine: Engine, since: str | None = None, now: datetime | None 
     """Every section of the audit, plus `needs_attention` and the reasons for it.
     ``zone``: where a --since date without an offset is read. ``stale_after`` (a time,
     2h or a date): a home whose last sync is older needs attention."""
+    now = now or datetime.now(UTC)
     since_us = parse_since(since, now, zone)
     synced_since_us = parse_since(stale_after, now, zone)
     with reading(engine) as reader:
-        return _report(engine, reader, since_us, lazy=False, synced_since_us=synced_since_us)
+        return _report(engine, reader, since_us, instant_to_us(now), lazy=False, synced_since_us=synced_since_us)
 
 
 @contextlib.contextmanager
@@ -425,8 +434,9 @@ def audit_streamed(engine: Engine, since: str | None = None, now: datetime | Non
     Rows, read in the same read transaction while they are rendered: the text of 10,000
     runs is written as it is read, never held whole (peak memory stays flat).
     ``newest_fails``: each FAIL list holds only its newest that many (counted whole)."""
+    now = now or datetime.now(UTC)
     since_us = parse_since(since, now, zone)
     synced_since_us = parse_since(stale_after, now, zone)
     with reading(engine) as reader:
-        yield _report(engine, reader, since_us, lazy=True, newest_fails=newest_fails,
+        yield _report(engine, reader, since_us, instant_to_us(now), lazy=True, newest_fails=newest_fails,
                       synced_since_us=synced_since_us)
