@@ -83,12 +83,18 @@ def window(since: str | None, until: str | None, zone: tzinfo, now: datetime | N
     now = now or datetime.now(UTC)
     start = parse_time(since, now, zone) if since else None
     end = parse_time(until, now, zone) if until else (now if since else None)
-    if start is not None and end is not None and end <= start:
+    # Compared as instants: two datetimes of one zone compare as wall clocks, and a time in
+    # a DST gap (read with the offset before it) can be a later instant than a wall clock
+    # after it.
+    if start is not None and end is not None and instant_to_us(end) <= instant_to_us(start):
+        def shown(moment: datetime) -> str:  # the wall clock there at that instant (02:30 EST in a gap: 03:30 EDT)
+            return moment.astimezone(UTC).astimezone(zone).isoformat()
+
         if not until:  # (the window ends now: --until was not given)
-            raise BadArgument(f"empty window: --since ({start.astimezone(zone).isoformat()}) is not before now "
-                              f"({now.astimezone(zone).isoformat()}): give a time in the past")
-        raise BadArgument(f"empty window: --until ({end.astimezone(zone).isoformat()}) is not after --since "
-                          f"({start.astimezone(zone).isoformat()}); --until is exclusive (the window is [since, "
+            raise BadArgument(f"empty window: --since ({shown(start)}) is not before now "
+                              f"({shown(now)}): give a time in the past")
+        raise BadArgument(f"empty window: --until ({shown(end)}) is not after --since "
+                          f"({shown(start)}); --until is exclusive (the window is [since, "
                           f"until)): to include a whole day, end the window at the start of the next one")
     return Window(start, end)
 
