@@ -212,11 +212,7 @@ def us_to_instant(us: int) -> datetime:
 
 
 def format_instant(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def instant_text(moment: datetime) -> str:
-    """An instant as the ledger's UTC text, compared with its stored times as text: the
-    year always has four digits, so the text orders as the instant (strftime writes 999
-    for the year 0999, which sorts after 2026). Derived rows keep format_instant's text."""
+    """An instant as the ledger's UTC text, which is compared with stored times as text:
+    the year always has four digits, so the text orders as the instant (strftime writes
+    999 for the year 0999, which sorts after 2026)."""
     return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"

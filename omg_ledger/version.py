@@ -46,4 +46,6 @@ VERSION = "0.1.0"
 # 15: a copy without a line of its stream bills the planner's call its state.json records
 #    (planning_cost_usd; planning_cost_unknown with planning_usage's tokens), as the
 #    engine's runs list counts it; a planning_usage that holds no token counts is damage.
-DERIVATION_VERSION = 15
+# 16: an instant is written with a four-digit year wherever it is (units.format_instant): a
+#    runner stream's time before the year 1000 was stored as 999-…, which sorts after 2026.
+DERIVATION_VERSION = 16

@@ -127,6 +127,21 @@ def test_paired_success(engine, stream):
     assert report["dangling"] == []
 
 
+def test_a_time_before_the_year_1000_is_stored_with_four_digits_and_sorts_first(engine, stream):
+    """The ledger's times are compared as text: a runner's clock set to the year 999 (any
+    RFC 3339 time is accepted) is stored as 0999-…, which sorts before 2024 (999-… sorted
+    after it, and a saved query's window cut it on the wrong side)."""
+    stream.write_bytes(start("bulldozer", "M1", "0999-12-31T10:00:00Z")
+                       + end("bulldozer", "M1", "0999-12-31T10:00:01.5Z", "DONE", 1500)
+                       + start("piledriver", None, ts(0)) + end("piledriver", None, ts(0, 2), "DONE", 2000))
+    sync(engine, stream)
+    t = schema.invocations
+    with engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(select(t.c.role, t.c.started_at, t.c.ended_at).order_by(t.c.started_at))]
+    assert rows == [("bulldozer", "0999-12-31T10:00:00.000000Z", "0999-12-31T10:00:01.500000Z"),
+                    ("piledriver", norm(0), norm(0, 2))]
+
+
 def test_transport_failure_end(engine, stream):
     # {ok:false} from the runner: the end status is the runner error code verbatim.
     stream.write_bytes(start("zen", "M2", ts(0)) + end("zen", "M2", ts(10), "TIMEOUT", 600000)

@@ -86,14 +86,15 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     # holds one; version 14 leaves a snapshot_behind node's duration unknown and numbers a
     # diverged copy's line as in its file, and the scale corpus has neither; version 15 bills
     # a stream-less copy's planning call from its state.json, and every scale run has its
-    # stream: its rows are the v4 ones but for those and the version stamp.
-    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (15, 4), (
+    # stream; version 16 writes a year before 1000 with four digits, and every scale time is
+    # after 1970: its rows are the v4 ones but for those and the version stamp.
+    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (16, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
     # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
     # them out (test_corpus_scale checks their values); every other runs column is compared.
     with fast.connect() as conn:
-        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {15}
+        assert {v for (v,) in conn.execute(text("SELECT DISTINCT derivation_version FROM runs"))} == {derive.DERIVATION_VERSION}
     ours = digest(fast, str(scale_home), leave_out={"runs": set(PASS_COUNT_COLUMNS_ALL)},
                   as_of={"runs": {"derivation_version": lambda row: 4},
                          "rounds": {"cost_nano_usd": _v4_execution_cost}})

@@ -56,7 +56,7 @@ from ..backend import reading
 from ..provenance import PASS_COUNT_COLUMNS_ALL, PROVENANCES
 from ..status import ABANDONED, GATE, ORPHAN_WARNING, OTHER, PAUSED, SESSION_LIMIT
 from ..timespec import parse_since
-from ..units import BadTimestamp, instant_text, instant_to_us, parse_timestamp, us_to_instant
+from ..units import BadTimestamp, format_instant, instant_to_us, parse_timestamp, us_to_instant
 from .problems import list_problems
 from .runs import list_runs, running_nodes
 
@@ -317,7 +317,7 @@ def _findings(reader, since_us: int | None) -> list:
 
 def _problems(engine: Engine, since_us: int | None) -> list:
     """Open problems only: one whose cause a later sync found gone is resolved."""
-    since_text = None if since_us is None else instant_text(us_to_instant(since_us))
+    since_text = None if since_us is None else format_instant(us_to_instant(since_us))
     return [{k: m[k] for k in ("run_id", "path", "byte_offset", "reason", "first_seen_at", "last_seen_at", "machine")}
             for m in list_problems(engine, since_text=since_text)]
 
@@ -384,8 +384,8 @@ def _synced_us(text: str) -> int:
 def _report(engine: Engine, reader, since_us: int | None, now_us: int, lazy: bool, newest_fails: int | None = None,
             synced_since_us: int | None = None) -> dict:
     report = {
-        "since": None if since_us is None else instant_text(us_to_instant(since_us)),
-        "synced_since": None if synced_since_us is None else instant_text(us_to_instant(synced_since_us)),
+        "since": None if since_us is None else format_instant(us_to_instant(since_us)),
+        "synced_since": None if synced_since_us is None else format_instant(us_to_instant(synced_since_us)),
         "stale_homes": [] if synced_since_us is None else _stale_homes(reader, synced_since_us),
         "provenance": _provenance(reader, since_us, lazy),
         "failures": _failures(reader, since_us, lazy, newest_fails),

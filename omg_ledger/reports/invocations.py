@@ -37,7 +37,7 @@ from ..invocations import (
     summarize,
 )
 from ..render import csv_cell, safe, table, when
-from ..units import format_instant, instant_text, instant_to_us, us_to_instant
+from ..units import format_instant, instant_to_us, us_to_instant
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -73,7 +73,7 @@ def invocation_report(
     now_us = instant_to_us(now)
     return {
         "by": by,
-        "since": None if since_us is None else instant_text(us_to_instant(since_us)),
+        "since": None if since_us is None else format_instant(us_to_instant(since_us)),
         "now": format_instant(now),
         "rows": [_shape(group, by) for group in summarize(rows, by)],
         "total": _total(rows),

@@ -896,10 +896,10 @@ def typed_value(name: str, value: str, now=None, zone=None) -> object:
         return value
     if _is_time(name):
         from ..timespec import parse_time
-        from ..units import instant_text
+        from ..units import format_instant
 
         try:
-            return instant_text(parse_time(value, now, zone))
+            return format_instant(parse_time(value, now, zone))
         except BadArgument as exc:
             raise BadArgument(f"--param {name}: {exc}") from None
     if _is_integer(name):
