@@ -111,7 +111,9 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         keys.see(node["node_id"], None)
     keys.raise_if_met()
     known = resume["identity"] if resume else None  # None: no line walked yet
-    identity = known or stream_identity(facts.run_id, seen.first_raw)
+    # A stream that does not begin with its first event (its head damaged: NULs a crash
+    # left, a byte-order mark an editor added) has only its run id to go by.
+    identity = known or stream_identity(facts.run_id, seen.first_raw if seen.first_at == 0 else None)
     rows.run["stream_identity"] = identity
     if rows.state is not None:
         rows.state = {"line": rows.state["last_line"], "nul": seen.nul, "fold": rows.state,
@@ -162,11 +164,13 @@ class _NodeKeys:
 
 class _Watched:
     """The run's events passed through once, noting what derivation reads of the raw
-    lines: the first one (the run's identity) and whether any holds a NUL escape."""
+    lines: the first one and where it starts (the run's identity), and whether any holds
+    a NUL escape."""
 
     def __init__(self, events: Iterable[Event], nul: bool = False) -> None:
         self._events = iter(events)
         self.first_raw: str | None = None
+        self.first_at: int | None = None
         self.nul = nul
 
     def __iter__(self) -> Iterator[Event]:
@@ -176,6 +180,7 @@ class _Watched:
         if self.first_raw is None:
             for event in events:
                 self.first_raw = event.raw
+                self.first_at = event.byte_offset
                 if "\\u0000" in event.raw:
                     self.nul = True
                 yield event
@@ -190,7 +195,7 @@ class _Watched:
         yield from events
 
 
-STREAM_LESS = ":no-stream"  # the identity's tail for a run with no line of its stream yet
+STREAM_LESS = ":no-stream"  # the identity's tail for a run with no line of its stream yet, or no first one
 
 
 def stream_identity(run_id: str, first_line: str | None) -> str:

@@ -602,7 +602,8 @@ DOCS: dict[str, dict[str, str]] = {
         "derivation_version": "The version of omg-ledger's rules that derived this run's rows (a newer "
                               "omg-ledger re-derives older ones from the stored facts on its next sync).",
         "stream_identity": "The run id with a hash of its stream's first line: equal identities are copies "
-                           "of one run.",
+                           "of one run. '<run id>:no-stream' when the stream has no line, or does not begin "
+                           "with one (its head damaged): a copy of the run with that id.",
         "billed": "1 for the one copy of a run that counts (the one holding most of the stream); the views "
                   "show only these.",
         "cost_nano_usd": "Known spend over every leg and the assessment, in nano-dollars (1e-9 USD). "

@@ -9,6 +9,7 @@ exactly what derivation needs, so a run is re-derived without its home.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import itertools
@@ -191,8 +192,11 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     before it has the same stream, and the assessment's spend is recorded nowhere else),
     then the one still on disk, then the first seen; a copy whose stream is not a
     prefix of the billed one's diverged after their common head: a finding on it.
-    A copy with no line of its stream (its identity '<run id>:no-stream') is a copy of
-    whichever run with that id has one, so it is billed only while none has.
+    A copy with no line of its stream, or whose stream does not begin with its first line
+    (its head damaged; either's identity is '<run id>:no-stream'), is a copy of the run
+    with that id that has one: settled with it, it is billed only where it holds more of
+    the stream (a copy with no line never does). Two runs of one id (two first lines):
+    which one such a copy copies is not known, and it is never billed beside them.
     """
     runs, homes = schema.runs, schema.homes
     backend = backend_of(conn)
@@ -207,16 +211,22 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
                 .where(runs.c.stream_identity.in_(chunk))):
             by_identity.setdefault(member.stream_identity, []).append(member)
         # (A stream-less identity's streamed kin are in its chunk: a run id's identities are.)
-        streamed = {_run_id_of(i) for i in by_identity if not i.endswith(STREAM_LESS)}
+        streamed = collections.Counter(
+            _run_id_of(i) for i in by_identity if not i.endswith(STREAM_LESS))
         billed_now: list[tuple] = []
         copies = []
         for identity in chunk:
             members = by_identity.get(identity)
             if not members:
                 continue
-            if identity.endswith(STREAM_LESS) and _run_id_of(identity) in streamed:
-                billed = None  # a copy of the streamed run: never a second bill
+            run_id = _run_id_of(identity)
+            if identity.endswith(STREAM_LESS) and streamed[run_id]:
+                if streamed[run_id] == 1:
+                    continue  # settled with its run's one streamed identity
+                billed = None  # which of two runs it copies is not known: never a second bill
             else:
+                if streamed[run_id] == 1:
+                    members = members + by_identity.get(run_id + STREAM_LESS, [])
                 billed = max(members, key=lambda m: (m.event_count, bool(m.has_assess), not m.gone, -m.id))
             billed_now += [(billed is not None and m.id == billed.id, m.id) for m in members
                            if bool(m.billed) != (billed is not None and m.id == billed.id)]
@@ -288,10 +298,11 @@ def _diverged_copies(conn: Connection, members: list, billed) -> None:
                            f"the billed copy holds {billed.event_count} events, this one {member.event_count}")))
 
 
-def _raw_lines(conn: Connection, run_pk: int) -> Iterator[tuple[int, str]]:
-    """A run's stored lines in file order, with their line numbers, a page at a time."""
+def _raw_lines(conn: Connection, run_pk: int) -> Iterator[tuple[int, str, int]]:
+    """A run's stored lines in file order, with their line numbers and byte offsets, a
+    page at a time."""
     mark = backend_of(conn).mark
-    statement = (f"SELECT line_no, raw FROM events WHERE run_pk = {mark} AND line_no > {mark} "
+    statement = (f"SELECT line_no, raw, byte_offset FROM events WHERE run_pk = {mark} AND line_no > {mark} "
                  f"ORDER BY line_no LIMIT {EVENT_PAGE}")
     last = 0
     while True:
@@ -306,12 +317,26 @@ def _first_difference(conn: Connection, copy_pk: int, billed_pk: int) -> int | N
     """Where a copy's stream stops being a prefix of the billed copy's (the copy's line
     number of its first stored line that differs, or of its first line past the billed
     stream's end), or None when it is a prefix. Both are read page by page, side by side;
-    lines neither stored (blank or bad ones) are no difference."""
-    reference = _raw_lines(conn, billed_pk)
-    for line_no, mine in _raw_lines(conn, copy_pk):
-        theirs = next(reference, None)
-        if theirs is None or mine != theirs[1]:
-            return line_no
+    lines neither stored (blank or bad ones) are no difference. Where one copy's stream
+    does not begin with its first line (its head damaged), the other's is read from the
+    line equal to that copy's first stored one: the damage is the damaged copy's problem,
+    not a difference."""
+    reference, mine = _raw_lines(conn, billed_pk), _raw_lines(conn, copy_pk)
+    ours, theirs = next(mine, None), next(reference, None)
+    if ours is not None and theirs is not None and ours[1] != theirs[1]:
+        if ours[2] > 0 and theirs[2] == 0:
+            while theirs is not None and theirs[1] != ours[1]:
+                theirs = next(reference, None)
+        elif theirs[2] > 0 and ours[2] == 0:
+            head = ours[0]
+            while ours is not None and ours[1] != theirs[1]:
+                ours = next(mine, None)
+            if ours is None:
+                return head
+    while ours is not None:
+        if theirs is None or ours[1] != theirs[1]:
+            return ours[0]
+        ours, theirs = next(mine, None), next(reference, None)
     return None
 
 

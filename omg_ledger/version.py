@@ -48,4 +48,7 @@ VERSION = "0.1.0"
 #    engine's runs list counts it; a planning_usage that holds no token counts is damage.
 # 16: an instant is written with a four-digit year wherever it is (units.format_instant): a
 #    runner stream's time before the year 1000 was stored as 999-…, which sorts after 2026.
-DERIVATION_VERSION = 16
+# 17: a copy whose stream does not begin with its first line (its head damaged) has only its
+#    run id to go by ('<run id>:no-stream'), settled with the run's copies and billed where it
+#    holds most of the stream; it was a run of its own, the run billed twice.
+DERIVATION_VERSION = 17

@@ -229,10 +229,12 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
         # home): a backup's runs are not hidden because another home's copy is billed.
         labels = bind_list(params, "home", home_labels)
         params["stream_less"] = STREAM_LESS_PATTERN
+        copies_held = (f"SELECT c.run_id FROM runs c JOIN homes ch ON ch.id = c.home_id "
+                       f"WHERE NOT c.billed AND ch.label IN {labels}")
         conditions.append(f"(h.label IN {labels} OR r.stream_identity IN (SELECT c.stream_identity FROM runs c "
                           f"JOIN homes ch ON ch.id = c.home_id WHERE NOT c.billed AND ch.label IN {labels}) "
-                          f"OR r.run_id IN (SELECT c.run_id FROM runs c JOIN homes ch ON ch.id = c.home_id "
-                          f"WHERE NOT c.billed AND ch.label IN {labels} AND {_STREAM_LESS_SQL.format('c')}))")
+                          f"OR r.run_id IN ({copies_held} AND {_STREAM_LESS_SQL.format('c')}) "
+                          f"OR ({_STREAM_LESS_SQL.format('r')} AND r.run_id IN ({copies_held})))")
     if graphs:
         conditions.append(graph_condition("r.graph_name", graphs, params))
     if statuses:
@@ -285,16 +287,17 @@ def list_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
 
 
 AMBIGUOUS_LISTED = 20
-# A copy with no line of its stream, a copy of whichever run with its id has one
-# (store.settle_copies): the same run as its billed streamed copy.
+# A copy with no line of its stream (or no first one: its head damaged), a copy of the run
+# with its id that has one (store.settle_copies): one run with its streamed copies, billed
+# where it holds more of the stream.
 # (Its pattern is bound: the PostgreSQL reader would take a ':name' in a literal for a parameter.)
 _STREAM_LESS_SQL = "{0}.stream_identity LIKE :stream_less"
 STREAM_LESS = ":no-stream"  # derive.STREAM_LESS, not imported: reading commands do not import the rules
 STREAM_LESS_PATTERN = "%" + STREAM_LESS
 
 
-def _unbilled_stream_less(row: dict) -> bool:
-    return not row["billed"] and (row["stream_identity"] or "").endswith(STREAM_LESS)
+def _stream_less(row: dict) -> bool:
+    return (row["stream_identity"] or "").endswith(STREAM_LESS)
 
 
 _RUN_SQL = "SELECT r.*, h.label, h.machine AS home_machine FROM runs r JOIN homes h ON h.id = r.home_id"
@@ -322,9 +325,10 @@ def resolve_run(reader, run_id: str, home_label: str | None = None) -> dict:
     if len(exact) == 1:
         return exact[0]
     if len(exact) > 1:
-        kept = [row for row in exact if not _unbilled_stream_less(row)]
-        if len({row["stream_identity"] for row in kept}) == 1 and kept[0]["stream_identity"] is not None:
-            return next(row for row in kept if row["billed"])
+        streamed = {row["stream_identity"] for row in exact if not _stream_less(row)}
+        billed = [row for row in exact if row["billed"]]
+        if len(streamed) <= 1 and None not in streamed and len(billed) == 1:
+            return billed[0]  # its copies, stream-less ones with them: one run
         labels = ", ".join(row["label"] for row in exact)
         raise AmbiguousRun(f"run {run_id} is in {len(exact)} homes ({labels}) and they are different runs; "
                            f"pick one with --home LABEL")
@@ -332,8 +336,10 @@ def resolve_run(reader, run_id: str, home_label: str | None = None) -> dict:
                            {**params, "prefix": _like_prefix(run_id)}, order_by="r.run_id, h.label")
     billed = {c["stream_identity"] for c in candidates if c["billed"] and c["stream_identity"] is not None}
     billed_ids = {c["run_id"] for c in candidates if c["billed"]}
+    billed_stream_less = {c["run_id"] for c in candidates if c["billed"] and _stream_less(c)}
     candidates = [c for c in candidates if c["billed"] or (  # copies are one run
-        c["stream_identity"] not in billed and not (_unbilled_stream_less(c) and c["run_id"] in billed_ids))]
+        c["stream_identity"] not in billed and not (_stream_less(c) and c["run_id"] in billed_ids)
+        and c["run_id"] not in billed_stream_less)]
     if not candidates:
         raise RunNotFound(f"no run matches {run_id!r} (try `omg-ledger runs` to list them)")
     if len(candidates) > 1:

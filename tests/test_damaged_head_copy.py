@@ -1,0 +1,124 @@
+"""A copy of a run whose stream does not begin with its first line is still one run with
+its other copies, billed once (README "One run, one bill").
+
+A run's identity is its id with its stream's first line. When a copy's first bytes are
+damaged — NULs where a crash left a sector unwritten (a backup copied without fsync), a
+byte-order mark an editor added — its first line is a problem, and the identity was taken
+from the next line: the copy became a run of its own and the run was billed twice. Such a
+copy has only its id to go by, as a copy without its stream; settled with the run's
+streamed copies, the one holding most of the stream is billed, damaged or not.
+
+Real CLI processes, a real corpus run, SQLite and PostgreSQL. The expected figures are the
+corpus stream's spend, summed here by hand (corpus/per-run.md: s12 cost $0.2010 in eight
+paid calls, on lines 3, 5, 7, 9, 11, 13, 15 and 17).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from decimal import Decimal
+
+from .builders import age_tree, nanos
+from .conftest import CORPUS
+
+RUN = "20261129-181518.131561744-1"  # s12-feedback-2rounds
+STREAM = CORPUS / "home" / "runs" / RUN / "events.jsonl"
+RUN_SPEND = nanos("0.2010")
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args], capture_output=True, text=True)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stdout
+
+
+def _spend_of_lines(first: int, last: int) -> int:
+    """The stream's cost_usd on lines first..last, by hand."""
+    lines = STREAM.read_bytes().splitlines()[first - 1:last]
+    return int(sum(Decimal(str(json.loads(line).get("cost_usd", 0))) for line in lines) * 10**9)
+
+
+def _copy(home, damage=None, keep_lines: int | None = None):
+    shutil.copytree(CORPUS / "home" / "runs" / RUN, home / "runs" / RUN)
+    stream = home / "runs" / RUN / "events.jsonl"
+    data = stream.read_bytes()
+    if keep_lines is not None:  # a copy taken mid-run: the stream's first lines
+        data = b"".join(data.splitlines(keepends=True)[:keep_lines])
+    if damage is not None:
+        data = damage(data)
+    stream.write_bytes(data)
+    age_tree(home)
+    return home
+
+
+def _zeroed_head(data: bytes) -> bytes:
+    return b"\0" * 512 + data[512:]  # lines 1 and 2 and most of line 3 (112 + 181 + 239 bytes)
+
+
+def _byte_order_mark(data: bytes) -> bytes:
+    return b"\xef\xbb\xbf" + data
+
+
+def _total(db: str) -> int:
+    return json.loads(_cli("cost", "--db", db, "--json"))["total"]["cost_nano_usd"]
+
+
+def _listed(db: str, *home: str) -> list[tuple[str, str]]:
+    return [(r["run_id"], r["home"]) for r in json.loads(_cli("runs", "--db", db, *home, "--json"))]
+
+
+def _diverged(db: str) -> int:
+    out = _cli("sql", "--db", db, "--json", "SELECT COUNT(*) AS n FROM findings WHERE kind = 'diverged_copy'")
+    return json.loads(out)["rows"][0]["n"]
+
+
+def test_a_backup_whose_head_a_crash_zeroed_is_not_billed_beside_the_run(tmp_path, db_url):
+    assert _spend_of_lines(1, 18) == RUN_SPEND
+    live = _copy(tmp_path / "live")
+    backup = _copy(tmp_path / "backup", damage=_zeroed_head)
+    _cli("sync", "--db", db_url, "--home", f"live={live}", "--home", f"backup={backup}")
+    assert _total(db_url) == RUN_SPEND  # was twice the run less line 3's $0.01
+    assert _listed(db_url) == [(RUN, "live")]
+    assert _listed(db_url, "--home", "backup") == [(RUN, "live")]  # the backup holds a copy of it
+    shown = json.loads(_cli("show", "--db", db_url, RUN, "--json"))
+    assert (shown["home"], shown["billed"], shown["copies_in"]) == ("live", True, ["backup"])
+    shown = json.loads(_cli("show", "--db", db_url, RUN, "--home", "backup", "--json"))
+    assert (shown["home"], shown["billed"], shown["copies_in"]) == ("backup", False, ["live"])
+    assert _diverged(db_url) == 0  # the damage is the backup's problem, not a difference
+
+
+def test_a_damaged_copy_holding_more_of_the_stream_is_the_one_billed(tmp_path, db_url):
+    """The copy whose head an editor changed is the whole run; the intact one a backup taken
+    after line 9. Billing the intact copy would leave out the spend of lines 11 to 17."""
+    live = _copy(tmp_path / "live", damage=_byte_order_mark)
+    backup = _copy(tmp_path / "backup", keep_lines=9)
+    _cli("sync", "--db", db_url, "--home", f"live={live}", "--home", f"backup={backup}")
+    assert _total(db_url) == _spend_of_lines(2, 18) == RUN_SPEND  # line 1, the one damaged, has no cost
+    assert _listed(db_url) == [(RUN, "live")]
+    for named in (RUN, RUN[:20]):  # its id, or a prefix of it
+        shown = json.loads(_cli("show", "--db", db_url, named, "--json"))
+        assert (shown["home"], shown["billed"], shown["copies_in"]) == ("live", True, ["backup"])
+    assert _diverged(db_url) == 0  # the backup's stream is the live one's from line 2 on
+    assert _listed(db_url, "--home", "backup") == [(RUN, "live")]
+
+
+def test_two_damaged_copies_and_no_intact_one_are_one_run(tmp_path, db_url):
+    zeroed = _copy(tmp_path / "zeroed", damage=_zeroed_head)
+    marked = _copy(tmp_path / "marked", damage=_byte_order_mark)
+    _cli("sync", "--db", db_url, "--home", f"zeroed={zeroed}", "--home", f"marked={marked}")
+    assert _total(db_url) == RUN_SPEND  # the copy with the byte-order mark holds every paid line
+    assert _listed(db_url) == [(RUN, "marked")]
+
+
+def test_a_damaged_copy_synced_before_the_intact_one_is_billed_until_then(tmp_path, db_url):
+    backup = _copy(tmp_path / "backup", damage=_zeroed_head)
+    _cli("sync", "--db", db_url, "--home", f"backup={backup}")
+    # Line 3 (spec's pass, $0.01) is lost in it; state.json's record of spec holds the verdict.
+    assert _total(db_url) == _spend_of_lines(4, 18) + nanos("0.01") == RUN_SPEND
+    live = _copy(tmp_path / "live")
+    _cli("sync", "--db", db_url, "--home", f"backup={backup}", "--home", f"live={live}")
+    assert _total(db_url) == RUN_SPEND
+    assert _listed(db_url) == [(RUN, "live")]
