@@ -30,7 +30,12 @@ from .errors import DatabaseUnavailable, LedgerBusy
 if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start without it
     from sqlalchemy.engine import Connection, Engine
 
-MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": PostgreSQL advisory lock for migrations
+# Advisory locks belong to the database, not to a schema, and a database may hold ledgers in
+# several: each lock of a ledger outside public mixes its schema's name into its key, so two
+# ledgers never wait for each other. A ledger in public keeps the keys every omg-ledger took
+# for it: a machine not yet upgraded still waits for this one, and is waited for.
+MIGRATION_LOCK_KEY = 0x6F6D675F6C6472  # "omg_ldr": the migration lock of the ledger in public (one bigint key)
+MIGRATION_LOCK_CLASS = 4  # the migration lock of a ledger in another schema: (4, its schema's key)
 # The PostgreSQL ledger as a whole (advisory lock class 3, keyed by the schema it is in: a
 # database may hold ledgers in several): every sync lock holds it shared, so syncs of
 # different homes still run side by side; an export into the ledger holds it alone, so no
@@ -541,9 +546,12 @@ class PostgresBackend(Backend):
                 conn.execute(text(f"SELECT pg_advisory_unlock({LEDGER_LOCK})"))
 
     def lock_migrations(self, conn: Connection) -> None:
-        from sqlalchemy import text
-
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        schema = _current_schema(conn)
+        if schema == "public":
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
+        else:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s, %s)",
+                                 (MIGRATION_LOCK_CLASS, schema_lock_key("", schema)))
 
     def lock_run(self, conn: Connection, run_pk: int) -> None:
         # Storing a changed run asks three times (its lines, its cleared rows, its row):
@@ -581,7 +589,8 @@ class PostgresBackend(Backend):
         # Two machines syncing two copies of one run must not both see "no other copy".
         # One round trip for a whole batch; taken in key order, so two writers locking
         # overlapping batches queue instead of deadlocking.
-        keys = sorted({zlib.crc32(identity.encode()) & 0x7FFFFFFF for identity in identities})
+        schema = _current_schema(conn)
+        keys = sorted({schema_lock_key(identity, schema) for identity in identities})
         if keys:
             conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2, k) FROM unnest(%s::integer[]) AS k ORDER BY k",
                                  (keys,))
@@ -632,15 +641,20 @@ def sqlite_sync_lock(path: str, wait_seconds: float) -> Iterator[None]:
         os.close(fd)
 
 
-def sync_lock_key(scope: str, schema: str | None = "public") -> int:
-    """The PostgreSQL advisory lock key (class 1) of a sync scope of the ledger in
-    ``schema`` (the session's current schema). Advisory locks belong to the database, not
-    to a schema: a ledger in any other schema mixes its schema's name in, so the syncs of
-    two ledgers of one database never wait for each other. A ledger in public keeps the
-    keys every omg-ledger took for it (a machine not yet upgraded still waits, and is
-    waited for)."""
-    text = scope if schema == "public" else f"{scope}\0{schema or ''}"
+def schema_lock_key(name: str, schema: str | None = "public") -> int:
+    """The PostgreSQL advisory lock key of ``name`` (a sync scope, class 1; a run's stream
+    identity, class 2) for the ledger in ``schema`` (the session's current schema): its
+    schema's name mixed in, but for public (see MIGRATION_LOCK_KEY)."""
+    text = name if schema == "public" else f"{name}\0{schema or ''}"
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def _current_schema(conn: Connection) -> str | None:
+    """The session's current schema (its ledger's), asked once per connection: the URL's
+    search_path sets it, and nothing omg-ledger runs changes it."""
+    if "omg_schema" not in conn.info:
+        conn.info["omg_schema"] = conn.exec_driver_sql("SELECT current_schema()").scalar()
+    return conn.info["omg_schema"]
 
 
 def take_sync_locks(scalar: Callable[[str, tuple], object], scopes: Sequence[tuple[str, str]],
@@ -654,7 +668,7 @@ def take_sync_locks(scalar: Callable[[str, tuple], object], scopes: Sequence[tup
     retry_until(lambda: bool(scalar(TRY_SHARE_LEDGER, ())), wait_seconds, 0.2, EXPORT_RUNNING)
     schema = scalar("SELECT current_schema()", ())
     for scope, name in scopes:
-        key = sync_lock_key(scope, schema)
+        key = schema_lock_key(scope, schema)
         retry_until(lambda k=key: bool(scalar("SELECT pg_try_advisory_lock(1, %s)", (k,))),
                     max(0.0, deadline - time.monotonic()), 0.2, f"another sync of {name} into this ledger is running")
 

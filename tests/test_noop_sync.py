@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from omg_ledger.backend import sync_lock_key
+from omg_ledger.backend import schema_lock_key
 from omg_ledger.db import database_url, open_ledger
 from omg_ledger.discover import home_lock_scopes
 from omg_ledger.sync import Home, sync
@@ -290,7 +290,7 @@ def _sync_lock_held(db: str, home) -> Iterator[None]:
     engine = create_engine(database_url(db), isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            key = sync_lock_key(home_lock_scopes(str(home), LABEL)[-1])  # its directory's
+            key = schema_lock_key(home_lock_scopes(str(home), LABEL)[-1])  # its directory's
             assert conn.execute(text("SELECT pg_try_advisory_lock(1, :k)"), {"k": key}).scalar()
             yield
     finally:

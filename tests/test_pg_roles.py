@@ -4,9 +4,11 @@ refused, a ledger may live in a schema of its own; every refusal is one line and
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -178,3 +180,90 @@ def test_a_search_path_whose_current_schema_holds_no_ledger_never_writes_the_led
     assert _cli("sync", "--db", staging, "--home", f"stage={stage_home}").returncode == 0
     assert [h["label"] for h in json.loads(_cli("homes", "--json", "--db", both).stdout)] == ["stage"]
     assert dump(pg_url, cache_hints=True) == before
+
+
+# The migration lock every release took, for a ledger in any schema: one bigint key.
+OLD_MIGRATION_LOCK = 0x6F6D675F6C6472
+
+
+def _in_schema(url: str, schema: str) -> str:
+    """``url`` with ``schema`` as its search_path, and a lock wait of 200 ms at most: a
+    command kept waiting for a lock fails, and says so, instead of waiting."""
+    return f"{url}&options=-csearch_path%3D{schema}%20-clock_timeout%3D200"
+
+
+def test_migrating_a_ledger_in_one_schema_never_waits_for_a_migration_in_another(pg_url):
+    """The migration lock (a first sync making the ledger, an upgrade) was one key for the
+    whole database: a migration of the ledger in public made a first sync into another
+    schema wait for it, and the other way round. Each schema's is its own now; public's is
+    still the old key, so an older omg-ledger migrating public and this one take turns."""
+    import psycopg
+
+    from omg_ledger.backend import backend_of
+    from omg_ledger.db import create_ledger_engine, write_transaction
+    from omg_ledger.ledger import postgres_conninfo
+
+    _admin(pg_url, "CREATE SCHEMA books", "CREATE SCHEMA staging")
+    home = ["--home", f"corpus={CORPUS_HOME}"]
+    with psycopg.connect(postgres_conninfo(pg_url), autocommit=True) as older:
+        older.execute("SELECT pg_advisory_lock(%s)", (OLD_MIGRATION_LOCK,))  # an older omg-ledger migrating
+        done = _cli("sync", "--db", _in_schema(pg_url, "books"), *home)
+        assert done.returncode == 0, done.stderr
+        _assert_one_line(_cli("sync", "--db", _in_schema(pg_url, "public"), *home), 3, "lock timeout")
+    migrating = create_ledger_engine(_in_schema(pg_url, "staging"))
+    try:
+        with write_transaction(migrating) as conn:
+            backend_of(conn).lock_migrations(conn)  # this omg-ledger migrating staging
+            _assert_one_line(_cli("sync", "--db", _in_schema(pg_url, "staging"), *home), 3, "lock timeout")
+            _assert_one_line(_cli("db", "upgrade", "--db", _in_schema(pg_url, "staging")), 3, "lock timeout")
+            done = _cli("sync", "--db", _in_schema(pg_url, "public"), *home)
+            assert done.returncode == 0, done.stderr
+    finally:
+        migrating.dispose()
+    assert _cli("sync", "--db", _in_schema(pg_url, "staging"), *home).returncode == 0
+    assert _admin(pg_url, "SELECT schemaname, count(*) FROM pg_tables WHERE tablename = 'runs' GROUP BY 1 "
+                          "ORDER BY 1") == [("books", 1), ("public", 1), ("staging", 1)]
+
+
+def test_settling_a_runs_copies_in_one_schema_never_waits_for_another_schemas(pg_url, tmp_path):
+    """Which copy of a run is billed is settled under a lock keyed by the run's stream
+    identity (class 2), which was the database's: a sync settling a run in public made a
+    sync of a copy of it into another schema wait. Each schema's is its own now; public's
+    keys are the old ones, so an older omg-ledger and this one still take turns there."""
+    import psycopg
+
+    from omg_ledger.backend import backend_of
+    from omg_ledger.db import create_ledger_engine, write_transaction
+    from omg_ledger.ledger import postgres_conninfo
+
+    from .builders import ev, write_run
+
+    _admin(pg_url, "CREATE SCHEMA books")
+    home, copy = tmp_path / "home", tmp_path / "copy"
+    write_run(home, "20261129-100000.000000001-1",
+              [ev("run_started", 0), ev("node_started", 1, node_id="a"),
+               ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.25), ev("run_finished", 3, outcome="passed")])
+    shutil.copytree(home, copy)
+    assert _cli("sync", "--db", pg_url, "--home", f"home={home}").returncode == 0
+    [(identity,)] = _admin(pg_url, "SELECT stream_identity FROM runs")
+    old_key = zlib.crc32(identity.encode()) & 0x7FFFFFFF  # the key every release took, in any schema
+    with psycopg.connect(postgres_conninfo(pg_url), autocommit=True) as older:
+        older.execute("SELECT pg_advisory_lock(2, %s)", (old_key,))  # an older omg-ledger settling it
+        done = _cli("sync", "--db", _in_schema(pg_url, "books"), "--home", f"home={home}")
+        assert done.returncode == 0, done.stderr
+        _assert_one_line(_cli("sync", "--db", _in_schema(pg_url, "public"), "--home", f"copy={copy}"), 3,
+                         "lock timeout")
+    in_books = create_ledger_engine(_in_schema(pg_url, "books"))
+    try:
+        with write_transaction(in_books) as conn:
+            backend_of(conn).lock_identities(conn, [identity])  # this omg-ledger settling it in books
+            _assert_one_line(_cli("sync", "--db", _in_schema(pg_url, "books"), "--home", f"copy={copy}"), 3,
+                             "lock timeout")
+            done = _cli("sync", "--db", _in_schema(pg_url, "public"), "--home", f"copy={copy}")
+            assert done.returncode == 0, done.stderr
+    finally:
+        in_books.dispose()
+    assert _cli("sync", "--db", _in_schema(pg_url, "books"), "--home", f"copy={copy}").returncode == 0
+    for schema in ("public", "books"):
+        assert _admin(pg_url, f"SELECT h.label, r.billed FROM {schema}.runs r JOIN {schema}.homes h ON h.id = r.home_id "
+                              "ORDER BY h.label") == [("copy", False), ("home", True)]

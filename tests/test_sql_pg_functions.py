@@ -13,7 +13,7 @@ import time
 import psycopg
 import pytest
 
-from omg_ledger.backend import sync_lock_key
+from omg_ledger.backend import schema_lock_key
 from omg_ledger.change_check import DERIVE_SCOPE
 
 from .test_sql_readonly import assert_refused, pg_ledger, pg_template, run_cli  # noqa: F401 (fixtures)
@@ -123,7 +123,7 @@ def test_postgres_another_session_survives_a_refused_terminate(pg_ledger, victim
 def test_postgres_no_advisory_lock_is_taken(pg_ledger):  # noqa: F811
     """sync's derive lock stays free: pg_locks, read while the command runs, never shows
     an advisory lock (the statement would hold it for two seconds)."""
-    key = sync_lock_key(DERIVE_SCOPE)
+    key = schema_lock_key(DERIVE_SCOPE)
     statement = f"SELECT pg_advisory_lock(1, {key}) FROM pg_sleep(2)"
     seen = []
     with psycopg.connect(conninfo(pg_ledger), autocommit=True) as watcher:
