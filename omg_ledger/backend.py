@@ -45,12 +45,33 @@ TRY_SHARE_LEDGER = f"SELECT pg_try_advisory_lock_shared({LEDGER_LOCK})"
 TRY_OWN_LEDGER = f"SELECT pg_try_advisory_lock({LEDGER_LOCK})"
 EXPORT_RUNNING = "an export into this ledger is running"
 
-# A PostgreSQL ledger is its connection's current schema's. When that schema holds none,
-# a later schema of the search_path may: unqualified names would then read and write
-# that one. Its schema's name and the current one's, or no row.
-PG_LEDGER_ELSEWHERE_SQL = (
-    "SELECT n.nspname, current_schema() FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE c.oid = to_regclass('alembic_version') AND n.nspname IS DISTINCT FROM current_schema()")
+# A PostgreSQL ledger is its connection's current schema's: the first schema of the
+# search_path that exists and that the role may use (PostgreSQL passes over the others).
+# Two search_paths would read or write another ledger than the one they name, or find
+# none: one whose first schema the role may not use (the next one, or none, is current),
+# and one whose current schema holds no ledger while a later one does (unqualified names
+# reach that one). The schema in question, the current one, and (the first case) the
+# GRANT that lets the role use it; or no row. (No % in it: it is sent without parameters.)
+PG_LEDGER_ELSEWHERE_SQL = """
+WITH path AS (
+    SELECT CASE WHEN left(item[1], 1) = '"' THEN replace(substr(item[1], 2, length(item[1]) - 2), '""', '"')
+                ELSE lower(item[1]) END AS name, n
+    FROM regexp_matches(current_setting('search_path'), '"(?:[^"]|"")*"|[^",[:space:]]+', 'g')
+         WITH ORDINALITY AS m(item, n)
+), first_schema AS (
+    SELECT s.oid, s.nspname FROM path
+    JOIN pg_namespace s ON s.nspname = CASE path.name WHEN '$user' THEN current_user::text ELSE path.name END
+    ORDER BY path.n LIMIT 1
+)
+SELECT schema, current_schema(), grant_usage FROM (
+    SELECT 1 AS case_, nspname AS schema,
+           'GRANT USAGE ON SCHEMA ' || quote_ident(nspname) || ' TO ' || quote_ident(current_user) AS grant_usage
+    FROM first_schema WHERE NOT has_schema_privilege(oid, 'USAGE')
+    UNION ALL
+    SELECT 2, n.nspname, NULL FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = to_regclass('alembic_version') AND n.nspname IS DISTINCT FROM current_schema()
+) found ORDER BY case_ LIMIT 1
+"""
 
 
 @dataclass(frozen=True)
@@ -299,9 +320,11 @@ class Backend:
         """The head schema's statements, in the caller's transaction."""
         raise NotImplementedError
 
-    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None] | None:
-        """(the schema, the current schema) when the current schema holds no ledger but
-        a later schema of the search_path does (PostgreSQL); None otherwise."""
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None] | None:
+        """PostgreSQL: (the schema, the current schema, None) when the current schema holds
+        no ledger but a later schema of the search_path does; (the schema, the current
+        schema, the GRANT it lacks) when the role may not use the first schema of the
+        search_path (PG_LEDGER_ELSEWHERE_SQL). None otherwise."""
         return None
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
@@ -459,9 +482,9 @@ class PostgresBackend(Backend):
         except psycopg.Error as exc:
             raise DBAPIError.instance(script, None, exc, psycopg.Error, dialect=conn.dialect) from exc
 
-    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None] | None:
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None] | None:
         row = conn.exec_driver_sql(PG_LEDGER_ELSEWHERE_SQL).first()
-        return None if row is None else (row[0], row[1])
+        return None if row is None else (row[0], row[1], row[2])
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
         # PostgreSQL refuses to drop a view or change a column another view reads: every

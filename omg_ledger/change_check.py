@@ -416,7 +416,7 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
         try:
             with contextlib.closing(psycopg.connect(conninfo, autocommit=True)) as conn:
                 if conn.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone() is not None:
-                    return None  # a ledger only in a later schema of the search_path: the full sync refuses it
+                    return None  # a search_path naming another ledger than its current schema's: the full sync refuses it
                 _postgres_sync_locks(conn, homes, wait_seconds)
                 ledger = _PostgresLedger(conn)
                 with conn.transaction():

@@ -218,11 +218,16 @@ def _is_at_head(engine: Engine) -> bool:
         return False  # no table yet (a new database) or unreadable: take the full path
 
 
-def ledger_elsewhere_error(schema: str, current: str | None) -> LedgerError:
+def ledger_elsewhere_error(schema: str, current: str | None, grant: str | None = None) -> LedgerError:
     """The error for a search_path whose current schema holds no ledger, where ``schema``,
-    later on it, does."""
+    later on it, does; or, with ``grant``, whose first schema the role may not use (a
+    refusal of the server's, worded as one)."""
     from .errors import NotALedger
 
+    if grant is not None:
+        return DatabaseUnavailable(
+            f"permission denied for schema {schema}: it is the first schema of the connection's search_path, where "
+            f"omg-ledger keeps its ledger, and this role may not use it (the schema's owner can `{grant}`)")
     return NotALedger(f"schema {current} (the connection's current schema, where omg-ledger keeps its ledger) "
                       f"holds no ledger, but schema {schema}, later on its search_path, does: put {schema} first "
                       f"on search_path to use that ledger, or leave it out to make a new one in {current}")
@@ -737,17 +742,17 @@ def _postgres_read_ledger(url: str, shown: str, oldest: str | None):
 
 def _postgres_revision(connection) -> str | None:
     """alembic_version's revision in the connection's current schema (None: no such table;
-    one only in a later schema of the search_path is refused). Looked for in pg_class,
-    which lists it to every role: information_schema leaves out the tables a role may
-    not read, and a ledger the role may not read is no empty database."""
+    a search_path naming another schema's ledger is refused, PG_LEDGER_ELSEWHERE_SQL).
+    Looked for in pg_class, which lists it to every role: information_schema leaves out
+    the tables a role may not read, and a ledger the role may not read is no empty database."""
     from .backend import PG_LEDGER_ELSEWHERE_SQL
 
+    elsewhere = connection.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone()
+    if elsewhere is not None:
+        raise ledger_elsewhere_error(*elsewhere)
     found = connection.execute("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                                "WHERE n.nspname = current_schema() AND c.relname = 'alembic_version'").fetchone()
     if found is None:
-        elsewhere = connection.execute(PG_LEDGER_ELSEWHERE_SQL).fetchone()
-        if elsewhere is not None:
-            raise ledger_elsewhere_error(*elsewhere)
         return None
     row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     return None if row is None else row[0]
@@ -765,6 +770,9 @@ def _check_readable(engine: Engine, shown: str, oldest: str | None) -> str | Non
 
     try:
         with engine.connect() as conn:
+            elsewhere = backend_of(conn).ledger_elsewhere(conn)
+            if elsewhere is not None:
+                raise ledger_elsewhere_error(*elsewhere)
             has_version = "alembic_version" in _table_names(conn)
             current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
     except OperationalError as exc:

@@ -267,3 +267,46 @@ def test_settling_a_runs_copies_in_one_schema_never_waits_for_another_schemas(pg
     for schema in ("public", "books"):
         assert _admin(pg_url, f"SELECT h.label, r.billed FROM {schema}.runs r JOIN {schema}.homes h ON h.id = r.home_id "
                               "ORDER BY h.label") == [("copy", False), ("home", True)]
+
+
+def test_a_role_that_may_not_use_its_ledgers_schema_is_told_so_naming_the_schema(pg_url, role, tmp_path):
+    """The ledger in schema books, a role granted SELECT on its tables but not USAGE on the
+    schema: PostgreSQL leaves a schema a role may not use off its search path, so with
+    search_path=books the role's current schema was none, and every read said the database
+    holds no ledger (sync: "no schema has been selected to create in"); with
+    search_path=books,public the current schema was public, whose ledger was read and
+    written instead. Every command now says the role may not use schema books, in one
+    line, exit 3 (as for a table it may not read), and writes nothing."""
+    from .builders import ev, write_run
+    from .ledger_dump import dump
+
+    home = tmp_path / "home"
+    write_run(home, "20261129-100000.000000001-1",
+              [ev("run_started", 0), ev("node_started", 1, node_id="a"),
+               ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.25), ev("run_finished", 3, outcome="passed")])
+    _admin(pg_url, "CREATE SCHEMA books")
+    books = f"{pg_url}&options=-csearch_path%3Dbooks"
+    for db in (books, pg_url):
+        assert _cli("sync", "--db", db, "--home", f"corpus={CORPUS_HOME}").returncode == 0
+    _admin(pg_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA books TO {role}",
+           f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    before = dump(pg_url, cache_hints=True)
+    source = str(tmp_path / "source.sqlite")
+    assert _cli("sync", "--db", source, "--home", f"home={home}").returncode == 0
+    for path in ("books", "books,public"):
+        url = _as(f"{pg_url}&options=-csearch_path%3D{path}", role)
+        for args in (["runs"], ["db", "current"], ["cost"], ["audit"], ["sql", "SELECT count(*) AS n FROM runs"],
+                     ["export", "--to", str(tmp_path / "copy.sqlite")],
+                     ["sync", "--home", f"corpus={CORPUS_HOME}"], ["sync", "--home", f"home={home}"],
+                     ["rebuild"], ["db", "upgrade"]):
+            done = _cli(*args, "--db", url)
+            _assert_one_line(done, 3, "permission denied for schema books", f"GRANT USAGE ON SCHEMA books TO {role}")
+            assert "holds no ledger" not in done.stderr
+        _assert_one_line(_cli("export", "--db", source, "--to", url), 3, "permission denied for schema books")
+    assert not (tmp_path / "copy.sqlite").exists()
+    assert dump(pg_url, cache_hints=True) == before
+
+    _admin(pg_url, f"GRANT USAGE ON SCHEMA books TO {role}")
+    listed = _cli("runs", "--json", "--db", _as(f"{pg_url}&options=-csearch_path%3Dbooks,public", role))
+    assert listed.returncode == 0, listed.stderr
+    assert {run["home"] for run in json.loads(listed.stdout)} == {"corpus"}
