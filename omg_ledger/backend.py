@@ -174,8 +174,8 @@ def _double(name: str) -> str:
 # directly or through one another; the ledger's own views are left out, not what reads them.
 _PG_DEPENDENT_VIEWS = """
 WITH RECURSIVE ledger AS (
-    SELECT c.oid FROM pg_class c
-    WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s)
+    SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = current_schema() AND c.relname = ANY(%s)
 ), reader(oid, depth) AS (
     SELECT DISTINCT r.ev_class, 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
     WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass

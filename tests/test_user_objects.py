@@ -140,3 +140,22 @@ def test_a_postgresql_user_view_an_upgrade_cannot_keep_stops_it_naming_the_view_
     assert "your view public.my_offsets does not work over the upgraded tables" in line, line
     assert _run(pg_url, "SELECT version_num FROM alembic_version",
                 "SELECT COUNT(*) FROM my_offsets") == [[("0003",)], [(25,)]]
+
+
+@pytest.mark.postgres
+def test_a_ledger_in_a_schema_whose_name_needs_quotes_upgrades_keeping_a_users_view(pg_url):
+    """The views reading the ledger were looked for by current_schema()::regnamespace, which
+    reads the schema's name as SQL text: a ledger in schema "Old Books" (a capital, a space)
+    failed every upgrade, exit 3 ("invalid name syntax"), and one in "Books" would have
+    looked in books. The upgrade now finds the schema by its name and keeps the view."""
+    _run(pg_url, 'CREATE SCHEMA "Old Books"')
+    url = pg_url + "&options=-csearch_path%3D%22Old%5C%20Books%22"  # -c search_path="Old\ Books"
+    _ledger_at(url, "0011")
+    _run(url, "CREATE VIEW my_spend AS SELECT runtime, SUM(cost_nano_usd) AS spent FROM v_charges GROUP BY runtime")
+    before = _run(url, "SELECT * FROM my_spend ORDER BY runtime")
+    result = _cli("db", "upgrade", "--db", url)
+    assert result.returncode == 0, result.stderr
+    assert _run(url, "SELECT version_num FROM alembic_version", "SELECT * FROM my_spend ORDER BY runtime",
+                "SELECT collation_name FROM information_schema.columns WHERE table_schema = 'Old Books' "
+                "AND table_name = 'runs' AND column_name = 'graph_name'") == [[(HEAD_REVISION,)], *before, [("C",)]]
+    assert _run(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == [[(0,)]]
