@@ -47,11 +47,14 @@ EXPORT_RUNNING = "an export into this ledger is running"
 
 # A PostgreSQL ledger is its connection's current schema's: the first schema of the
 # search_path that exists and that the role may use (PostgreSQL passes over the others).
-# Two search_paths would read or write another ledger than the one they name, or find
-# none: one whose first schema the role may not use (the next one, or none, is current),
-# and one whose current schema holds no ledger while a later one does (unqualified names
-# reach that one). The schema in question, the current one, and (the first case) the
-# GRANT that lets the role use it; or no row. (No % in it: it is sent without parameters.)
+# Three search_paths would read or write another ledger than the one they name, or find
+# none where `sync` could make one. At most one row, (what, schema, current schema, text):
+#   'unusable': the role may not use the first schema of the path that exists (the next
+#               one, or none, is current); the text is the GRANT it lacks.
+#   'missing':  no schema of the path exists; the text is the path, each name as SQL writes it.
+#   'later':    the current schema holds no ledger but a later one does (unqualified names
+#               would reach that one).
+# (No % in it: it is sent without parameters.)
 PG_LEDGER_ELSEWHERE_SQL = """
 WITH path AS (
     SELECT CASE WHEN left(item[1], 1) = '"' THEN replace(substr(item[1], 2, length(item[1]) - 2), '""', '"')
@@ -63,14 +66,17 @@ WITH path AS (
     JOIN pg_namespace s ON s.nspname = CASE path.name WHEN '$user' THEN current_user::text ELSE path.name END
     ORDER BY path.n LIMIT 1
 )
-SELECT schema, current_schema(), grant_usage FROM (
-    SELECT 1 AS case_, nspname AS schema,
-           'GRANT USAGE ON SCHEMA ' || quote_ident(nspname) || ' TO ' || quote_ident(current_user) AS grant_usage
+SELECT what, schema, current_schema(), text FROM (
+    SELECT 1 AS n, 'unusable' AS what, nspname AS schema,
+           'GRANT USAGE ON SCHEMA ' || quote_ident(nspname) || ' TO ' || quote_ident(current_user) AS text
     FROM first_schema WHERE NOT has_schema_privilege(oid, 'USAGE')
     UNION ALL
-    SELECT 2, n.nspname, NULL FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    SELECT 2, 'missing', NULL, (SELECT string_agg(quote_ident(name), ', ' ORDER BY n) FROM path)
+    WHERE current_schema() IS NULL AND NOT EXISTS (SELECT 1 FROM first_schema)
+    UNION ALL
+    SELECT 3, 'later', n.nspname, NULL FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('alembic_version') AND n.nspname IS DISTINCT FROM current_schema()
-) found ORDER BY case_ LIMIT 1
+) found ORDER BY n LIMIT 1
 """
 
 
@@ -320,11 +326,10 @@ class Backend:
         """The head schema's statements, in the caller's transaction."""
         raise NotImplementedError
 
-    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None] | None:
-        """PostgreSQL: (the schema, the current schema, None) when the current schema holds
-        no ledger but a later schema of the search_path does; (the schema, the current
-        schema, the GRANT it lacks) when the role may not use the first schema of the
-        search_path (PG_LEDGER_ELSEWHERE_SQL). None otherwise."""
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None, str | None] | None:
+        """PostgreSQL: (what, schema, current schema, text) when the search_path names
+        another ledger than the current schema's, or none (PG_LEDGER_ELSEWHERE_SQL says
+        which and how); None otherwise."""
         return None
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
@@ -482,9 +487,9 @@ class PostgresBackend(Backend):
         except psycopg.Error as exc:
             raise DBAPIError.instance(script, None, exc, psycopg.Error, dialect=conn.dialect) from exc
 
-    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None] | None:
+    def ledger_elsewhere(self, conn: Connection) -> tuple[str, str | None, str | None, str | None] | None:
         row = conn.exec_driver_sql(PG_LEDGER_ELSEWHERE_SQL).first()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else tuple(row)
 
     def user_objects(self, conn: Connection, ledger_names: frozenset[str]) -> list[UserObject]:
         # PostgreSQL refuses to drop a view or change a column another view reads: every

@@ -218,16 +218,20 @@ def _is_at_head(engine: Engine) -> bool:
         return False  # no table yet (a new database) or unreadable: take the full path
 
 
-def ledger_elsewhere_error(schema: str, current: str | None, grant: str | None = None) -> LedgerError:
-    """The error for a search_path whose current schema holds no ledger, where ``schema``,
-    later on it, does; or, with ``grant``, whose first schema the role may not use (a
-    refusal of the server's, worded as one)."""
+def ledger_elsewhere_error(what: str, schema: str | None, current: str | None, text: str | None) -> LedgerError:
+    """The error for a search_path that names another ledger than its current schema's,
+    or none (a row of PG_LEDGER_ELSEWHERE_SQL)."""
     from .errors import NotALedger
 
-    if grant is not None:
+    if what == "unusable":  # a refusal of the server's, worded as one
         return DatabaseUnavailable(
             f"permission denied for schema {schema}: it is the first schema of the connection's search_path, where "
-            f"omg-ledger keeps its ledger, and this role may not use it (the schema's owner can `{grant}`)")
+            f"omg-ledger keeps its ledger, and this role may not use it (the schema's owner can `{text}`)")
+    if what == "missing":
+        path = f"no schema of the connection's search_path ({text}) exists" if text else \
+            "the connection's search_path is empty"
+        return NotALedger(f"{path}, so there is no ledger to read and none to make: create the schema, or name the "
+                          f"ledger's schema in the URL's search_path")
     return NotALedger(f"schema {current} (the connection's current schema, where omg-ledger keeps its ledger) "
                       f"holds no ledger, but schema {schema}, later on its search_path, does: put {schema} first "
                       f"on search_path to use that ledger, or leave it out to make a new one in {current}")

@@ -77,7 +77,7 @@ def test_a_role_that_may_not_create_in_the_schema_is_refused_in_one_line_and_not
         _assert_one_line(_cli(*args), 3, "permission denied for schema public")
     # A search_path naming no schema there: nowhere to create the ledger in.
     _assert_one_line(_cli("sync", "--db", f"{pg_url}&options=-csearch_path%3Dmissing", "--home", str(CORPUS_HOME)),
-                     3, "no schema has been selected to create in")
+                     3, "no schema of the connection's search_path (missing) exists")
     assert _admin(pg_url, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                           "WHERE n.nspname = 'public'") == [(0,)]
 
@@ -310,3 +310,21 @@ def test_a_role_that_may_not_use_its_ledgers_schema_is_told_so_naming_the_schema
     listed = _cli("runs", "--json", "--db", _as(f"{pg_url}&options=-csearch_path%3Dbooks,public", role))
     assert listed.returncode == 0, listed.stderr
     assert {run["home"] for run in json.loads(listed.stdout)} == {"corpus"}
+
+
+def test_a_search_path_naming_no_schema_that_exists_says_so_not_that_sync_makes_a_ledger(pg_url):
+    """A typo in the URL's schema (search_path=boks): no schema is current, so reads found
+    no ledger and said "`omg-ledger sync --db …` makes it one", which fails (nowhere to
+    create it). Every command now names the search_path and says no schema of it exists."""
+    _admin(pg_url, "CREATE SCHEMA books")
+    assert _cli("sync", "--db", f"{pg_url}&options=-csearch_path%3Dbooks", "--home", f"corpus={CORPUS_HOME}"
+                ).returncode == 0
+    typo = f"{pg_url}&options=-csearch_path%3Dboks,%22Old%5C%20Books%22"
+    for args in (["runs"], ["db", "current"], ["cost"], ["sync", "--home", f"corpus={CORPUS_HOME}"],
+                 ["db", "upgrade"], ["rebuild"]):
+        done = _cli(*args, "--db", typo)
+        _assert_one_line(done, 3, 'no schema of the connection\'s search_path (boks, "Old Books") exists')
+        assert "makes it one" not in done.stderr
+    _assert_one_line(_cli("runs", "--db", f"{pg_url}&options=-csearch_path%3D"), 3,
+                     "the connection's search_path is empty")
+    assert _admin(pg_url, "SELECT DISTINCT schemaname FROM pg_tables WHERE tablename = 'runs'") == [("books",)]
