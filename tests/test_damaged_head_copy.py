@@ -122,3 +122,37 @@ def test_a_damaged_copy_synced_before_the_intact_one_is_billed_until_then(tmp_pa
     _cli("sync", "--db", db_url, "--home", f"backup={backup}", "--home", f"live={live}")
     assert _total(db_url) == RUN_SPEND
     assert _listed(db_url) == [(RUN, "live")]
+
+
+def test_a_ledger_that_billed_a_damaged_copy_beside_the_run_bills_it_once_after_its_next_sync(tmp_path, db_url):
+    """What DERIVATION_VERSION 16 left: the damaged backup keyed by its first stored line's
+    hash, both copies billed. Nothing on disk changes; the next sync re-derives every run
+    under the new rule and bills the run once, as a cold sync does."""
+    import hashlib
+
+    from sqlalchemy import create_engine, text
+
+    from omg_ledger.db import database_url
+
+    from .ledger_dump import diff, dump
+
+    live = _copy(tmp_path / "live")
+    backup = _copy(tmp_path / "backup", damage=_zeroed_head)
+    homes = ("--home", f"live={live}", "--home", f"backup={backup}")
+    _cli("sync", "--db", db_url, *homes)
+    engine = create_engine(database_url(db_url))
+    with engine.begin() as conn:
+        first_stored = conn.execute(text(
+            "SELECT e.raw FROM events e JOIN runs r ON r.id = e.run_pk JOIN homes h ON h.id = r.home_id "
+            "WHERE h.label = 'backup' ORDER BY e.line_no LIMIT 1")).scalar()
+        old_identity = f"{RUN}:{hashlib.sha256(first_stored.encode()).hexdigest()[:32]}"
+        conn.execute(text("UPDATE runs SET stream_identity = :old, billed = true, derivation_version = 16 "
+                          "WHERE home_id = (SELECT id FROM homes WHERE label = 'backup')"), {"old": old_identity})
+        conn.execute(text("UPDATE runs SET derivation_version = 16"))
+    engine.dispose()
+    assert _total(db_url) > RUN_SPEND  # the double bill the earlier version left
+    _cli("sync", "--db", db_url, *homes)
+    assert _total(db_url) == RUN_SPEND
+    cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
+    _cli("sync", "--db", cold, *homes)
+    assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
