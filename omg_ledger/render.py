@@ -439,7 +439,18 @@ def cost_text(report: dict, width: int | None = None) -> str:
     outside = report.get("undated_outside_window")
     if outside and outside["invocations"]:
         notes.append(undated_note(outside))
+    ahead = report.get("after_now_outside_window")
+    if ahead and ahead["invocations"]:
+        notes.append(after_now_note(ahead))
     return "\n".join([*head, "", table_text, *notes])
+
+
+def after_now_note(ahead: dict) -> str:
+    """The spend a window ending now leaves out: charges dated after now."""
+    count = ahead["invocations"]
+    return (f"not in the window: {money(ahead['cost_nano_usd'], ahead['unknown_cost_invocations'])} in {count} "
+            f"charge{'s' if count != 1 else ''} dated after now (a machine's clock ahead of this one's?); "
+            f"`omg-ledger cost` without --since counts them, `--by run` shows whose")
 
 
 def undated_note(outside: dict, held_by: str = "window") -> str:

@@ -360,6 +360,34 @@ def test_undated_charge_counts_in_all_time_only(db_url, tmp_path):
     assert all_time["undated_outside_window"] is None  # all time holds them, in the total
 
 
+def test_a_window_ending_now_says_how_much_spend_is_dated_after_now(db_url, tmp_path):
+    """A run written on a machine whose clock runs ahead: its charge is in the all-time
+    total and in no window that ends now (--since without --until), which says so under
+    its total instead of leaving it out unsaid. A window with --until says nothing: it
+    ends where it was told to."""
+    home = tmp_path / "home"
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    one_charge_run(home, "20261129-130000.000000001-1", "2026-11-29T13:00:00.000000Z", 0.5)  # an hour after NOW
+    one_charge_run(home, "20261129-120000.000000001-1", "2026-11-29T12:00:00.000000Z", 0.125)  # at NOW: [since, now)
+    engine = ledger(db_url, home)
+    assert cost_report(engine, tz="UTC", now=NOW)["total"]["cost_nano_usd"] == nanos("0.875")
+    windowed = cost_report(engine, since="1d", tz="UTC", now=NOW)
+    assert windowed["total"]["cost_nano_usd"] == nanos("0.25")
+    ahead = windowed["after_now_outside_window"]
+    assert (ahead["cost_nano_usd"], ahead["invocations"]) == (nanos("0.625"), 2)
+    assert cost_report(engine, since="1d", until="2026-11-29T12:00:00Z", tz="UTC", now=NOW)[
+        "after_now_outside_window"] is None
+    assert cost_report(engine, tz="UTC", now=NOW)["after_now_outside_window"] is None
+
+    env = {"OMG_LEDGER_NOW": "2026-11-29T12:00:00Z", "COLUMNS": "200"}
+    text = CliRunner().invoke(main, ["cost", "--db", db_url, "--since", "1d"], env=env)
+    assert text.exit_code == 0, text.output
+    assert "not in the window: $0.6250 in 2 charges dated after now" in text.output
+    told = CliRunner().invoke(main, ["cost", "--db", db_url, "--since", "1d", "--until", "2026-11-29T12:00:00Z"],
+                              env=env)
+    assert "dated after now" not in told.output
+
+
 def test_a_window_says_how_much_undated_spend_it_leaves_out(db_url, tmp_path):
     # The run above (assess.json's $0.50, no stream) is also copied into a second home:
     # outside every window, and counted once however many copies there are.

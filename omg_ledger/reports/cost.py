@@ -7,7 +7,9 @@ Rules (each one is a test in tests/test_cost.py):
   neither, the window is all time and charges with no time (none normally) count too,
   as their own ``(undated)`` group when grouping by period. A report with a window
   says what such charges add up to in ``undated_outside_window`` (null for all time),
-  and the terminal table says it under the total, so no spend is left out unsaid.
+  and the terminal table says it under the total, so no spend is left out unsaid; a
+  window that ends at now says so of charges dated after now (a machine's clock ahead) in
+  ``after_now_outside_window`` (null when ``--until`` is given or for all time).
 * Money is summed in SQL as integer nano-dollars and only rounded for display. A
   group with unpriced invocations (``cost_unknown``, stored as NULL) has a lower-bound
   total: ``cost_is_lower_bound`` in JSON, ``≥ $12.40 +3 unpriced`` on a terminal.
@@ -341,18 +343,21 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     backend = backend_of(engine)
     labels = tuple(home_labels)
     with reading(engine) as reader:
-        def fetch(split: bool) -> tuple[list, list | None]:
+        def fetch(split: bool) -> tuple[list, list | None, list | None]:
             result = list(reader.dicts(*_query(by, win, labels, backend, split, graphs)))
             if by in PERIODS:
                 result = _split_straddling_buckets(reader, result, by, zone, win, labels, split, graphs)
-            return result, None if win.all_time else list(reader.dicts(*_undated_query(labels, split, graphs)))
+            undated = None if win.all_time else list(reader.dicts(*_undated_query(labels, split, graphs)))
+            after_now = list(reader.dicts(*_dated_from_query(win.until, labels, split, graphs))) if ends_now else None
+            return result, undated, after_now
 
+        ends_now = since is not None and not until  # (the window's end is now, not a time given)
         try:
-            result, undated = fetch(False)
+            result, undated, after_now = fetch(False)
         except Exception as exc:  # the driver's own error, inside the read transaction
             if "integer overflow" not in str(exc):
                 raise
-            result, undated = fetch(True)
+            result, undated, after_now = fetch(True)
 
     total = _zero()
     rows: dict[object, dict] = {}  # by a row's identity: its key as shown can be two groups' (row_identity)
@@ -409,6 +414,9 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     # Spend with no time (a run that left state.json or assess.json but no stream to date
     # it by) belongs to no window: said beside the total, never silently left out.
     report["undated_outside_window"] = None if undated is None else _finish(_sum_rows(undated))
+    # Dated after now, by a clock ahead of this machine's: in the all-time total, in no
+    # window that ends now.
+    report["after_now_outside_window"] = None if after_now is None else _finish(_sum_rows(after_now))
     if prices is not None:
         report["price_book"] = prices.describe()
     return report
@@ -455,6 +463,14 @@ def _undated_query(home_labels: tuple[str, ...], split: bool = False, graphs: tu
     params: dict = {}
     where = _conditions_sql(Window(None, None), home_labels, params, graphs=graphs)
     return f"SELECT {_measures(split)} FROM charges c WHERE c.at_us IS NULL AND {where}", params
+
+
+def _dated_from_query(moment: datetime, home_labels: tuple[str, ...], split: bool = False,
+                      graphs: tuple[str, ...] = ()) -> tuple[str, dict]:
+    """The charges dated at or after ``moment``, billed copies of the chosen homes and graphs only."""
+    params: dict = {}
+    where = _conditions_sql(Window(moment, None), home_labels, params, graphs=graphs)
+    return f"SELECT {_measures(split)} FROM charges c WHERE {where}", params
 
 
 # -- estimates (--estimate): unpriced charges priced from their tokens, kept apart ----
