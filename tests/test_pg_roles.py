@@ -182,6 +182,19 @@ def test_a_search_path_whose_current_schema_holds_no_ledger_never_writes_the_led
     assert dump(pg_url, cache_hints=True) == before
 
 
+def test_the_advice_to_put_a_later_schema_first_spells_its_name_as_a_search_path_must(pg_url):
+    """A ledger in a schema whose name needs quotes ("Old Books"), later on the search_path
+    than a schema holding none: the refusal's advice names it quoted, as it must be put on
+    the search_path (unquoted, `Old Books` is two names, and `old books` another schema)."""
+    _admin(pg_url, 'CREATE SCHEMA "Old Books"', "CREATE SCHEMA staging")
+    old_books = f"{pg_url}&options=-csearch_path%3D%22Old%5C%20Books%22"
+    assert _cli("sync", "--db", old_books, "--home", f"corpus={CORPUS_HOME}").returncode == 0
+    both = f"{pg_url}&options=-csearch_path%3Dstaging,%22Old%5C%20Books%22"
+    _assert_one_line(_cli("runs", "--db", both), 3,
+                     'but schema "Old Books", later on its search_path, does: put "Old Books" first',
+                     "make a new one in staging")
+
+
 # The migration lock every release took, for a ledger in any schema: one bigint key.
 OLD_MIGRATION_LOCK = 0x6F6D675F6C6472
 
