@@ -1310,7 +1310,8 @@ def audit(db, as_json, since, limit_specs, tz, estimate, prices_file, verbose, s
         if as_json:
             _emit_json(report)
         else:
-            _say_lines(render.audit_lines(report, verbose), colour=render.use_colour(_stdout()))
+            _say_lines(render.audit_lines(report, verbose, zone_named(tz) if tz else None),
+                       colour=render.use_colour(_stdout()))
     sys.exit(EXIT_ATTENTION if report["needs_attention"] else 0)
 
 

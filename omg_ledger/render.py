@@ -560,26 +560,27 @@ def _newest_note(rows, lines: Iterable[str]) -> Iterator[str]:
     yield from lines
 
 
-def audit_text(report: dict, verbose: bool = False) -> str:
-    return "\n".join(audit_lines(report, verbose))
+def audit_text(report: dict, verbose: bool = False, zone=None) -> str:
+    return "\n".join(audit_lines(report, verbose, zone))
 
 
-def audit_lines(report: dict, verbose: bool = False) -> Iterator[str]:
+def audit_lines(report: dict, verbose: bool = False, zone=None) -> Iterator[str]:
     """The verdict line first, then spend-limit breaches, then each section, one line at
     a time (a section may be read while it is rendered: reports.audit.audit_streamed). The
-    runs whose passes are all unverified are listed only when ``verbose`` (counted always)."""
+    runs whose passes are all unverified are listed only when ``verbose`` (counted always).
+    Times are shown in ``zone`` (--tz), as in every table; the JSON keeps them in UTC."""
     limits = report.get("limits")
     verdict = ("NEEDS ATTENTION: " + "; ".join(report["attention"])) if report["needs_attention"] \
         else "nothing needs attention"
     yield verdict  # first, for a cron mail's reader
     yield from limits["breaches"] if limits else []
-    yield ("audit " + (f"since {report['since']}" if report["since"] else "of all runs")
+    yield ("audit " + (f"since {when(report['since'], zone)}" if report["since"] else "of all runs")
            + " (ABANDONED and PAUSED runs: every one now, however old)")
     if report.get("synced_since"):
-        yield from _section(f"HOMES NOT SYNCED SINCE {when(report['synced_since'])} (what the ledger says of "
+        yield from _section(f"HOMES NOT SYNCED SINCE {when(report['synced_since'], zone)} (what the ledger says of "
                             f"them may be behind)", [
             f"  {safe(h['label'])}  {safe(h['path'])}: "
-            + (f"last synced {when(h['last_synced_at'])}" if h["last_synced_at"] else "no sync completed")
+            + (f"last synced {when(h['last_synced_at'], zone)}" if h["last_synced_at"] else "no sync completed")
             for h in report["stale_homes"]], "none")
     prov = report["provenance"]
     mix = ", ".join(f"{safe(k)} {v}" for k, v in prov["mix"].items())

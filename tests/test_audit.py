@@ -481,3 +481,18 @@ def test_since_counts_each_unpriced_invocation_at_its_own_time_as_cost_does(db_u
         cost = json.loads(CliRunner().invoke(main, ["cost", *args], env=env).output)["total"]
         assert audit["total"] == cost["unknown_cost_invocations"] == 1
         assert audit["estimate"]["estimated_invocations"] + audit["estimate"]["unestimated_invocations"] == 1
+
+
+def test_the_text_shows_its_window_in_tz_as_every_table_does(corpus_audit, db_url):
+    """`audit --since 2d --tz Europe/Berlin` read the window in Berlin and wrote it in UTC
+    with microseconds; the text now writes its times as every table does (the JSON keeps
+    UTC). 2026-11-30T12:00Z less two days is 2026-11-28 12:00Z, 13:00 in Berlin (CET, +1)."""
+    env = {"OMG_LEDGER_NOW": "2026-11-30T12:00:00Z"}
+    args = ["audit", "--db", db_url, "--since", "2d", "--stale-after", "1h"]
+    berlin = CliRunner().invoke(main, [*args, "--tz", "Europe/Berlin"], env=env).output.splitlines()
+    assert berlin[1].startswith("audit since 2026-11-28 13:00:00.000+0100 ")
+    assert any(line.startswith("HOMES NOT SYNCED SINCE 2026-11-30 12:00:00.000+0100 ") for line in berlin)
+    utc = CliRunner().invoke(main, args, env={**env, "TZ": "UTC"}).output.splitlines()
+    assert utc[1].startswith("audit since 2026-11-28 12:00:00.000Z ")
+    as_json = json.loads(CliRunner().invoke(main, [*args, "--tz", "Europe/Berlin", "--json"], env=env).output)
+    assert as_json["since"] == "2026-11-28T12:00:00.000000Z"
