@@ -6,6 +6,7 @@ schema stops reading *before* it, so a newer omg-ledger can resume at that byte.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -17,8 +18,8 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "check_event", "engine_fields", "load_line",
-           "parse_stream_line", "stored_fields"]
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "as_go_decodes", "check_event", "engine_fields",
+           "load_line", "parse_stream_line", "read_line", "stored_fields"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -106,7 +107,7 @@ def parse_stream_line(line: bytes, line_no: int, offset: int, run_id: str | None
     line naming another run than ``run_id``, its directory's), or a line of a newer
     schema that pauses reading before it."""
     try:
-        data = load_line(line)
+        data, line = read_line(line)
     except orjson.JSONDecodeError as exc:
         return Rejected(f"not JSON: {exc}")
     # (A run_id the fast path passed is a string; an absent one names no other run.)
@@ -131,17 +132,52 @@ def _replace_lone_surrogate(match: re.Match[bytes]) -> bytes:
     return b"\\ufffd" if len(escape) == 6 else escape
 
 
+def _each_invalid_byte_u_fffd(error: UnicodeError) -> tuple[str, int]:
+    # Go's utf8.DecodeRune answers (RuneError, 1) at a byte that does not begin valid
+    # UTF-8, so encoding/json's unquote makes that one byte U+FFFD and goes on at the next.
+    # (Python's "replace" makes one U+FFFD of a cut sequence: b"\xe2\x82" is one, Go's two.)
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    return "\ufffd", error.start + 1
+
+
+_GO_UTF8 = "omg-ledger-go-utf8"
+codecs.register_error(_GO_UTF8, _each_invalid_byte_u_fffd)
+
+
+def as_go_decodes(data: bytes) -> str:
+    """``data`` as text, each byte that is not part of valid UTF-8 U+FFFD: what Go's
+    encoding/json makes of a string's bytes (decode.go unquoteBytes, "Coerce to well-formed
+    UTF-8"). Outside a string such a byte is a syntax error to Go, and U+FFFD is one to
+    any JSON parser, so parsing this text answers as Go does."""
+    return data.decode("utf-8", _GO_UTF8)
+
+
+def read_line(line: bytes) -> tuple[object, bytes]:
+    """(a stream line parsed as the engine's decoder reads it, the bytes it was parsed
+    from). Nearly always ``line`` itself; when orjson refuses it, the line is read again
+    as encoding/json reads it: a byte that is not part of valid UTF-8 is U+FFFD (the bytes
+    returned are the line so decoded), and a \\u escape of a lone UTF-16 surrogate (not
+    half of a pair) is U+FFFD. Raises orjson.JSONDecodeError for a line that is not JSON."""
+    try:
+        return orjson.loads(line), line
+    except orjson.JSONDecodeError:
+        text = as_go_decodes(line).encode("utf-8")
+        escaped = _ESCAPE.sub(_replace_lone_surrogate, text)
+        if escaped == line:
+            raise  # neither: a line that is not JSON to the engine either
+    return orjson.loads(escaped), text
+
+
 def load_line(line: bytes | str) -> object:
-    """A stream line parsed as the engine's decoder reads it: a \\u escape of a lone UTF-16
-    surrogate (not half of a pair) is U+FFFD, as encoding/json decodes it (orjson refuses
-    the line). Raises orjson.JSONDecodeError for a line that is not JSON."""
+    """A stream line (or a stored one) parsed as the engine's decoder reads it (read_line).
+    Raises orjson.JSONDecodeError for a line that is not JSON."""
+    if isinstance(line, bytes):
+        return read_line(line)[0]
     try:
         return orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        if "surrogate" not in str(exc):
-            raise
-    data = line.encode("utf-8") if isinstance(line, str) else line
-    return orjson.loads(_ESCAPE.sub(_replace_lone_surrogate, data))
+    except orjson.JSONDecodeError:
+        return read_line(line.encode("utf-8"))[0]
 
 
 def engine_fields(data: dict) -> dict:

@@ -317,7 +317,7 @@ events = Table(
     Column("ts", TEXT),
     Column("event", TEXT),
     Column("node_id", TEXT),
-    Column("raw", TEXT, nullable=False),  # the line exactly as written (unknown fields kept)
+    Column("raw", TEXT, nullable=False),  # the line as written (unknown fields kept; bytes not UTF-8 as U+FFFD)
 )
 
 # The directory change cache of a run: its own mtimes and ctimes (a new .out, a renamed
@@ -752,7 +752,8 @@ DOCS: dict[str, dict[str, str]] = {
         "ts": "The event's time as written (a NUL, JSON \\u0000, as U+FFFD: raw holds it as written).",
         "event": "The event name (run_started, node_passed, …).",
         "node_id": "The node the event is about, when any, as nodes.node_id spells it (a NUL as U+FFFD).",
-        "raw": "The line exactly as written (unknown fields kept).",
+        "raw": "The line as written (unknown fields kept; a byte that is not UTF-8, inside a string, as "
+               "U+FFFD, as the engine decodes it).",
     },
     "ingest_state": {
         "": "A run directory's own mtimes and ctimes: only what lets an unchanged directory cost a few stat calls.",

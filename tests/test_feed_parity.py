@@ -14,9 +14,13 @@ engine's reading of the bytes, worked out by hand from the Go source cited besid
 
 from __future__ import annotations
 
+import json
+
+from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from omg_ledger import derive, schema
+from omg_ledger.cli import main
 from omg_ledger.db import open_ledger, write_transaction
 from omg_ledger.reports.runs import show_run
 from omg_ledger.sync import Home, rebuild, sync
@@ -321,3 +325,135 @@ def test_a_ledger_whose_older_rules_refused_a_line_or_a_snapshot_reads_them_afte
     assert ours == theirs, diff(theirs, ours)
     older.dispose()
     cold.dispose()
+
+
+def _cli(*args: str) -> dict | list:
+    result = CliRunner().invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _with_bytes(run_dir, marks: dict[str, bytes]) -> None:
+    """The run's stream with each mark (a JSON string's content) replaced by raw bytes."""
+    stream = run_dir / "events.jsonl"
+    data = stream.read_bytes()
+    for mark, written in marks.items():
+        assert data.count(mark.encode()) == 1
+        data = data.replace(mark.encode(), written)
+    stream.write_bytes(data)
+
+
+def test_bytes_that_are_not_utf8_in_a_string_are_u_fffd_as_in_the_engine(db_url, tmp_path):
+    """encoding/json takes any byte inside a string (scanner.go stateInString refuses only
+    control characters) and unquote coerces what is not UTF-8: utf8.DecodeRune answers
+    (RuneError, 1) at such a byte, so each one is U+FFFD (decode.go unquoteBytes, "Coerce to
+    well-formed UTF-8"). Walk keeps the line (reader.go:82-84) and ReadAccounting counts its
+    cost; a byte outside a string is a syntax error to it, the line skipped."""
+    home = tmp_path / "home"
+    run_id, broken = "20261129-100000.000000013-1", "20261129-100000.000000014-1"
+    run_dir = write_run(home, run_id, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.5, provenance="exit-only", detail="@1@"),
+        ev("run_finished", 3, outcome="passed", detail="@2@"),
+    ], state={"graph": graph("a"), "nodes": {"a": {"verdict": "PASS", "cost_usd": 0.5}}}, lock=MARKED_FREE_LOCK)
+    # A 3-byte sequence cut after two bytes is two U+FFFD (Python's "replace" makes one).
+    _with_bytes(run_dir, {"@1@": b"cut \xe2\x82 here", "@2@": b"\xff\xfe\xc3"})
+    broken_dir = write_run(home, broken, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.25, detail="x"),
+    ], lock=MARKED_FREE_LOCK)
+    stream = broken_dir / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+    stream.write_bytes(lines[0] + lines[1] + lines[2][:-2] + b"\xff}\n")  # after the last value
+    bad_offset = len(lines[0]) + len(lines[1])
+
+    db = db_url
+    report = _cli("sync", "--db", db, "--home", f"h={home}")
+    assert [(p["path"], p["offset"]) for p in report["problems"]] == [(str(stream), bad_offset)]
+    run = _cli("show", "--db", db, run_id)
+    # Closed leg, every node PASS (runstatus.go:217-218); the $0.50 on the node_passed line.
+    assert (run["status"], run["cost_nano_usd"]) == ("PASS", N // 2)
+    assert [node["detail"] for node in run["nodes"]] == ["cut \ufffd\ufffd here"]
+    assert run["legs"][-1]["detail"] == "\ufffd\ufffd\ufffd"
+    assert _cli("show", "--db", db, broken)["cost_nano_usd"] == 0  # its one paid line skipped
+    engine = open_ledger(db_url)
+    try:
+        ev_c = schema.events.c
+        with engine.connect() as conn:
+            stored = conn.execute(select(ev_c.raw).where(ev_c.line_no == 3, ev_c.raw.contains("cut"))).scalar_one()
+        # events.raw: the line as the engine decodes its bytes (a TEXT column holds no other).
+        assert stored == (run_dir / "events.jsonl").read_bytes().splitlines()[2].replace(
+            b"\xe2\x82", "\ufffd\ufffd".encode()).decode()
+        rebuild(engine)  # the stored line read again: the same
+        assert show_run(engine, run_id)["nodes"][0]["detail"] == "cut \ufffd\ufffd here"
+        assert show_run(engine, run_id)["cost_nano_usd"] == N // 2
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_whose_older_rules_refused_bytes_that_are_not_utf8_counts_them_after_the_bump(
+        db_url, tmp_path, monkeypatch):
+    """A ledger synced by rules that refused a line holding bytes that are not UTF-8 in a
+    string (orjson's "str is not valid UTF-8") never stored it, and left a problem on the
+    stream: after the bump the next sync reads the stream again, stores the line as the
+    engine decodes it, counts its money, resolves the problem, and equals a cold sync."""
+    import orjson
+
+    from omg_ledger import ingest
+    from omg_ledger.tail import Rejected
+
+    from .ledger_dump import diff, dump
+
+    home = tmp_path / "home"
+    run_id = "20261129-100000.000000015-1"
+    run_dir = write_run(home, run_id, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_failed", 2, node_id="a", verdict="FAIL", cost_usd=0.125, detail="@1@"),
+        ev("node_retried", 3, node_id="a", retries=1),
+        ev("node_started", 4, node_id="a"),
+        ev("node_passed", 5, node_id="a", verdict="PASS", cost_usd=0.5, provenance="exit-only"),
+        ev("run_finished", 6, outcome="passed", detail="@2@"),
+    ], lock=MARKED_FREE_LOCK)
+    _with_bytes(run_dir, {"@1@": b"stderr: \xc3(", "@2@": b"\xe2\x82"})
+    stream = run_dir / "events.jsonl"
+    lines = stream.read_bytes().splitlines(keepends=True)
+
+    def refusing(line: bytes, *args):  # the release's reading: orjson's refusal of the bytes
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            try:
+                orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                return Rejected(f"not JSON: {exc}")
+        return parse(line, *args)
+
+    parse = ingest.parse_stream_line
+    with monkeypatch.context() as rules:
+        rules.setattr(ingest, "parse_stream_line", refusing)
+        rules.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION - 1)
+        before = _cli("sync", "--db", db_url, "--home", f"h={home}")
+        # The node_failed line and the run_finished refused: $0.50 of $0.625, the leg open.
+        assert [p["offset"] for p in before["problems"]] == [len(b"".join(lines[:2])), len(b"".join(lines[:6]))]
+        run = _cli("show", "--db", db_url, run_id)
+        assert (run["status"], run["cost_nano_usd"]) == ("ABANDONED", N // 2)
+
+    after = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert (after["runs_changed"], after["runs_rederived"], after["problems"]) == (1, 0, [])
+    run = _cli("show", "--db", db_url, run_id)
+    # The leg closed, no snapshot: FAIL (runstatus.go Derive: PASS needs a snapshot whose every
+    # node completed); $0.125 + $0.50, as ReadAccounting sums the lines (reader.go:31-43).
+    assert (run["status"], run["cost_nano_usd"]) == ("FAIL", 5 * N // 8)
+    assert run["legs"][-1]["detail"] == "\ufffd\ufffd"
+    assert _cli("problems", "--db", db_url) == []
+    older = open_ledger(db_url)
+    cold = open_ledger(str(tmp_path / "cold.sqlite"))
+    try:
+        sync(cold, [Home.from_path(str(home), "h")], workers=0)
+        theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
+        for data in (theirs, ours):
+            data.pop("problems")  # a log: the older rules' problems stay there, resolved
+        assert ours == theirs, diff(theirs, ours)
+    finally:
+        older.dispose()
+        cold.dispose()

@@ -102,8 +102,7 @@ BAD_LINES: dict[str, bytes] = {
     "deep-nesting-with-duplicate": raw(PREFIX + ',"x":' + '{"k":' * 1010 + "1" + "}" * 1010 + ',"x":1}'),
     "line-over-1-mib": raw(PREFIX + ',"detail":"' + "x" * (MAX_LINE_BYTES + 10) + '"}'),
     "line-over-2-mib": raw(PREFIX + ',"detail":"' + "y" * (2 * MAX_LINE_BYTES + 10) + '"}'),
-    "invalid-utf8": raw(PREFIX.encode() + b',"detail":"\xff\xfe\xc3"}'),
-    "overlong-utf8": raw(PREFIX.encode() + b',"detail":"\xc0\xaf"}'),
+    "invalid-utf8-outside-a-string": raw(PREFIX.encode() + b',"detail":"x"\xff}'),
     "nul-byte": raw(PREFIX.encode() + b',"detail":"a\x00b"}'),
     "nul-outside-string": raw(PREFIX.encode() + b"\x00}"),
     "trailing-garbage": raw(PREFIX + "}}"),
@@ -141,6 +140,10 @@ def stream_cases() -> list[Case]:
     # A lone surrogate escape is U+FFFD, as the engine's decoder reads it (test_feed_parity.py).
     cases.append(Case("lone-surrogate-escape", b"".join(GOOD_HEAD) + raw(
         PREFIX + ',"verdict":"PASS","cost_usd":0.5,"detail":"\\ud800"}') + GOOD_TAIL[1], 4))
+    # A byte that is not UTF-8 in a string is U+FFFD, as the engine's decoder reads it (test_feed_parity.py).
+    for name, written in (("invalid-utf8", b"\xff\xfe\xc3"), ("overlong-utf8", b"\xc0\xaf")):
+        cases.append(Case(name, b"".join(GOOD_HEAD) + raw(
+            PREFIX.encode() + b',"verdict":"PASS","cost_usd":0.5,"detail":"' + written + b'"}') + GOOD_TAIL[1], 4))
     cases.append(Case("control-chars-escaped", b"".join(GOOD_HEAD) + line(
         "node_passed", node_id="a", verdict="PASS", cost_usd=0.5, detail="\u001b[31mred\u0007\u009b") + GOOD_TAIL[1], 4))
     # Nested deeper than Python's recursion limit but within JSON's: a valid event (an
@@ -858,8 +861,8 @@ def _check_chunk(lines, mutated, chunk):
             continue
         if offset in events:
             # Accepted: then it must really be a JSON object with the basic fields (as the
-            # engine reads its keys: in any case).
-            parsed = json.loads(ln)
+            # engine reads its keys: in any case, and a byte that is not UTF-8 as U+FFFD).
+            parsed = json.loads(ln.decode("utf-8", "replace"))
             assert isinstance(parsed, dict)
             fields = engine_fields(parsed)
             assert isinstance(fields.get("schema"), int) and isinstance(fields.get("event"), str)

@@ -233,6 +233,50 @@ def test_a_lone_surrogate_escape_is_u_fffd(escaped, text):
     assert event.raw == line.decode()  # the line as written
 
 
+_LINE_HEAD = b'{"schema":3,"ts":"' + TS.encode() + b'","event":"node_failed","node_id":"a","cost_usd":0.5'
+
+
+@pytest.mark.parametrize(("written", "text", "kept"), [
+    # Go's utf8.DecodeRune answers (RuneError, 1) at each byte that does not begin a valid
+    # sequence (a lead byte that is none, a sequence cut short, an overlong form, a surrogate,
+    # past U+10FFFF), and unquote writes U+FFFD for it and goes on at the next byte.
+    (b"\xff", "\ufffd", "\ufffd"),
+    (b"a\xfe\xffb", "a\ufffd\ufffdb", "a\ufffd\ufffdb"),
+    (b"\xe2\x82", "\ufffd\ufffd", "\ufffd\ufffd"),  # cut after two of three: two (Python's "replace": one)
+    (b"\xf0\x9f\x98!", "\ufffd\ufffd\ufffd!", "\ufffd\ufffd\ufffd!"),  # cut after three of four
+    (b"\xc0\xaf", "\ufffd\ufffd", "\ufffd\ufffd"),  # '/' overlong: C0 begins nothing
+    (b"\xed\xa0\x80", "\ufffd" * 3, "\ufffd" * 3),  # U+D800 encoded: ED takes 80-9F
+    (b"\xf4\x90\x80\x80", "\ufffd" * 4, "\ufffd" * 4),  # past U+10FFFF: F4 takes 80-8F
+    (b"\xf0\x9f\x98\x80\xff", "\U0001f600\ufffd", "\U0001f600\ufffd"),  # a valid rune stays
+    (b"\xef\xbf\xbd", "\ufffd", "\ufffd"),  # U+FFFD itself, written: one
+    (rb"\ud800" + b"\xff", "\ufffd\ufffd", "\\ud800\ufffd"),  # beside a lone surrogate escape
+])
+def test_bytes_that_are_not_utf8_in_a_string_are_u_fffd(written, text, kept):
+    line = _LINE_HEAD + b',"detail":"' + written + b'"}'
+    event = parsed(line)
+    assert isinstance(event, Event) and (event.data["detail"], event.data["cost_usd"]) == (text, 0.5)
+    # events.raw: the line as the engine decodes its bytes (TEXT holds nothing else).
+    assert event.raw == _LINE_HEAD.decode() + ',"detail":"' + kept + '"}'
+
+
+def test_a_key_holding_bytes_that_are_not_utf8_names_no_field():
+    # "cost_usd\xff" unquotes to "cost_usd\ufffd", which no field is (nor any folding of one).
+    event = parsed(_LINE_HEAD[:-len(b',"cost_usd":0.5')] + b',"cost_usd\xff":0.5}')
+    assert isinstance(event, Event) and "cost_usd" not in event.data
+    assert event.data["cost_usd\ufffd"] == 0.5
+
+
+@pytest.mark.parametrize("line", [
+    _LINE_HEAD + b"\xff}",  # outside a string: the scanner's invalid character
+    _LINE_HEAD + b',"detail":\xff"x"}',
+    _LINE_HEAD + b',"detail":"\\\xff"}',  # an escape of it: unquote refuses it
+    _LINE_HEAD + b',"detail":"\xff\x01"}',  # a control character beside it
+    _LINE_HEAD + b',"detail":"\xff}',  # the string never closed
+])
+def test_a_line_holding_such_bytes_that_is_not_json_to_the_engine_is_a_bad_line(line):
+    assert isinstance(parsed(line), Rejected)
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_bad_fields_keep_their_reason(name):
     line, reason = REFUSED[name]
