@@ -181,7 +181,9 @@ def read_snapshot_file(path: str, name: str, info: os.stat_result,
     problem = None
     parsed = None
     error = None
-    text = small.content.decode("utf-8", "replace")
+    # The text derivation parses again: a byte that is not UTF-8 is U+FFFD, as state.json's
+    # parser reads it (the other files holding one are refused, their text never parsed).
+    text = feed.as_go_decodes(small.content)
     try:
         parsed = PARSERS[name](small.content)
     except BadSnapshot as exc:

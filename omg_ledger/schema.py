@@ -809,7 +809,7 @@ DOCS: dict[str, dict[str, str]] = {
         "name": "File name.",
         **{k: _STREAM_IDENTITY[k] for k in ("dev", "inode", "size", "mtime_ns")},
         "sha256": "SHA-256 of the content.",
-        "content": "The file's content.",
+        "content": "The file's content (a byte that is not UTF-8 as U+FFFD, as the engine decodes it).",
         "error": "Why the file could not be used: unreadable, not JSON, wrong shape.",
         "ctime_ns": "Status-change time (epoch ns) when last read: no user can set it back, so an in-place "
                     "rewrite shows (NULL: read before omg-ledger kept it; read again at the next sync).",

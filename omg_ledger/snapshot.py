@@ -24,6 +24,7 @@ from .feed import (
     TOKEN_FIELDS,
     TOKEN_SET,
     TOO_DEEP,
+    as_go_decodes,
     duplicate_key,
     written_as_serialized,
 )
@@ -98,11 +99,21 @@ class BadSnapshot(ValueError):
     pass
 
 
-def parse_json_object(content: bytes, name: str) -> dict:
+def parse_json_object(content: bytes, name: str, as_go_reads: bool = False) -> dict:
+    """``content`` parsed into an object. ``as_go_reads``: a byte that is not UTF-8 inside a
+    string is U+FFFD, as encoding/json coerces it (feed.as_go_decodes), for a file the
+    engine reads with it; otherwise such a file is not JSON, as orjson has it."""
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
-        raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
+        text = as_go_decodes(content).encode("utf-8") if as_go_reads else content
+        if text == content:
+            raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
+        content = text
+        try:
+            data = orjson.loads(content)
+        except orjson.JSONDecodeError as again:
+            raise BadSnapshot(f"{name} is not JSON: {again}") from again
     # The engine writes its files as orjson does, indented by two: then the document
     # re-serialises (so it is not too deep) and holds no key twice, settled in C.
     if type(data) is dict and written_as_serialized(
@@ -166,8 +177,9 @@ def snapshot_names_another_run(snapshot: dict | None, run_id: str) -> bool:
 
 
 def parse_state(content: bytes) -> dict:
-    """Validate state.json's shape wherever the ledger derives from it."""
-    data = parse_json_object(content, "state.json")
+    """Validate state.json's shape wherever the ledger derives from it. The engine reads it
+    with encoding/json (runstate.Load): a byte that is not UTF-8 in a string is U+FFFD."""
+    data = parse_json_object(content, "state.json", as_go_reads=True)
     schema = data.get("schema")
     if not _int(schema):
         raise BadSnapshot(f"state.json has no valid schema: {shown(schema)}")

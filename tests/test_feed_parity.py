@@ -333,14 +333,14 @@ def _cli(*args: str) -> dict | list:
     return json.loads(result.stdout)
 
 
-def _with_bytes(run_dir, marks: dict[str, bytes]) -> None:
-    """The run's stream with each mark (a JSON string's content) replaced by raw bytes."""
-    stream = run_dir / "events.jsonl"
-    data = stream.read_bytes()
+def _with_bytes(run_dir, marks: dict[str, bytes], name: str = "events.jsonl") -> None:
+    """The run's file with each mark (a JSON string's content) replaced by raw bytes."""
+    path = run_dir / name
+    data = path.read_bytes()
     for mark, written in marks.items():
         assert data.count(mark.encode()) == 1
         data = data.replace(mark.encode(), written)
-    stream.write_bytes(data)
+    path.write_bytes(data)
 
 
 def test_bytes_that_are_not_utf8_in_a_string_are_u_fffd_as_in_the_engine(db_url, tmp_path):
@@ -445,6 +445,105 @@ def test_a_ledger_whose_older_rules_refused_bytes_that_are_not_utf8_counts_them_
     # node completed); $0.125 + $0.50, as ReadAccounting sums the lines (reader.go:31-43).
     assert (run["status"], run["cost_nano_usd"]) == ("FAIL", 5 * N // 8)
     assert run["legs"][-1]["detail"] == "\ufffd\ufffd"
+    assert _cli("problems", "--db", db_url) == []
+    older = open_ledger(db_url)
+    cold = open_ledger(str(tmp_path / "cold.sqlite"))
+    try:
+        sync(cold, [Home.from_path(str(home), "h")], workers=0)
+        theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
+        for data in (theirs, ours):
+            data.pop("problems")  # a log: the older rules' problems stay there, resolved
+        assert ours == theirs, diff(theirs, ours)
+    finally:
+        older.dispose()
+        cold.dispose()
+
+
+def _state_with_bytes_that_are_not_utf8(home) -> tuple[str, str]:
+    """Two runs whose state.json holds bytes that are not UTF-8 inside strings: one with its
+    stream, one without (its money is the snapshot's). (run ids)"""
+    streamed, stream_less = "20261129-100000.000000016-1", "20261129-100000.000000017-1"
+    state = {"graph": graph("a"), "goal": {"text": "@1@", "cycle": 1},
+             "nodes": {"a": {"verdict": "PASS", "cost_usd": 0.5, "detail": "@2@"}}}
+    run_dir = write_run(home, streamed, [
+        ev("run_started", 0), ev("node_started", 1, node_id="a"),
+        ev("node_passed", 2, node_id="a", verdict="PASS", cost_usd=0.5, provenance="exit-only"),
+        ev("run_finished", 3, outcome="passed"),
+    ], state=state, lock=MARKED_FREE_LOCK)
+    _with_bytes(run_dir, {"@1@": b"caf\xe9", "@2@": b"cut \xe2\x82"}, "state.json")
+    run_dir = write_run(home, stream_less, state={**state, "planning_cost_usd": 0.25})
+    _with_bytes(run_dir, {"@1@": b"caf\xe9", "@2@": b"cut \xe2\x82"}, "state.json")
+    return streamed, stream_less
+
+
+def test_bytes_that_are_not_utf8_in_a_state_json_string_are_u_fffd_as_in_the_engine(db_url, tmp_path):
+    """The engine reads state.json with encoding/json too (runstate.Load, runstate.go:610-623):
+    a byte that is not UTF-8 inside a string is U+FFFD, and `runs list` uses the snapshot
+    (runs.go:249-300). Outside a string it is a syntax error, the snapshot refused."""
+    home = tmp_path / "home"
+    streamed, stream_less = _state_with_bytes_that_are_not_utf8(home)
+    report = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert report["problems"] == []
+    run = _cli("show", "--db", db_url, streamed)
+    # Closed leg, the snapshot's every node PASS: PASS (runstatus.go Derive); the $0.50 line.
+    assert (run["status"], run["cost_nano_usd"], run["has_snapshot"]) == ("PASS", N // 2, True)
+    # No stream: the snapshot's money, planning $0.25 + node a's $0.50 (runs.go:270-282).
+    run = _cli("show", "--db", db_url, stream_less)
+    assert (run["status"], run["cost_nano_usd"], run["has_snapshot"]) == ("PASS", 3 * N // 4, True)
+    assert [node["detail"] for node in run["nodes"]] == ["cut \ufffd\ufffd"]
+    engine = open_ledger(db_url)
+    try:
+        files = schema.snapshot_files.c
+        with engine.connect() as conn:
+            contents = conn.execute(select(files.content).where(files.name == "state.json")).scalars().all()
+        # The text stored, and derived from again, is the file as the engine decodes it.
+        assert [text.count('"caf\ufffd"') + text.count('"cut \ufffd\ufffd"') for text in contents] == [2, 2]
+        rebuild(engine)
+        assert show_run(engine, stream_less)["cost_nano_usd"] == 3 * N // 4
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_whose_older_rules_refused_a_state_json_not_utf8_reads_it_after_the_bump(
+        db_url, tmp_path, monkeypatch):
+    """A ledger synced by rules that refused a state.json holding bytes that are not UTF-8
+    in a string stored it as an error (its text decoded with Python's "replace"): after the
+    bump the next sync reads the file again, the snapshot's money counts, the problems
+    resolve, and the ledger equals a cold sync."""
+    import orjson
+
+    from omg_ledger import feed, snapshot
+    from omg_ledger.snapshot import BadSnapshot
+
+    from .ledger_dump import diff, dump
+
+    home = tmp_path / "home"
+    streamed, stream_less = _state_with_bytes_that_are_not_utf8(home)
+    parse = snapshot.PARSERS["state.json"]
+
+    def refusing(content: bytes) -> dict:  # the release's reading: orjson's refusal of the bytes
+        try:
+            orjson.loads(content)
+        except orjson.JSONDecodeError as exc:
+            raise BadSnapshot(f"state.json is not JSON: {exc}") from exc
+        return parse(content)
+
+    with monkeypatch.context() as rules:
+        rules.setitem(snapshot.PARSERS, "state.json", refusing)
+        rules.setattr(feed, "as_go_decodes", lambda data: data.decode("utf-8", "replace"))
+        rules.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION - 1)
+        before = _cli("sync", "--db", db_url, "--home", f"h={home}")
+        assert len(before["problems"]) == 2
+        # Stored without a snapshot, and no money at all for the copy without a stream.
+        assert _cli("show", "--db", db_url, streamed)["has_snapshot"] is False
+        run = _cli("show", "--db", db_url, stream_less)
+        assert (run["has_snapshot"], run["cost_nano_usd"]) == (False, 0)
+
+    after = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert (after["runs_changed"], after["runs_rederived"], after["problems"]) == (2, 0, [])
+    assert _cli("show", "--db", db_url, streamed)["status"] == "PASS"
+    run = _cli("show", "--db", db_url, stream_less)
+    assert (run["status"], run["cost_nano_usd"]) == ("PASS", 3 * N // 4)  # planning $0.25 + node a's $0.50
     assert _cli("problems", "--db", db_url) == []
     older = open_ledger(db_url)
     cold = open_ledger(str(tmp_path / "cold.sqlite"))

@@ -209,7 +209,8 @@ BAD_FILES: dict[str, tuple[str, bytes]] = {
     "state-graph-not-object": ("state.json", _state(_set(["graph"], "a graph"))),
     "state-graph-nodes-not-list": ("state.json", _state(_set(["graph", "nodes"], "abc"))),
     "state-graph-node-without-id": ("state.json", _state(_set(["graph", "nodes"], [{"name": "x"}, 3]))),
-    "state-invalid-utf8": ("state.json", GOOD_STATE[:20] + b"\xff\xfe" + GOOD_STATE[20:]),
+    # Outside a string (inside one, such bytes are U+FFFD, as the engine reads them: test_feed_parity.py).
+    "state-invalid-utf8-outside-a-string": ("state.json", GOOD_STATE.replace(b'"run_id"', b'\xff\xfe"run_id"', 1)),
     "state-nul-byte": ("state.json", GOOD_STATE[:20] + b"\x00" + GOOD_STATE[20:]),
     "state-deep-nesting": ("state.json", b'{"schema":3,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     "assess-not-json": ("assess.json", b"nope"),

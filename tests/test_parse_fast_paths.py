@@ -505,6 +505,24 @@ def test_other_spellings_of_a_state_give_the_same_document():
         assert parse_state(content) == data
 
 
+def test_a_state_with_bytes_that_are_not_utf8_in_a_string_reads_them_as_u_fffd():
+    # runstate.Load decodes with encoding/json: each such byte in a string is U+FFFD (a key
+    # too), one per byte; outside a string it is a syntax error.
+    _, data = corpus_state()
+    node_id = next(iter(data["nodes"]))
+    data = {**data, "note": "@1@", "nodes": {**data["nodes"], "@2@": {"verdict": "PASS"}}}
+    content = indented(data).replace(b"@1@", b"caf\xe9 \xe2\x82").replace(b"@2@", b"n\xff")
+    parsed = parse_state(content)
+    assert parsed["note"] == "caf\ufffd \ufffd\ufffd"
+    assert parsed["nodes"]["n\ufffd"] == {"verdict": "PASS"} and node_id in parsed["nodes"]
+    with pytest.raises(BadSnapshot, match="^state.json is not JSON: "):
+        parse_state(content.replace(b'"note"', b'\xff"note"'))
+    # assess.json: the engine never reads it (it only writes it, as valid UTF-8): such a
+    # byte there is damage, as before.
+    with pytest.raises(BadSnapshot, match="^assess.json is not JSON: "):
+        snapshot.parse_assess(b'{"goal_met":true,"assess_cost_usd":0.1,"remaining":"caf\xe9"}')
+
+
 def test_a_state_too_deep_to_write_back_is_refused_as_before():
     nested = b'{"k":' * 300 + b"1" + b"}" * 300
     with pytest.raises(BadSnapshot) as caught:
