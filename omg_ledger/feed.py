@@ -18,7 +18,7 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "as_go_decodes", "check_event", "engine_fields",
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "as_go_decodes", "as_go_reads", "check_event", "engine_fields",
            "load_line", "parse_stream_line", "read_line", "stored_fields"]
 
 SUPPORTED_SCHEMA = 3
@@ -153,17 +153,24 @@ def as_go_decodes(data: bytes) -> str:
     return data.decode("utf-8", _GO_UTF8)
 
 
+def as_go_reads(data: bytes) -> tuple[bytes, bytes]:
+    """(``data`` decoded as encoding/json decodes it — each byte that is not part of valid
+    UTF-8 U+FFFD —, that text with each \\u escape of a lone UTF-16 surrogate, not half of
+    a pair, as \\ufffd): the text to keep, and the text that parses as Go reads ``data``
+    (orjson refuses both kinds). Both are ``data`` itself where it holds neither."""
+    text = as_go_decodes(data).encode("utf-8")
+    return text, _ESCAPE.sub(_replace_lone_surrogate, text)
+
+
 def read_line(line: bytes) -> tuple[object, bytes]:
     """(a stream line parsed as the engine's decoder reads it, the bytes it was parsed
     from). Nearly always ``line`` itself; when orjson refuses it, the line is read again
-    as encoding/json reads it: a byte that is not part of valid UTF-8 is U+FFFD (the bytes
-    returned are the line so decoded), and a \\u escape of a lone UTF-16 surrogate (not
-    half of a pair) is U+FFFD. Raises orjson.JSONDecodeError for a line that is not JSON."""
+    as encoding/json reads it (as_go_reads; the bytes returned keep a surrogate's escape).
+    Raises orjson.JSONDecodeError for a line that is not JSON."""
     try:
         return orjson.loads(line), line
     except orjson.JSONDecodeError:
-        text = as_go_decodes(line).encode("utf-8")
-        escaped = _ESCAPE.sub(_replace_lone_surrogate, text)
+        text, escaped = as_go_reads(line)
         if escaped == line:
             raise  # neither: a line that is not JSON to the engine either
     return orjson.loads(escaped), text

@@ -24,7 +24,7 @@ from .feed import (
     TOKEN_FIELDS,
     TOKEN_SET,
     TOO_DEEP,
-    as_go_decodes,
+    as_go_reads,
     duplicate_key,
     written_as_serialized,
 )
@@ -99,14 +99,15 @@ class BadSnapshot(ValueError):
     pass
 
 
-def parse_json_object(content: bytes, name: str, as_go_reads: bool = False) -> dict:
-    """``content`` parsed into an object. ``as_go_reads``: a byte that is not UTF-8 inside a
-    string is U+FFFD, as encoding/json coerces it (feed.as_go_decodes), for a file the
-    engine reads with it; otherwise such a file is not JSON, as orjson has it."""
+def parse_json_object(content: bytes, name: str, go_reads: bool = False) -> dict:
+    """``content`` parsed into an object. ``go_reads``, for a file the engine reads with
+    encoding/json: a byte that is not UTF-8 inside a string, and a \\u escape of a lone
+    UTF-16 surrogate, are U+FFFD, as Go decodes them (feed.as_go_reads); otherwise such a
+    file is not JSON, as orjson has it."""
     try:
         data = orjson.loads(content)
     except orjson.JSONDecodeError as exc:
-        text = as_go_decodes(content).encode("utf-8") if as_go_reads else content
+        text = as_go_reads(content)[1] if go_reads else content
         if text == content:
             raise BadSnapshot(f"{name} is not JSON: {exc}") from exc
         content = text
@@ -178,8 +179,9 @@ def snapshot_names_another_run(snapshot: dict | None, run_id: str) -> bool:
 
 def parse_state(content: bytes) -> dict:
     """Validate state.json's shape wherever the ledger derives from it. The engine reads it
-    with encoding/json (runstate.Load): a byte that is not UTF-8 in a string is U+FFFD."""
-    data = parse_json_object(content, "state.json", as_go_reads=True)
+    with encoding/json (runstate.Load): a byte that is not UTF-8 in a string, and a lone
+    surrogate's \\u escape, are U+FFFD."""
+    data = parse_json_object(content, "state.json", go_reads=True)
     schema = data.get("schema")
     if not _int(schema):
         raise BadSnapshot(f"state.json has no valid schema: {shown(schema)}")

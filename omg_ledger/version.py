@@ -51,4 +51,10 @@ VERSION = "0.1.0"
 # 17: a copy whose stream does not begin with its first line (its head damaged) has only its
 #    run id to go by ('<run id>:no-stream'), settled with the run's copies and billed where it
 #    holds most of the stream; it was a run of its own, the run billed twice.
-DERIVATION_VERSION = 17
+# 18: a byte that is not UTF-8 inside a JSON string, in an event line or in state.json, is
+#    U+FFFD (one per byte, as Go's encoding/json coerces it), and so is a lone surrogate's \u
+#    escape in state.json (as in the stream since 12): not a bad line or a damaged snapshot,
+#    so the line's money counts. events.raw and snapshot_files.content hold the text so
+#    decoded. (The sync reads again the files of runs whose stream or state.json the older
+#    rules refused.)
+DERIVATION_VERSION = 18

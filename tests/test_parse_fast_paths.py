@@ -523,6 +523,16 @@ def test_a_state_with_bytes_that_are_not_utf8_in_a_string_reads_them_as_u_fffd()
         snapshot.parse_assess(b'{"goal_met":true,"assess_cost_usd":0.1,"remaining":"caf\xe9"}')
 
 
+def test_a_state_with_a_lone_surrogate_escape_reads_it_as_u_fffd():
+    # encoding/json decodes a \u escape of a lone UTF-16 surrogate (not half of a pair) as
+    # U+FFFD, in state.json as in a stream line; a pair is its one character.
+    _, data = corpus_state()
+    content = indented({**data, "note": "@1@"}).replace(b"@1@", b"a\\ud800b \\ud83d\\ude00")
+    assert parse_state(content)["note"] == "a\ufffdb \U0001f600"
+    with pytest.raises(BadSnapshot, match="^assess.json is not JSON: "):  # never read by the engine
+        snapshot.parse_assess(b'{"goal_met":true,"assess_cost_usd":0.1,"remaining":"\\ud800"}')
+
+
 def test_a_state_too_deep_to_write_back_is_refused_as_before():
     nested = b'{"k":' * 300 + b"1" + b"}" * 300
     with pytest.raises(BadSnapshot) as caught:
