@@ -283,8 +283,6 @@ def test_a_ledger_whose_older_rules_refused_a_line_or_a_snapshot_reads_them_afte
     from omg_ledger import ingest, snapshot
     from omg_ledger.tail import Rejected
 
-    from .ledger_dump import diff, dump
-
     home = tmp_path / "home"
     refused_line, refused_state = "20261129-100000.000000011-1", "20261129-100000.000000012-1"
     write_run(home, refused_line, [
@@ -317,14 +315,8 @@ def test_a_ledger_whose_older_rules_refused_a_line_or_a_snapshot_reads_them_afte
     assert show_run(older, refused_state)["status"] == "PASS" and show_run(older, refused_state)["has_snapshot"]
     with older.connect() as conn:
         assert conn.execute(select(schema.problems.c.path).where(schema.problems.c.resolved_at.is_(None))).all() == []
-    cold = open_ledger(str(tmp_path / "cold.sqlite"))
-    sync(cold, [Home.from_path(str(home), "h")], workers=0)
-    theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
-    for data in (theirs, ours):
-        data.pop("problems")  # a log: the older rules' problems stay there, resolved
-    assert ours == theirs, diff(theirs, ours)
     older.dispose()
-    cold.dispose()
+    _equals_a_cold_sync(db_url, home, tmp_path)
 
 
 def _cli(*args: str) -> dict | list:
@@ -402,8 +394,6 @@ def test_a_ledger_whose_older_rules_refused_bytes_that_are_not_utf8_counts_them_
     from omg_ledger import ingest
     from omg_ledger.tail import Rejected
 
-    from .ledger_dump import diff, dump
-
     home = tmp_path / "home"
     run_id = "20261129-100000.000000015-1"
     run_dir = write_run(home, run_id, [
@@ -446,13 +436,21 @@ def test_a_ledger_whose_older_rules_refused_bytes_that_are_not_utf8_counts_them_
     assert (run["status"], run["cost_nano_usd"]) == ("FAIL", 5 * N // 8)
     assert run["legs"][-1]["detail"] == "\ufffd\ufffd"
     assert _cli("problems", "--db", db_url) == []
+    _equals_a_cold_sync(db_url, home, tmp_path)
+
+
+def _equals_a_cold_sync(db_url: str, home, tmp_path) -> None:
+    """The ledger a bump brought up to date holds what a cold sync of ``home`` makes (its
+    problems aside: a log, where the older rules' problems stay, resolved)."""
+    from .ledger_dump import diff, dump
+
     older = open_ledger(db_url)
     cold = open_ledger(str(tmp_path / "cold.sqlite"))
     try:
         sync(cold, [Home.from_path(str(home), "h")], workers=0)
         theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
         for data in (theirs, ours):
-            data.pop("problems")  # a log: the older rules' problems stay there, resolved
+            data.pop("problems")
         assert ours == theirs, diff(theirs, ours)
     finally:
         older.dispose()
@@ -515,8 +513,6 @@ def test_a_ledger_whose_older_rules_refused_a_state_json_not_utf8_reads_it_after
     from omg_ledger import feed, snapshot
     from omg_ledger.snapshot import BadSnapshot
 
-    from .ledger_dump import diff, dump
-
     home = tmp_path / "home"
     streamed, stream_less = _state_with_bytes_that_are_not_utf8(home)
     parse = snapshot.PARSERS["state.json"]
@@ -545,14 +541,4 @@ def test_a_ledger_whose_older_rules_refused_a_state_json_not_utf8_reads_it_after
     run = _cli("show", "--db", db_url, stream_less)
     assert (run["status"], run["cost_nano_usd"]) == ("PASS", 3 * N // 4)  # planning $0.25 + node a's $0.50
     assert _cli("problems", "--db", db_url) == []
-    older = open_ledger(db_url)
-    cold = open_ledger(str(tmp_path / "cold.sqlite"))
-    try:
-        sync(cold, [Home.from_path(str(home), "h")], workers=0)
-        theirs, ours = dump(str(tmp_path / "cold.sqlite")), dump(older)
-        for data in (theirs, ours):
-            data.pop("problems")  # a log: the older rules' problems stay there, resolved
-        assert ours == theirs, diff(theirs, ours)
-    finally:
-        older.dispose()
-        cold.dispose()
+    _equals_a_cold_sync(db_url, home, tmp_path)
