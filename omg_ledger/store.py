@@ -257,7 +257,8 @@ def _chunks_by_run_id(identities: list[str]) -> Iterator[list[str]]:
 
 def _with_stream_less_kin(conn: Connection, identities: set[str]) -> list[str]:
     """``identities`` with the other identities of the same run ids that decide one of
-    them: a streamed one's stream-less copies, a stream-less one's streamed runs. Sorted,
+    them: a streamed one's stream-less copies, and every streamed run of a run id that
+    has such copies (one streamed run or two decides whether they may be billed). Sorted,
     so a stream-less identity comes right after its run id's streamed ones."""
     r = schema.runs.c
     kin = set(identities)
@@ -265,7 +266,7 @@ def _with_stream_less_kin(conn: Connection, identities: set[str]) -> list[str]:
     for start in range(0, len(stream_less), SETTLE_CHUNK):
         kin.update(conn.execute(select(r.stream_identity).distinct().where(
             r.stream_identity.in_(stream_less[start:start + SETTLE_CHUNK]))).scalars())
-    for identity in identities:
+    for identity in list(kin):  # (the stream-less copies just found too)
         if identity.endswith(STREAM_LESS):
             run_id = _run_id_of(identity)
             # The run id's identities, by their index: '<run id>:' up to (not with) '<run id>;'.

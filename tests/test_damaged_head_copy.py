@@ -156,3 +156,53 @@ def test_a_ledger_that_billed_a_damaged_copy_beside_the_run_bills_it_once_after_
     cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
     _cli("sync", "--db", cold, *homes)
     assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
+
+
+def _another_machines_run(data: bytes) -> bytes:
+    """The same run id started on another machine: another first line (its instant)."""
+    first, rest = data.split(b"\n", 1)
+    assert b'"ts":"2026-11-29T18:15:18.1' in first
+    return first.replace(b'"ts":"2026-11-29T18:15:18.1', b'"ts":"2026-11-29T18:15:18.9') + b"\n" + rest
+
+
+def _billed(db: str) -> list[tuple[str, bool]]:
+    out = _cli("sql", "--db", db, "--json", "SELECT h.label, r.billed FROM runs r JOIN homes h ON h.id = r.home_id "
+                                          "ORDER BY h.label")
+    return [(row["label"], bool(row["billed"])) for row in json.loads(out)["rows"]]
+
+
+def _two_runs_and_a_damaged_copy(tmp_path):
+    """Two machines' runs of one id (here, a backup of the first taken after line 9) and a
+    damaged full copy of the second: which of them it copies is not known from its id."""
+    here = _copy(tmp_path / "here", keep_lines=9)
+    there = _copy(tmp_path / "there", damage=_another_machines_run)
+    backup = _copy(tmp_path / "backup", damage=lambda data: _zeroed_head(_another_machines_run(data)))
+    return ("--home", f"here={here}", "--home", f"there={there}", "--home", f"backup={backup}"), here
+
+
+def test_forgetting_one_of_two_runs_of_an_id_settles_the_damaged_copy_with_the_other(tmp_path, db_url):
+    homes, _ = _two_runs_and_a_damaged_copy(tmp_path)
+    _cli("sync", "--db", db_url, *homes)
+    assert _billed(db_url) == [("backup", False), ("here", True), ("there", True)]
+    _cli("homes", "forget", "--db", db_url, "there", "--yes")
+    # One run of the id is left: the damaged copy is a copy of it, and holds more of the
+    # stream (15 events against 9), so it is the one billed, in place of the backup here.
+    assert _billed(db_url) == [("backup", True), ("here", False)]  # both were billed
+    assert _total(db_url) == RUN_SPEND  # (state.json holds each node's whole spend: each copy bills it)
+    assert _listed(db_url) == [(RUN, "backup")]
+
+
+def test_a_run_of_an_id_with_two_growing_beside_a_damaged_copy_is_settled_as_a_cold_sync_does(tmp_path, db_url):
+    from .ledger_dump import diff, dump
+
+    homes, here = _two_runs_and_a_damaged_copy(tmp_path)
+    _cli("sync", "--db", db_url, *homes)
+    with open(here / "runs" / RUN / "events.jsonl", "ab") as stream:  # the run here goes on: line 10
+        stream.write(STREAM.read_bytes().splitlines(keepends=True)[9])
+    _cli("sync", "--db", db_url, *homes)
+    # Beside two runs of its id the damaged copy is never billed (it was, in place of the
+    # run here: the run there billed twice, the one here not at all).
+    assert _billed(db_url) == [("backup", False), ("here", True), ("there", True)]
+    cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
+    _cli("sync", "--db", cold, *homes)
+    assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
