@@ -206,3 +206,32 @@ def test_a_run_of_an_id_with_two_growing_beside_a_damaged_copy_is_settled_as_a_c
     cold = f"sqlite:///{tmp_path / 'cold.sqlite'}"
     _cli("sync", "--db", cold, *homes)
     assert dump(db_url) == dump(cold), diff(dump(cold), dump(db_url))
+
+
+def test_a_live_run_whose_head_a_crash_zeroed_is_running_though_its_intact_backup_is_billed(tmp_path, db_url):
+    """The live copy (its first 512 bytes zeroed, then a line appended: 8 events) holds
+    fewer events than a backup taken after line 10, so the backup is billed; the backup's
+    lock is a copy nobody holds. The leg is alive in the live home: the engine's answer
+    there is RUNNING, and ABANDONED would invite a second run over a live one."""
+    from .test_status import hold_lock, kill9
+
+    live = _copy(tmp_path / "live", damage=_zeroed_head, keep_lines=11)
+    backup = _copy(tmp_path / "backup", keep_lines=10)
+    for home in (live, backup):  # mid-leg: no final snapshot yet
+        (home / "runs" / RUN / "state.json").unlink()
+    holder = hold_lock(live / "runs" / RUN)
+    try:
+        _cli("sync", "--db", db_url, "--home", f"live={live}", "--home", f"backup={backup}")
+        assert _billed(db_url) == [("backup", True), ("live", False)]
+        [row] = json.loads(_cli("runs", "--db", db_url, "--json"))
+        assert (row["home"], row["status"]) == ("backup", "RUNNING")  # was ABANDONED
+        assert json.loads(_cli("show", "--db", db_url, RUN, "--json"))["status"] == "RUNNING"
+        audit = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "audit", "--db", db_url, "--json"],
+                               capture_output=True, text=True)  # (exit 1: it needs attention, for the damage)
+        assert json.loads(audit.stdout)["abandoned"] == []
+        assert 'omg_ledger_runs{status="RUNNING"} 1' in _cli("metrics", "--db", db_url)
+    finally:
+        kill9(holder)
+    # The leg died: every copy's lock is free now, and the run is ABANDONED.
+    [row] = json.loads(_cli("runs", "--db", db_url, "--json"))
+    assert row["status"] == "ABANDONED"

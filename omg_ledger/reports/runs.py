@@ -92,10 +92,24 @@ def checkpoints(reader) -> dict[int, Checkpoint]:
 # is, its stored facts and its stream's checkpoint. For a listing, read once for every run
 # whose last leg is open, when its first abandoned run is met, since a copy's lock or
 # stream can keep such a run from being ABANDONED (status.status_across_copies).
+# A copy without its stream's first line (none, or its head damaged: '<run id>:no-stream')
+# is a copy of the runs with its id, as they are of it: a live run whose head a crash
+# damaged is billed as its intact backup when that holds more events, and its held lock
+# keeps the run in flight. (Each term finds c by ix_runs_stream_identity; the patterns
+# are bound: see _STREAM_LESS_SQL.)
 _COPIES_SQL = ("SELECT r.id, c.dir_path, ch.machine, c.gone, " + ", ".join(f"c.{name}" for name in FACT_COLUMNS)
                + ", s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
-               + " FROM runs r JOIN runs c ON c.stream_identity = r.stream_identity AND c.id <> r.id"
+               + " FROM runs r JOIN runs c ON c.id <> r.id AND (c.stream_identity = r.stream_identity"
+               " OR c.stream_identity = (r.run_id || :stream_less_tail)"
+               " OR (r.stream_identity LIKE :stream_less AND c.stream_identity >= (r.run_id || :colon)"
+               " AND c.stream_identity < (r.run_id || :semicolon) AND c.run_id = r.run_id))"
                " JOIN homes ch ON ch.id = c.home_id LEFT JOIN streams s ON s.run_pk = c.id")
+
+
+def _copies_params() -> dict:
+    # A run id's identities are '<run id>:' and a hash or 'no-stream': from '<run id>:' up
+    # to (not with) '<run id>;'.
+    return {"stream_less_tail": STREAM_LESS, "stream_less": STREAM_LESS_PATTERN, "colon": ":", "semicolon": ";"}
 _FACTS_OF_COPY = slice(4, 4 + len(FACT_COLUMNS))
 
 
@@ -116,7 +130,7 @@ def copies_of_unsettled_runs(reader) -> dict[int, list[Copy]]:
     """Row id → the run's other copies, for every run not settled for good: whose stream
     may have moved on since the last sync (_MAY_MOVE_ON_SQL)."""
     copies: dict[int, list[Copy]] = {}
-    for row in reader.rows(_COPIES_SQL + f" WHERE {_MAY_MOVE_ON_SQL} ORDER BY r.id, c.id"):
+    for row in reader.rows(_COPIES_SQL + f" WHERE {_MAY_MOVE_ON_SQL} ORDER BY r.id, c.id", _copies_params()):
         copy = _copy(row)
         if copy is not None:
             copies.setdefault(row[0], []).append(copy)
@@ -125,7 +139,7 @@ def copies_of_unsettled_runs(reader) -> dict[int, list[Copy]]:
 
 def copies_of(reader, pk: int) -> list[Copy]:
     """The other copies of the run in row ``pk``."""
-    rows = reader.rows(_COPIES_SQL + " WHERE r.id = :pk ORDER BY c.id", {"pk": pk})
+    rows = reader.rows(_COPIES_SQL + " WHERE r.id = :pk ORDER BY c.id", {"pk": pk, **_copies_params()})
     return [copy for copy in map(_copy, rows) if copy is not None]
 
 
