@@ -321,17 +321,19 @@ def _first_difference(conn: Connection, copy_pk: int, billed_pk: int) -> int | N
     lines neither stored (blank or bad ones) are no difference. Where one copy's stream
     does not begin with its first line (its head damaged), the other's is read from the
     line equal to that copy's first stored one: the damage is the damaged copy's problem,
-    not a difference."""
+    not a difference (both damaged: the one whose first stored line comes later)."""
     reference, mine = _raw_lines(conn, billed_pk), _raw_lines(conn, copy_pk)
     ours, theirs = next(mine, None), next(reference, None)
     if ours is not None and theirs is not None and ours[1] != theirs[1]:
-        if ours[2] > 0 and theirs[2] == 0:
-            while theirs is not None and theirs[1] != ours[1]:
-                theirs = next(reference, None)
-        elif theirs[2] > 0 and ours[2] == 0:
-            head = ours[0]
-            while ours is not None and ours[1] != theirs[1]:
-                ours = next(mine, None)
+        head = ours[0]
+        aligned = None
+        if ours[2] > 0:  # the copy's head damaged: the billed stream from the copy's first line
+            rest = _raw_lines(conn, billed_pk)
+            aligned = next((line for line in rest if line[1] == ours[1]), None)
+            if aligned is not None:
+                reference, theirs = rest, aligned
+        if aligned is None and theirs[2] > 0:  # the billed copy's: the copy from its first line
+            ours = next((line for line in mine if line[1] == theirs[1]), None)
             if ours is None:
                 return head
     while ours is not None:

@@ -111,6 +111,22 @@ def test_two_damaged_copies_and_no_intact_one_are_one_run(tmp_path, db_url):
     _cli("sync", "--db", db_url, "--home", f"zeroed={zeroed}", "--home", f"marked={marked}")
     assert _total(db_url) == RUN_SPEND  # the copy with the byte-order mark holds every paid line
     assert _listed(db_url) == [(RUN, "marked")]
+    assert _diverged(db_url) == 0  # each one's damage is its own problem, not a difference
+
+
+def test_two_damaged_copies_that_differ_after_their_heads_are_a_diverged_copy(tmp_path, db_url):
+    def zeroed_and_ended_otherwise(data: bytes) -> bytes:
+        *lines, last = data.splitlines(keepends=True)
+        assert b'"event":"run_finished"' in last and b'"ts":"2026-11-29T18:15:18.' in last
+        return _zeroed_head(b"".join(lines) + last.replace(b'"ts":"2026-11-29T18:15:18.', b'"ts":"2026-11-29T18:15:19.'))
+
+    zeroed = _copy(tmp_path / "zeroed", damage=zeroed_and_ended_otherwise)
+    marked = _copy(tmp_path / "marked", damage=_byte_order_mark)
+    _cli("sync", "--db", db_url, "--home", f"zeroed={zeroed}", "--home", f"marked={marked}")
+    out = _cli("sql", "--db", db_url, "--json", "SELECT detail FROM findings WHERE kind = 'diverged_copy'")
+    [finding] = json.loads(out)["rows"]
+    # The stream's line 18 is the zeroed copy's line 16 (its lines 1 to 3 are its first).
+    assert "(home zeroed)" in finding["detail"] and "differ from stream line 16" in finding["detail"]
 
 
 def test_a_damaged_copy_synced_before_the_intact_one_is_billed_until_then(tmp_path, db_url):
