@@ -215,6 +215,7 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
             _run_id_of(i) for i in by_identity if not i.endswith(STREAM_LESS))
         billed_now: list[tuple] = []
         copies = []
+        alone = []  # members compared with no billed copy: no diverged_copy of theirs stands
         for identity in chunk:
             members = by_identity.get(identity)
             if not members:
@@ -232,8 +233,14 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
                            if bool(m.billed) != (billed is not None and m.id == billed.id)]
             if len(members) > 1 and billed is not None:
                 copies.append((members, billed))
+            else:
+                alone += [m.id for m in members]
         if billed_now:
             conn.exec_driver_sql(f"UPDATE runs SET billed = {backend.mark} WHERE id = {backend.mark}", billed_now)
+        if alone:
+            # (The billed copy it diverged from is forgotten, or another run of its id came.)
+            conn.execute(schema.findings.delete().where(schema.findings.c.run_pk.in_(alone),
+                                                        schema.findings.c.kind == "diverged_copy"))
         for members, billed in copies:
             _diverged_copies(conn, members, billed)
 

@@ -251,3 +251,23 @@ def test_a_live_run_whose_head_a_crash_zeroed_is_running_though_its_intact_backu
     # The leg died: every copy's lock is free now, and the run is ABANDONED.
     [row] = json.loads(_cli("runs", "--db", db_url, "--json"))
     assert row["status"] == "ABANDONED"
+
+
+def test_a_damaged_copy_that_diverged_from_a_run_keeps_no_finding_once_a_second_run_of_its_id_comes(tmp_path, db_url):
+    """Beside one run of its id the damaged copy is compared with it (here it differs at its
+    last line but one); once another machine's run of that id is synced, which one it copies
+    is not known, and nothing is said against either (as a cold sync of the three homes)."""
+    def zeroed_and_changed(data: bytes) -> bytes:
+        lines = data.splitlines(keepends=True)
+        lines[-2] = lines[-2].replace(b'"ts":"2026-11-29T18:15:18.', b'"ts":"2026-11-29T18:15:19.')
+        return _zeroed_head(b"".join(lines))
+
+    here = _copy(tmp_path / "here")
+    backup = _copy(tmp_path / "backup", damage=zeroed_and_changed)
+    _cli("sync", "--db", db_url, "--home", f"here={here}", "--home", f"backup={backup}")
+    assert _diverged(db_url) == 1
+    there = _copy(tmp_path / "there", damage=_another_machines_run)
+    homes = ("--home", f"here={here}", "--home", f"backup={backup}", "--home", f"there={there}")
+    _cli("sync", "--db", db_url, *homes)
+    assert _billed(db_url) == [("backup", False), ("here", True), ("there", True)]
+    assert _diverged(db_url) == 0  # was 1: the backup against "the billed copy (home here)"

@@ -440,3 +440,22 @@ def test_forgetting_a_home_resolves_its_open_problems(db_url, tmp_path):
     resolved = [p for p in every if not p["open"]]
     assert resolved and all(p["path"].startswith(str(homes["gone"]) + "/") and p["resolved_at"] for p in resolved)
     assert len(resolved) + 1 == len(every) == len(before)
+
+
+def test_forgetting_the_home_of_the_billed_copy_leaves_no_finding_against_it(tmp_path, home, db_url):
+    """A diverged_copy says how a copy differs from the billed one; once that one's home is
+    forgotten the copy left is the run, billed alone, as a sync of its home alone has it."""
+    second = tmp_path / "second"
+    _diverged_copy(home, second)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "a"), Home.from_path(str(second), "b")])
+        runner = CliRunner()
+        assert runner.invoke(main, ["homes", "forget", "--db", db_url, "a", "--yes"]).exit_code == 0
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT f.detail FROM findings f WHERE f.kind = 'diverged_copy'")).scalars().all()
+            billed = conn.execute(text("SELECT billed FROM runs WHERE run_id = :r"), {"r": RUN}).scalars().all()
+        assert billed == [True]
+        assert found == []  # was: "... and the billed copy (home a) ... differ from stream line 3"
+    finally:
+        engine.dispose()
