@@ -56,5 +56,9 @@ VERSION = "0.1.0"
 #    escape in state.json (as in the stream since 12): not a bad line or a damaged snapshot,
 #    so the line's money counts. events.raw and snapshot_files.content hold the text so
 #    decoded. (The sync reads again the files of runs whose stream or state.json the older
-#    rules refused.)
+#    rules refused.) Settling a run id's copies takes in all of its runs when a copy without
+#    the stream's first line is among them (one of two runs of an id was billed twice, the
+#    other not at all); two copies with damaged heads are compared from the later one's
+#    first stored line, and a copy with no billed copy to compare it with keeps no
+#    diverged_copy finding.
 DERIVATION_VERSION = 18
