@@ -293,6 +293,9 @@ class Backend:
         """The ledger's file, when it is one (a sync's pool works beside it), else None."""
         return None
 
+    def settle_file(self, engine: Engine) -> None:
+        """After a command's last write: nothing of it left outside the ledger's own file."""
+
     copies_text = False
 
     def copy_text_in(self, conn: Connection, table: str, columns: Sequence[str], texts: Iterable[bytes]) -> None:
@@ -416,6 +419,15 @@ class SQLiteBackend(Backend):
 
         path = make_url(str(engine.url)).database
         return None if not path or path == ":memory:" else path
+
+    def settle_file(self, engine: Engine) -> None:
+        if self.file_path(engine) is None:
+            return
+        raw = engine.raw_connection()
+        try:
+            checkpoint_without_waiting(raw.driver_connection)
+        finally:
+            raw.close()
 
     @contextlib.contextmanager
     def sync_lock(self, engine: Engine, scope: str | tuple[str, ...], wait_seconds: float,
@@ -640,6 +652,28 @@ class SyncLockUnavailable(Exception):
     def __init__(self, lock_path: str) -> None:
         super().__init__(lock_path)
         self.lock_path = lock_path
+
+
+def checkpoint_without_waiting(conn) -> None:
+    """Copy what the WAL holds into the SQLite ledger file and empty the WAL, on ``conn``
+    (sqlite3's) after its last write.
+
+    SQLite does that itself only when its last connection to the file closes. A reader
+    that keeps the ledger open (Datasette, a notebook) makes a sync's connection not the
+    last: what the sync wrote would stay in ledger.sqlite-wal alone, missing from a backup
+    tool's copy of ledger.sqlite, and laid over the pages of a backup moved in its place.
+    Never waits: a reader in a transaction keeps the frames it may still read (SQLite
+    copies the rest), and a failure leaves the WAL as it was, whole."""
+    import sqlite3
+
+    from .db import SQLITE_BUSY_TIMEOUT_MS
+
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 @contextlib.contextmanager

@@ -394,6 +394,8 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
     started = time.monotonic()
     path = sqlite_file(db)
     if path is not None:
+        from .backend import checkpoint_without_waiting
+
         try:
             with _sync_lock(path, wait_seconds), contextlib.closing(_connect(path)) as conn:
                 ledger = _Ledger(conn)
@@ -401,6 +403,7 @@ def unchanged_sync(db: str, homes: Sequence[Home], *, head_revision: str, deriva
                 if home_ids is None:
                     return None
                 _record_synced(ledger, home_ids, clock_ns)
+                checkpoint_without_waiting(conn)
         except (_NotSure, sqlite3.Error):
             return None  # the full sync looks again, and words any database trouble
     else:

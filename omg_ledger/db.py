@@ -384,6 +384,7 @@ def migrate(engine: Engine, say: Callable[[str], None] | None = None, from_head_
     try:
         if not (from_head_schema and _create_at_head(engine)):
             _run_migrations(engine, say, option)
+        backend_of(engine).settle_file(engine)
     except OperationalError as exc:
         if is_locked(str(exc.orig)):
             raise ledger_locked(f"the ledger database {engine.url!r}") from exc

@@ -49,4 +49,5 @@ def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int],
         # Explicit ids were inserted: a sequence must move past them.
         backend_of(out).after_explicit_ids(out, [t.name for t in schema.metadata.sorted_tables
                                                  if "id" in t.c and list(t.primary_key.columns) == [t.c.id]])
+    backend_of(target).settle_file(target)
     return copied

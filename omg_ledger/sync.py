@@ -255,6 +255,7 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
     # A file removed while it is open is still written without an error: done is said only
     # of a ledger still at its path.
     _refuse_a_lost_ledger_file(ledger_file)
+    backend_of(engine).settle_file(engine)
     report.seconds = time.monotonic() - started
     return report
 
@@ -402,6 +403,7 @@ def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float 
                                   f"kept, run rebuild again to finish") from exc
     except MemoryError:
         raise _out_of_resources_error(None, "runs re-derived so far are kept, run rebuild again to finish") from None
+    backend_of(engine).settle_file(engine)
     report.seconds = time.monotonic() - started
     return report
 

@@ -4,7 +4,14 @@ made once, never again by a connection opened later."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +19,8 @@ from sqlalchemy.exc import OperationalError
 
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
+
+from .ledger_dump import diff, dump
 
 
 def header_page_size(path: Path) -> int:
@@ -22,10 +31,10 @@ def header_page_size(path: Path) -> int:
     return 65536 if size == 1 else size
 
 
-def sync_into(db: Path, home: Path) -> None:
+def sync_into(db: Path, home: Path, label: str | None = None) -> None:
     engine = open_ledger(str(db))
     try:
-        sync(engine, [Home.from_path(str(home))])
+        sync(engine, [Home.from_path(str(home), label)])
     finally:
         engine.dispose()
 
@@ -69,3 +78,104 @@ def test_a_connection_opened_after_the_ledger_file_was_removed_does_not_make_it_
     finally:
         engine.dispose()
     assert not db.exists()
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+@contextlib.contextmanager
+def _reader_kept_open(db: Path) -> Iterator[sqlite3.Connection]:
+    """What Datasette or a notebook does between two queries: the ledger open, no
+    transaction. A sync is then not the last connection to close, so SQLite leaves what
+    the sync wrote in ledger.sqlite-wal unless the sync checkpoints it itself."""
+    reader = sqlite3.connect(db)
+    try:
+        assert reader.execute("SELECT COUNT(*) FROM runs").fetchone() is not None
+        assert not reader.in_transaction
+        yield reader
+    finally:
+        reader.close()
+
+
+V0003 = Path(__file__).parent / "fixtures" / "ledger-v0003.sqlite"
+
+# Every command that writes a SQLite ledger: (what makes the ledger before, the command).
+WRITES = {
+    "sync": (["db", "upgrade"], ["sync", "--home", "corpus={home}"]),
+    "sync with nothing new": (["sync", "--home", "corpus={home}"], ["sync", "--home", "corpus={home}"]),
+    "rebuild": (["sync", "--home", "corpus={home}"], ["rebuild"]),
+    "homes rename": (["sync", "--home", "corpus={home}"], ["homes", "rename", "corpus", "renamed"]),
+    "homes forget": (["sync", "--home", "corpus={home}"], ["homes", "forget", "corpus", "--yes"]),
+    "db upgrade": (None, ["db", "upgrade"]),
+    "export": (["db", "upgrade"], ["export", "--db", "{source}", "--to"]),
+}
+
+
+def _whole(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return list(conn.iterdump())
+
+
+@pytest.mark.parametrize("command", list(WRITES))
+def test_what_a_command_wrote_is_in_the_ledger_file_though_a_reader_keeps_it_open(corpus_home, tmp_path, command):
+    """A backup tool copies ledger.sqlite (cp, rsync, restic). With a reader keeping the
+    ledger open, what the cron sync (or any command that writes) wrote stayed in
+    ledger.sqlite-wal: a copy of the file alone held not one of the runs of a first sync,
+    its exit 0 notwithstanding. Now the file alone holds all that the ledger holds."""
+    setup, args = WRITES[command]
+    source = tmp_path / "source.sqlite"
+    sync_into(source, corpus_home, "corpus")
+    db = tmp_path / "ledger.sqlite"
+    if setup is None:
+        shutil.copyfile(V0003, db)  # an older release's ledger, in WAL mode as its syncs left it
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            assert conn.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    else:
+        made = _cli(*(a.format(home=corpus_home) for a in setup), "--db", db)
+        assert made.returncode == 0, made.stderr
+    if command == "rebuild":  # a hand edit of derived rows, which rebuild derives again
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            conn.execute("UPDATE runs SET cost_nano_usd = 1")
+    with _reader_kept_open(db):
+        result = _cli(*(a.format(home=corpus_home, source=source) for a in args), *([] if command == "export" else
+                                                                                  ["--db"]), db)
+        assert result.returncode == 0, result.stderr
+        copy = tmp_path / "copy" / "ledger.sqlite"
+        copy.parent.mkdir()
+        shutil.copyfile(db, copy)  # the file alone, as a backup tool takes it
+        assert _whole(copy) == _whole(db)
+    if command == "sync":
+        assert dump(str(copy)) == dump(str(source))
+
+
+def test_a_backup_moved_over_the_ledger_while_a_reader_keeps_it_open_is_the_ledger_then(
+        corpus_home, tmp_path):
+    """`mv backup.sqlite ledger.sqlite` with a notebook still open on the ledger: SQLite
+    took the frames the last sync left in ledger.sqlite-wal (pages of the replaced file)
+    for pages of the backup, and the restored ledger was damaged for good ("malformed
+    database schema"), backup and all. Now the ledger reads as the backup, and the next
+    sync makes the ledger a cold sync makes."""
+    first, second = sorted((corpus_home / "runs").iterdir())[:2]
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    shutil.copytree(first, home / "runs" / first.name, symlinks=True)
+    db = tmp_path / "ledger" / "ledger.sqlite"
+    assert _cli("sync", "--db", db, "--home", home).returncode == 0
+    backup = tmp_path / "backup.sqlite"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("VACUUM INTO ?", (str(backup),))
+    shutil.copytree(second, home / "runs" / second.name, symlinks=True)
+    with _reader_kept_open(db):
+        result = _cli("sync", "--db", db, "--home", home)
+        assert result.returncode == 0, result.stderr
+        os.replace(backup, db)
+        runs = _cli("runs", "--json", "--db", db)
+        assert runs.returncode == 0, runs.stderr
+        assert [run["run_id"] for run in json.loads(runs.stdout)] == [first.name]
+        result = _cli("sync", "--db", db, "--home", home)
+        assert result.returncode == 0, result.stderr
+    reference = tmp_path / "reference.sqlite"
+    sync_into(reference, home)
+    assert dump(str(db)) == dump(str(reference)), diff(dump(str(db)), dump(str(reference)))

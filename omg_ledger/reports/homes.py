@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..backend import reading
+from ..backend import backend_of, reading
 from ..config import check_label
 from ..errors import BadArgument
 
@@ -94,6 +94,7 @@ def rename_home(engine: Engine, old: str, new: str) -> None:
             raise BadArgument(f"a home is already labelled {new!r} (omg-ledger homes lists them)")
         if conn.execute(homes.update().where(homes.c.label == old).values(label=new)).rowcount != 1:
             raise BadArgument(f"no home is labelled {old!r} (omg-ledger homes lists them)")
+    backend_of(engine).settle_file(engine)
 
 
 def home_labelled(engine: Engine, label: str) -> dict:
@@ -138,4 +139,5 @@ def forget_home(engine: Engine, label: str) -> int:
         from ..store import settle_copies
 
         settle_copies(conn, identities)  # a copy in another home may now be the billed one
+    backend_of(engine).settle_file(engine)
     return int(count)
