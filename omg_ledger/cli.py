@@ -1496,7 +1496,8 @@ def export(db, target, wait_seconds) -> None:
 
     Unlike syncing the same homes into the new database, a copy keeps the history of
     runs whose directories are gone. The target must be empty. The copy holds the
-    target's sync lock: a sync into it waits until the copy is committed.
+    target's sync lock: a sync into it waits until the copy is committed. It is one
+    transaction: a copy that fails (the target's disk full) leaves the target empty.
 
     \b
     Example:

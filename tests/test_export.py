@@ -218,3 +218,37 @@ def test_an_export_into_one_postgresql_schema_lets_syncs_into_another_run(tmp_pa
     export_ledger(source, target, progress=sync_both_while_copying)
     target.dispose()
     assert outcomes == {"a": 75, "b": 0}
+
+
+def test_an_export_into_a_full_disk_names_its_target_and_can_be_done_again(tmp_path):
+    """The target's file system fills during the copy: the one line named the ledger being
+    read (`database /…/ledger.sqlite: database or disk is full`), sending the operator to
+    free space on the wrong disk. It names the target, says nothing of the copy was kept,
+    and once there is room the same export into the same target succeeds."""
+    from .test_faults import small_filesystem
+
+    home = tmp_path / "home"
+    shutil.copytree(CORPUS_HOME, home)
+    source = tmp_path / "ledger.sqlite"
+    engine = open_ledger(str(source))
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+    finally:
+        engine.dispose()
+    with small_filesystem(tmp_path / "small", "4m") as grow:
+        if grow is None:
+            pytest.skip("no tmpfs can be mounted here (root needed): a full file system cannot be made")
+        target = tmp_path / "small" / "copy.sqlite"
+        assert cli("db", "upgrade", "--db", target).returncode == 0
+        filler = tmp_path / "small" / "filler"
+        with open(filler, "wb") as f:  # all but 64 KiB: the empty ledger fits, the copy does not
+            free = os.statvfs(filler.parent).f_bavail * os.statvfs(filler.parent).f_frsize
+            f.write(bytes(free - 65536))
+        result = cli("export", "--db", source, "--to", target)
+        line = one_line_error(result, 3)
+        assert f"cannot write the export's target {target}: database or disk is full" in line, line
+        assert str(source) not in line, line
+        filler.unlink()
+        result = cli("export", "--db", source, "--to", target)
+        assert result.returncode == 0, result.stderr
+        assert dump(str(target), cache_hints=True) == dump(str(source), cache_hints=True)
