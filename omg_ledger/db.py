@@ -895,9 +895,43 @@ def _read_only_dir_hint(path: str | None, message: str) -> str:
             f"and {name}-shm beside it; sync where the directory is writable, or to a copy elsewhere)")
 
 
+def _unwritable_wal_hint(path: str | None, message: str) -> str:
+    """Why SQLite says the database is read only when the ledger file is writable: its -wal
+    or -shm file beside it is not, having been made by another user's program that has the
+    ledger open (SQLite removes them when the last program closes it)."""
+    if not path or "readonly database" not in message or not os.access(path, os.W_OK):
+        return ""
+    for suffix in ("-wal", "-shm"):
+        try:
+            info = os.stat(path + suffix)
+        except OSError:
+            continue
+        if not os.access(path + suffix, os.W_OK):
+            name = os.path.basename(path) + suffix
+            return (f" ({name} beside it is not writable here (owner {_user_name(info.st_uid)}, mode "
+                    f"{stat.S_IMODE(info.st_mode):04o}): another user's program keeps the ledger open and made it; "
+                    f"SQLite removes it when the last program closes the ledger — let readers share it through a "
+                    f"group, or read a copy (README 'Sharing a ledger'))")
+    return ""
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def _writing_hints(path: str | None, message: str) -> str:
-    """What SQLite's words leave out when a command that writes cannot open the ledger."""
-    return _full_disk_hint(path, message) + _read_only_dir_hint(path, message)
+    """What SQLite's words leave out when a command that writes cannot open or write the ledger."""
+    return _full_disk_hint(path, message) + _read_only_dir_hint(path, message) + _unwritable_wal_hint(path, message)
+
+
+def writing_hints(engine: Engine, message: str) -> str:
+    """_writing_hints for the ledger ``engine`` writes (nothing for PostgreSQL)."""
+    return _writing_hints(_sqlite_path(engine), message)
 
 
 def _sqlite_path(engine: Engine) -> str | None:

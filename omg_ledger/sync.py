@@ -46,7 +46,7 @@ from .change_check import (
     read_plans,
 )
 from .config import Home
-from .db import sync_lock, write_transaction
+from .db import sync_lock, write_transaction, writing_hints
 from .derive import RunFacts, UnderivableRun, derive_run
 from .discover import (
     SkippedEntry,
@@ -237,7 +237,8 @@ def sync(engine: Engine, homes: Sequence[Home], *, invocation_files: Iterable[st
         # Disk full, I/O error, read-only or lost database: the open transaction
         # rolled back (every run is all-or-nothing), so say what and stop.
         _refuse_a_lost_ledger_file(ledger_file)
-        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; {SYNC_KEEPS}") from exc
+        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}"
+                                  f"{writing_hints(engine, str(exc.orig))}; {SYNC_KEEPS}") from exc
     except WorkFileError as exc:
         raise DatabaseUnavailable(f"{exc}; {SYNC_KEEPS}") from None
     except MemoryError:
@@ -399,8 +400,8 @@ def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float 
         with sync_lock(engine, DERIVE_SCOPE, wait_seconds):
             report = _rederive(engine, list(run_ids) if run_ids else None, progress, everything=True)
     except OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}; runs re-derived so far are "
-                                  f"kept, run rebuild again to finish") from exc
+        raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}{writing_hints(engine, str(exc.orig))}; "
+                                  f"runs re-derived so far are kept, run rebuild again to finish") from exc
     except MemoryError:
         raise _out_of_resources_error(None, "runs re-derived so far are kept, run rebuild again to finish") from None
     backend_of(engine).settle_file(engine)

@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 from omg_ledger.db import open_ledger
 from omg_ledger.sync import Home, sync
 
+from .cli_checks import one_line_error
 from .ledger_dump import diff, dump
 
 
@@ -179,3 +180,40 @@ def test_a_backup_moved_over_the_ledger_while_a_reader_keeps_it_open_is_the_ledg
     reference = tmp_path / "reference.sqlite"
     sync_into(reference, home)
     assert dump(str(db)) == dump(str(reference)), diff(dump(str(db)), dump(str(reference)))
+
+
+def _without_capabilities() -> None:
+    """Root as any other user: file modes and owners bind it (no capability survives exec)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_a_sync_stopped_by_a_wal_file_another_user_made_says_so(corpus_home, tmp_path):
+    """Datasette run by another user that may write the ledger's directory (not the ledger)
+    has SQLite make ledger.sqlite-wal/-shm as that user, and keeps them while it has the
+    ledger open: every cron sync then stopped with SQLite's "attempt to write a readonly
+    database", of a ledger file that is writable, and was told the next sync carries on.
+    The line names the file, its owner and mode, and what to do."""
+    if os.geteuid() != 0:
+        pytest.skip("root is needed to give the ledger's -wal file to another user")
+    import pwd
+
+    db = tmp_path / "ledger" / "ledger.sqlite"
+    sync_into(db, corpus_home, "corpus")
+    os.chmod(db.parent, 0o777)
+    os.chmod(db, 0o644)  # others may read it
+    with _reader_kept_open(db):
+        for suffix in ("-wal", "-shm"):  # as the other user's SQLite makes them: the ledger's mode, their owner
+            os.chown(f"{db}{suffix}", 65534, 65534)
+            os.chmod(f"{db}{suffix}", 0o644)
+        for args in (["sync", "--home", f"corpus={corpus_home}"], ["rebuild"]):
+            result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", str(db)],
+                                    capture_output=True, text=True, timeout=120, preexec_fn=_without_capabilities)
+            line = one_line_error(result, 3)
+            assert ("attempt to write a readonly database (ledger.sqlite-wal beside it is not writable here "
+                    f"(owner {pwd.getpwuid(65534).pw_name}, mode 0644): another user's program keeps the ledger "
+                    "open and made it") in line, line
