@@ -317,16 +317,19 @@ def _file_at(path: str) -> tuple[int, int] | None:
     return None if info is None else (info.st_dev, info.st_ino)
 
 
-def _refuse_a_lost_ledger_file(ledger_file: tuple[str, tuple[int, int] | None] | None) -> None:
-    """DatabaseUnavailable when the ledger's path no longer names the file this sync opened
-    (removed, or another put in its place): what the sync wrote went with that file."""
+def _refuse_a_lost_ledger_file(ledger_file: tuple[str, tuple[int, int] | None] | None,
+                               command: str = "sync") -> None:
+    """DatabaseUnavailable when the ledger's path no longer names the file this sync (or
+    rebuild) opened (removed, or another put in its place): what it wrote went with that file."""
     if ledger_file is None:
         return
     path, opened = ledger_file
     if _file_at(path) != opened:
+        again = ("sync again (into the file now there, or a new ledger from the homes)" if command == "sync"
+                 else "the next sync re-derives the file now there as it needs")
         raise DatabaseUnavailable(
-            f"the ledger file {path} was removed or replaced while this sync ran: what the sync wrote went with "
-            f"the file it had opened; sync again (into the file now there, or a new ledger from the homes)")
+            f"the ledger file {path} was removed or replaced while this {command} ran: what the {command} wrote "
+            f"went with the file it had opened; {again}")
 
 
 def read_again_what_older_rules_refused(conn: Connection, home_id: int) -> None:
@@ -396,14 +399,17 @@ def rebuild(engine: Engine, run_ids: Sequence[str] = (), *, wait_seconds: float 
     """Re-derive runs (all, or those with these run ids) and runner streams from stored
     facts alone: no home is read."""
     started = time.monotonic()
+    ledger_file = _ledger_file(engine)
     try:
         with sync_lock(engine, DERIVE_SCOPE, wait_seconds):
             report = _rederive(engine, list(run_ids) if run_ids else None, progress, everything=True)
     except OperationalError as exc:
+        _refuse_a_lost_ledger_file(ledger_file, "rebuild")
         raise DatabaseUnavailable(f"cannot write the ledger database: {exc.orig}{writing_hints(engine, str(exc.orig))}; "
                                   f"runs re-derived so far are kept, run rebuild again to finish") from exc
     except MemoryError:
         raise _out_of_resources_error(None, "runs re-derived so far are kept, run rebuild again to finish") from None
+    _refuse_a_lost_ledger_file(ledger_file, "rebuild")
     backend_of(engine).settle_file(engine)
     report.seconds = time.monotonic() - started
     return report

@@ -210,6 +210,57 @@ def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_p
     assert cli("rebuild", "--db", str(db), "--wait", "0").returncode == 0  # the sync lock was released
 
 
+# `rebuild` paused after its first batch committed, until told to go on.
+REBUILD_PAUSED_AFTER_A_BATCH = r"""
+import os, sys
+from omg_ledger import sync
+from omg_ledger.cli import main
+
+rederive = sync._rederive_run
+done = []
+
+def rederive_then_pause(conn, run_pk, force):
+    if len(done) == 1:
+        os.write(int(sys.argv[1]), b"paused\n")
+        os.read(int(sys.argv[2]), 1)
+    done.append(run_pk)
+    return rederive(conn, run_pk, force)
+
+sync._rederive_run = rederive_then_pause
+main(sys.argv[3:], prog_name="omg-ledger")
+"""
+
+
+def test_a_ledger_file_removed_mid_rebuild_is_an_error_not_done(tmp_path, corpus_home):
+    """`rm ledger.sqlite` while rebuild runs: what it writes from then on goes to a file
+    that no longer has a name. It must not end as done (exit 0), as sync does not."""
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
+    said, says = os.pipe()
+    resume, told = os.pipe()
+    rebuild = subprocess.Popen([sys.executable, "-c", REBUILD_PAUSED_AFTER_A_BATCH, str(says), str(resume),
+                                "rebuild", "--db", str(db)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[says, resume])
+    os.close(says)
+    os.close(resume)
+    try:
+        with os.fdopen(said, "rb") as paused:
+            assert paused.readline() == b"paused\n", rebuild.communicate(timeout=60)
+        db.unlink()
+        os.write(told, b"x")
+        out, err = rebuild.communicate(timeout=60)
+    finally:
+        os.close(told)
+        if rebuild.poll() is None:
+            rebuild.kill()
+            rebuild.wait()
+    assert (rebuild.returncode, out) == (3, ""), err
+    assert err == (f"omg-ledger: error: the ledger file {db} was removed or replaced while this rebuild ran: what "
+                   f"the rebuild wrote went with the file it had opened; the next sync re-derives the file now "
+                   f"there as it needs\n")
+    assert not db.exists()
+
+
 # Deliver a real SIGINT to the process itself at a chosen import: while the command
 # line loads its libraries (click), and inside a command (the sync pipeline's import).
 INTERRUPT_AT_IMPORT = """
