@@ -10,7 +10,7 @@ import codecs
 import json
 import math
 import re
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 import orjson
 
@@ -18,8 +18,9 @@ from .bounds import MAX_ID_CHARS, shown, too_long_id
 from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
-__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "as_go_decodes", "as_go_reads", "check_event", "engine_fields",
-           "load_line", "parse_stream_line", "read_line", "stored_fields"]
+__all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "GoMap", "GoSlice", "GoStruct", "as_go_decodes", "as_go_reads",
+           "check_event", "engine_fields", "go_decoded", "load_line", "parse_stream_line", "read_line", "read_as_written",
+           "stored_fields"]
 
 SUPPORTED_SCHEMA = 3
 # Plausibility caps. A value above them is damage, not a measurement, and storing it
@@ -62,8 +63,38 @@ _FIELD_CODES = {**dict.fromkeys(_STRING_FIELDS, _TEXT), "ts": _TEXT, "cost_usd":
                 "retries": _COUNTER, "round": _COUNTER, "cost_unknown": _FLAG, "usage": _USAGE}
 _BOUNDED_SET = frozenset(_BOUNDED_FIELDS)
 TOKEN_SET = frozenset(TOKEN_FIELDS)
-# Every field of the engine's runfeed.Event (internal/runfeed/runfeed.go).
-EVENT_FIELDS = frozenset(("schema", "event", *_FIELD_CODES))
+
+
+class GoStruct:
+    """One of the engine's structs as encoding/json decodes a JSON object into it: each
+    field's JSON name (its tag) with the Go type it holds — a GoStruct, GoMap, GoSlice or
+    one of the GO_* names — and the names as Go's case folding matches a key to them."""
+
+    __slots__ = ("fields", "by_fold")
+
+    def __init__(self, fields: dict[str, object]) -> None:
+        self.fields = fields
+        self.by_fold = {name.upper(): name for name in fields}
+
+
+class GoMap(NamedTuple):
+    """map[string]element: its keys are taken as written (no folding)."""
+
+    element: object
+
+
+class GoSlice(NamedTuple):
+    element: object
+
+
+GO_STRING, GO_INT, GO_FLOAT, GO_BOOL, GO_RAW = "string", "int", "float64", "bool", "json.RawMessage"
+# runfeed.TokenUsage and runfeed.Event (internal/runfeed/runfeed.go); runstate.TokenUsage
+# has the same tags.
+TOKEN_USAGE = GoStruct(dict.fromkeys(TOKEN_FIELDS, GO_INT))
+EVENT = GoStruct({"schema": GO_INT, "ts": GO_STRING, "event": GO_STRING, **dict.fromkeys(_STRING_FIELDS, GO_STRING),
+                  "cost_usd": GO_FLOAT, "cost_unknown": GO_BOOL, "retries": GO_INT, "round": GO_INT,
+                  "usage": TOKEN_USAGE})
+EVENT_FIELDS = frozenset(EVENT.fields)
 _GO_STRINGS = frozenset(("ts", "event", *_STRING_FIELDS))
 _GO_INTS = frozenset(("schema", "retries", "round"))
 
@@ -189,16 +220,13 @@ def load_line(line: bytes | str) -> object:
 
 def engine_fields(data: dict) -> dict:
     """The event's fields as the engine's reader decodes them (runfeed.Walk: encoding/json
-    into runfeed.Event). A key names a field exactly or else in any case (Go's folding),
-    the later of two keys naming one field is the one read, and a JSON null leaves a
-    field its zero value, which is the field absent here (the engine omits zero values).
-    Keys naming no field are kept as written."""
-    return data if _read_as_written(data) else _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)[0]
+    into runfeed.Event; go_decoded). Keys naming no field are kept as written."""
+    return data if _read_as_written(data) else go_decoded(data, EVENT)[0]
 
 
 def _read_as_written(data: dict) -> bool:
     """Whether the decoder reads ``data`` as it is (nearly every line): every key of it and
-    of its usage a field spelled exactly, or none, and no null."""
+    of its usage a field spelled exactly, or none, and no null (read_as_written, inline)."""
     if not EVENT_FIELDS.issuperset(data) or None in data.values():
         return False
     usage = data.get("usage")
@@ -213,7 +241,7 @@ def stored_fields(raw: str) -> dict | None:
     data = load_line(raw)
     if _read_as_written(data):
         return data  # the fields as stored: checked when they were
-    fields, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
+    fields, repeated = go_decoded(data, EVENT)
     if repeated is not None or check_event(fields) is not None:
         return None
     return fields
@@ -222,8 +250,6 @@ def stored_fields(raw: str) -> dict | None:
 # encoding/json's folding (fold.go), as far as it can reach an ASCII field name: ASCII
 # letters by case, and the only two other runes whose fold is ASCII, U+017F (S) and U+212A (K).
 _FOLDS_TO_ASCII = str.maketrans({"\u017f": "S", "\u212a": "K"})
-_FIELD_BY_FOLD = {name.upper(): name for name in EVENT_FIELDS}
-_TOKEN_BY_FOLD = {name.upper(): name for name in TOKEN_FIELDS}
 
 
 def _field_named(key: str, by_fold: dict[str, str]) -> str | None:
@@ -232,29 +258,90 @@ def _field_named(key: str, by_fold: dict[str, str]) -> str | None:
     return by_fold.get(folded.upper()) if folded.isascii() else None
 
 
-def _decoded(data: dict, names: frozenset[str], by_fold: dict[str, str]
-             ) -> tuple[dict, tuple[str, str, str] | None]:
-    """(fields, the first two keys found naming one field with that field, or None)."""
+def go_decoded(data: dict, struct: GoStruct) -> tuple[dict, tuple[str, str, str] | None]:
+    """(``data``'s fields as encoding/json decodes the object into ``struct``, the first two
+    keys found naming one field with that field, or None). A key names a field exactly or
+    else in any case (Go's folding), the later of two keys naming one field is the one
+    read, and a JSON null leaves a field its zero value, which is the field absent here
+    (the engine omits zero values). Nested structs, and the elements of maps and slices,
+    are decoded the same way; keys naming no field are kept as written, and so is a value
+    of another type than its field's (the caller's checks word that)."""
     fields: dict = {}
     spelled: dict[str, str] = {}
     repeated = None
+    kinds = struct.fields
     for key, value in data.items():
-        name = key if key in names else _field_named(key, by_fold)
+        name = key if key in kinds else _field_named(key, struct.by_fold)
         if name is None:
             fields[key] = value
             continue
         if name in spelled and repeated is None:
             repeated = (spelled[name], key, name)
         spelled.setdefault(name, key)
-        if name == "usage" and type(value) is dict:
-            value, inner = _decoded(value, TOKEN_SET, _TOKEN_BY_FOLD)
-            repeated = repeated or inner
-            earlier = fields.get("usage")
-            if type(earlier) is dict:
-                value = {**earlier, **value}  # decoded into the same struct: its other fields stay
-        if value is not None:  # a null assigns nothing
-            fields[name] = value
+        if value is None:
+            continue  # a null assigns nothing
+        kind = kinds[name]
+        value, inner = _go_value(value, kind)
+        repeated = repeated or inner
+        earlier = fields.get(name)
+        if type(kind) is GoStruct and type(earlier) is dict and type(value) is dict:
+            value = {**earlier, **value}  # decoded into the same struct: its other fields stay
+        fields[name] = value
     return fields, repeated
+
+
+def _go_value(value: object, kind: object) -> tuple[object, tuple[str, str, str] | None]:
+    """A field's value (not null) as go_decoded reads it into ``kind``."""
+    if isinstance(kind, GoStruct):
+        return go_decoded(value, kind) if type(value) is dict else (value, None)
+    if isinstance(kind, GoMap) and type(value) is dict:
+        decoded, repeated = {}, None
+        for key, item in value.items():
+            decoded[key], inner = _go_element(item, kind.element)
+            repeated = repeated or inner
+        return decoded, repeated
+    if isinstance(kind, GoSlice) and type(value) is list:
+        elements = [_go_element(item, kind.element) for item in value]
+        return [item for item, _ in elements], next((inner for _, inner in elements if inner), None)
+    return value, None
+
+
+def _go_element(item: object, kind: object) -> tuple[object, tuple[str, str, str] | None]:
+    """A map's or slice's element: stored whatever it holds, so a null one is its zero
+    value (a struct's is an object with no field; a map's, slice's or RawMessage's null)."""
+    if item is not None:
+        return _go_value(item, kind)
+    if isinstance(kind, GoStruct):
+        return {}, None
+    return _GO_ZERO.get(kind) if isinstance(kind, str) else None, None
+
+
+_GO_ZERO = {GO_STRING: "", GO_INT: 0, GO_FLOAT: 0.0, GO_BOOL: False}
+
+
+def read_as_written(value: object, kind: GoStruct | GoMap | GoSlice) -> bool:
+    """Whether go_decoded reads ``value`` into ``kind`` as it is: every key of each struct
+    in it a field spelled exactly or naming none, and no null where a field or an element
+    is (then no decoded copy need be built)."""
+    if isinstance(kind, GoStruct):
+        if type(value) is not dict:
+            return True
+        for key, item in value.items():
+            inner = kind.fields.get(key)
+            if inner is None:
+                if _field_named(key, kind.by_fold) is not None:
+                    return False
+            elif item is None or (not isinstance(inner, str) and not read_as_written(item, inner)):
+                return False
+        return True
+    if isinstance(kind, GoMap):
+        items = value.values() if type(value) is dict else ()
+    else:
+        items = value if type(value) is list else ()
+    element = kind.element
+    if isinstance(element, str):
+        return None not in items
+    return all(item is not None and read_as_written(item, element) for item in items)
 
 
 def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
@@ -262,7 +349,7 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
     """parse_stream_line's general path, for a parsed line the fast path did not settle."""
     if not isinstance(data, dict):
         return Rejected(f"not a JSON object but {type(data).__name__}")
-    fields, repeated = _decoded(data, EVENT_FIELDS, _FIELD_BY_FOLD)
+    fields, repeated = go_decoded(data, EVENT)
     schema = fields.get("schema")
     # The engine's reader refuses the stream at a line it decodes whose schema is newer
     # (runfeed.Walk): this ledger's checks of the fields are for the schemas it reads.
@@ -281,7 +368,7 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
 
 
 def _engine_decodes(fields: dict) -> bool:
-    """Whether encoding/json decodes ``fields`` (as _decoded reads them) into runfeed.Event
+    """Whether encoding/json decodes ``fields`` (as go_decoded reads them) into runfeed.Event
     without an error: each field a value of its Go type, the integers within 64 bits."""
     for name, value in fields.items():
         kind = type(value)
@@ -305,7 +392,7 @@ def _engine_decodes(fields: dict) -> bool:
 
 def _check_parsed_line(line: bytes, data: dict, fields: dict, repeated: tuple[str, str, str] | None
                        ) -> tuple[dict, str, int] | str:
-    """The general check of a parsed object (``fields``, ``repeated``: as _decoded reads
+    """The general check of a parsed object (``fields``, ``repeated``: as go_decoded reads
     it), in the order that picks each reason."""
     duplicate = duplicate_key(line, data)
     if duplicate is TOO_DEEP:
@@ -339,7 +426,7 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
     for name, value in data.items():
         code = _FIELD_CODES.get(name)
         if code is None:
-            if name not in EVENT_FIELDS and _field_named(name, _FIELD_BY_FOLD) is not None:
+            if name not in EVENT_FIELDS and _field_named(name, EVENT.by_fold) is not None:
                 return False  # a field spelled in another case: the general path reads it
             continue  # a field this ledger does not read: anything
         kind = type(value)
@@ -363,7 +450,7 @@ def _plain_engine_event(line: bytes, data: dict) -> bool:
                 if token in TOKEN_SET:
                     if type(count) is not int or not 0 <= count <= MAX_TOKENS:
                         return False
-                elif _field_named(token, _TOKEN_BY_FOLD) is not None:
+                elif _field_named(token, TOKEN_USAGE.by_fold) is not None:
                     return False
     if event in NODE_EVENTS and not data.get("node_id"):
         return False

@@ -18,14 +18,25 @@ import orjson
 from .bounds import MAX_ID_CHARS, MAX_RUN_NANOS, NANOS_PER_USD, RUN_BOUND_TEXT, shown, too_long_id
 from .errors import out_of_resources
 from .feed import (
+    GO_BOOL,
+    GO_FLOAT,
+    GO_INT,
+    GO_RAW,
+    GO_STRING,
     MAX_COST_USD,
     MAX_COUNTER,
     MAX_TOKENS,
     TOKEN_FIELDS,
     TOKEN_SET,
+    TOKEN_USAGE,
     TOO_DEEP,
+    GoMap,
+    GoSlice,
+    GoStruct,
     as_go_reads,
     duplicate_key,
+    go_decoded,
+    read_as_written,
     written_as_serialized,
 )
 from .units import usd_to_nanos
@@ -177,11 +188,45 @@ def snapshot_names_another_run(snapshot: dict | None, run_id: str) -> bool:
     return isinstance(named, str) and named != run_id
 
 
+# runstate.Snapshot, the struct the engine's runstate.Load decodes state.json into with
+# encoding/json (internal/runstate/runstate.go), and the structs it holds.
+NODE_RECORD = GoStruct({
+    "verdict": GO_STRING, "session_id": GO_STRING, "cost_usd": GO_FLOAT, "cost_unknown": GO_BOOL,
+    "usage": TOKEN_USAGE, "budget_usd": GO_FLOAT, "duration": GO_INT, "artifact_path": GO_STRING,
+    "detail": GO_STRING, "round": GO_INT, "judged": GO_BOOL, "provenance": GO_STRING})
+_TOOL_POLICY = GoStruct({
+    "allowed_tools": GoSlice(GO_STRING), "disallowed_tools": GoSlice(GO_STRING), "tools": GoSlice(GO_STRING),
+    "setting_sources": GO_STRING, "strict_mcp_config": GO_BOOL, "plugin_dirs": GoSlice(GO_STRING)})
+SNAPSHOT = GoStruct({
+    "schema": GO_INT, "run_id": GO_STRING, "runtime": GO_STRING, "planning_cost_usd": GO_FLOAT,
+    "planning_cost_unknown": GO_BOOL, "planning_usage": TOKEN_USAGE, "graph_source_path": GO_STRING,
+    "graph_sha256": GO_STRING, "graph": GO_RAW, "inputs": GoMap(GO_STRING), "continue_on_fail": GO_BOOL,
+    "tool_policies": GoMap(_TOOL_POLICY),
+    "goal": GoStruct({"text": GO_STRING, "cycle": GO_INT, "max_cycles": GO_INT, "first_run_id": GO_STRING}),
+    "build_evidence": GoStruct({"answer": GO_STRING, "declared_by": GO_STRING, "signals": GoSlice(GO_STRING)}),
+    "nodes": GoMap(NODE_RECORD),
+    "gate": GoStruct({"paused_at": GO_STRING, "decisions": GoMap(GO_STRING)})})
+
+
+def as_the_engine_reads(data: dict) -> dict:
+    """A parsed state.json's fields as runstate.Load decodes them (feed.go_decoded): a key
+    in another case names its field, a null is the field absent (a null record in
+    ``nodes`` an empty one). Two keys naming one field are a duplicate key, as in the stream."""
+    if read_as_written(data, SNAPSHOT):
+        return data  # (every file the engine writes)
+    fields, repeated = go_decoded(data, SNAPSHOT)
+    if repeated is not None:
+        first, second, name = repeated
+        raise BadSnapshot(f"state.json has the keys {shown(first)} and {shown(second)} in one object, which both "
+                          f"name the field {shown(name)} (the engine reads a key in any case): a duplicate key")
+    return fields
+
+
 def parse_state(content: bytes) -> dict:
     """Validate state.json's shape wherever the ledger derives from it. The engine reads it
     with encoding/json (runstate.Load): a byte that is not UTF-8 in a string, and a lone
-    surrogate's \\u escape, are U+FFFD."""
-    data = parse_json_object(content, "state.json", go_reads=True)
+    surrogate's \\u escape, are U+FFFD, and its fields are read as as_the_engine_reads has them."""
+    data = as_the_engine_reads(parse_json_object(content, "state.json", go_reads=True))
     schema = data.get("schema")
     if not _int(schema):
         raise BadSnapshot(f"state.json has no valid schema: {shown(schema)}")

@@ -25,7 +25,7 @@ from omg_ledger.db import open_ledger, write_transaction
 from omg_ledger.reports.runs import show_run
 from omg_ledger.sync import Home, rebuild, sync
 
-from .builders import ev, graph, write_run
+from .builders import age_tree, ev, graph, write_run
 
 N = 10**9
 MARKED_FREE_LOCK = "oh-my-graph-lock 1\n"  # marked, and nobody holds its flock: a dead leg
@@ -540,5 +540,161 @@ def test_a_ledger_whose_older_rules_refused_a_state_json_not_utf8_reads_it_after
     assert _cli("show", "--db", db_url, streamed)["status"] == "PASS"
     run = _cli("show", "--db", db_url, stream_less)
     assert (run["status"], run["cost_nano_usd"]) == ("PASS", 3 * N // 4)  # planning $0.25 + node a's $0.50
+    assert _cli("problems", "--db", db_url) == []
+    _equals_a_cold_sync(db_url, home, tmp_path)
+
+
+# --- state.json as runstate.Load decodes it ------------------------------------------
+# runstate.Load (runstate.go:610-623) is json.Unmarshal into runstate.Snapshot, whose
+# fields and tags are runstate.go:147-174 (NodeRecord), 183-188 (TokenUsage), 265-274
+# (GoalRef), 290-314 (BuildEvidence), 320-332 (GateState) and 395-491 (Snapshot). The
+# engine's `runs list` bills a run from it (runs.go:270-282: planning cost plus every
+# record's cost_usd and usage) and runstatus.Derive calls a closed leg PASS when the
+# records whose verdict is "PASS" are as many as the graph's nodes (runstatus.go:217).
+
+S01, S20, S24 = "20261129-181512.929654081-1", "20261129-181519.193612939-1", "20261129-181521.715955568-1"
+S35, S36 = "20261129-181524.062929782-1", "20261129-181524.161957784-1"
+
+
+def _corpus_run(corpus_home, home, run_id: str, *, stream: bool = True):
+    """A copy of the corpus run ``run_id`` in ``home`` (without its events.jsonl unless
+    ``stream``), with its state.json as a dict to edit and a function writing it back
+    as the engine does (indented by two)."""
+    import shutil
+
+    run_dir = home / "runs" / run_id
+    shutil.copytree(corpus_home / "runs" / run_id, run_dir)
+    for path in (run_dir, *run_dir.iterdir()):
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    if not stream:
+        (run_dir / "events.jsonl").unlink()
+    state = json.loads((run_dir / "state.json").read_text())
+    return run_dir, state, lambda: (run_dir / "state.json").write_text(json.dumps(state, indent=2))
+
+
+def _renamed(obj: dict, old: str, new: str) -> None:
+    obj[new] = obj.pop(old)
+
+
+def _state_keys_in_another_case(corpus_home, home) -> None:
+    # s01 (4 nodes, every record PASS): each record's verdict spelled "Verdict".
+    _, state, write = _corpus_run(corpus_home, home, S01)
+    for record in state["nodes"].values():
+        _renamed(record, "verdict", "Verdict")
+    write()
+    # s24 (auto, planning $0.0456; survey $0.021, edit $0.033, check $0.009), its stream gone.
+    _, state, write = _corpus_run(corpus_home, home, S24, stream=False)
+    _renamed(state, "planning_cost_usd", "Planning_Cost_USD")
+    _renamed(state["nodes"]["edit"], "cost_usd", "COST_USD")
+    write()
+    # s35 (auto, planning $0.0456; change $0.027, wrapup $0.006), its stream gone.
+    _, state, write = _corpus_run(corpus_home, home, S35, stream=False)
+    _renamed(state, "schema", "Schema")
+    _renamed(state, "nodes", "NODES")
+    write()
+
+
+def _state_nulls(corpus_home, home) -> None:
+    # s20 (dev $0.05, e2e $0.02): e2e's node_passed dropped from the stream (the record is
+    # its only word), and nulls where the engine writes values.
+    run_dir, state, write = _corpus_run(corpus_home, home, S20)
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    assert '"node_passed","node_id":"e2e"' in lines[4]
+    (run_dir / "events.jsonl").write_text("".join(lines[:4] + lines[5:]))
+    state["runtime"] = None
+    state["nodes"]["e2e"].update(cost_unknown=None, judged=None, round=None, budget_usd=None, detail=None)
+    write()
+    # s36 (auto, planning $0.0456; change $0.027, wrapup $0.006), its stream gone.
+    _, state, write = _corpus_run(corpus_home, home, S36, stream=False)
+    state["graph_source_path"] = None
+    state["nodes"]["ghost"] = None
+    state["nodes"]["wrapup"]["usage"] = {"input_tokens": 120, "output_tokens": None}
+    write()
+
+
+def test_a_state_json_key_in_another_case_names_its_field_as_in_the_engine(db_url, tmp_path, corpus_home):
+    """encoding/json matches a key to a field exactly or else in any case (decode.go
+    object: byExactName, then byFoldedName), so "Verdict" is NodeRecord.Verdict,
+    "Planning_Cost_USD" Snapshot.PlanningCostUSD, "Schema" Snapshot.Schema."""
+    home = tmp_path / "home"
+    _state_keys_in_another_case(corpus_home, home)
+    report = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert report["problems"] == []
+    run = _cli("show", "--db", db_url, S01)
+    # Closed leg, 4 records whose verdict is PASS for a graph of 4 nodes: PASS; the stream's $0.0807.
+    assert (run["status"], run["nodes_passed"], run["cost_nano_usd"]) == ("PASS", 4, 80_700_000)
+    run = _cli("show", "--db", db_url, S24)
+    # No stream: what runs list counts, $0.0456 + $0.021 + $0.033 + $0.009; every record PASS.
+    assert (run["status"], run["cost_nano_usd"]) == ("PASS", 108_600_000)
+    run = _cli("show", "--db", db_url, S35)
+    # Schema 3 as Load wants it (runstate.go:619), the records read: $0.0456 + $0.027 + $0.006.
+    assert (run["status"], run["has_snapshot"], run["cost_nano_usd"]) == ("PASS", True, 78_600_000)
+
+
+def test_two_spellings_of_one_state_json_field_are_a_duplicate_key(db_url, tmp_path, corpus_home):
+    """Go would read the later of the two (both decode into one field); like a key written
+    twice, in the stream or here, it is a problem: the snapshot is damaged, the stream's
+    own "passed" and money stand (README, Reliability)."""
+    home = tmp_path / "home"
+    run_dir, state, write = _corpus_run(corpus_home, home, S20)
+    state["nodes"]["dev"]["VERDICT"] = "FAIL"
+    write()
+    report = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert [(p["path"], p["reason"]) for p in report["problems"]] == [(
+        str(run_dir / "state.json"),
+        "state.json has the keys 'verdict' and 'VERDICT' in one object, which both name the field 'verdict' "
+        "(the engine reads a key in any case): a duplicate key")]
+    run = _cli("show", "--db", db_url, S20)
+    assert (run["status"], run["has_snapshot"], run["cost_nano_usd"]) == ("PASS", False, 70_000_000)
+
+
+def test_a_null_in_state_json_is_the_engine_s_zero_value(db_url, tmp_path, corpus_home):
+    """A JSON null leaves a field its zero value (decode.go literalStore, case 'n'), with no
+    error, and a null element of a map is that element's zero value (decode.go object:
+    the map element is set whatever it decoded to): a NodeRecord with no verdict and no cost."""
+    home = tmp_path / "home"
+    _state_nulls(corpus_home, home)
+    report = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert report["problems"] == []
+    run = _cli("show", "--db", db_url, S20)
+    # Both records PASS for a graph of 2: PASS. runs list's $0.05 + $0.02: the dropped
+    # e2e terminal is recovered from its record (cost_usd $0.02, cost_unknown false).
+    assert (run["status"], run["cost_nano_usd"]) == ("PASS", 70_000_000)
+    assert {node["node_id"]: (node["verdict"], node["verdict_source"]) for node in run["nodes"]} == {
+        "dev": ("PASS", "stream"), "e2e": ("PASS", "snapshot")}
+    run = _cli("show", "--db", db_url, S36)
+    # $0.0456 + $0.027 + $0.006 and wrapup's 120 input tokens; "ghost" is a record with no
+    # verdict (not one of the graph's 2 nodes, not counted by Derive): PASS.
+    assert (run["status"], run["cost_nano_usd"], run["input_tokens"], run["output_tokens"]) == (
+        "PASS", 78_600_000, 120, 0)
+    assert {node["node_id"]: node["verdict"] for node in run["nodes"]} == {
+        "change": "PASS", "wrapup": "PASS", "ghost": None}
+
+
+def test_a_ledger_whose_older_rules_misread_or_refused_a_state_json_reads_it_after_the_bump(
+        db_url, tmp_path, monkeypatch, corpus_home):
+    """A ledger synced by rules that read state.json's keys only as spelled and refused a
+    null took "Verdict" for no field (a stored document, re-derived after the bump) and
+    refused "Schema" and the nulls (stored as errors, read again after the bump): the
+    next sync corrects both, resolves the problems and equals a cold sync."""
+    from omg_ledger import snapshot
+
+    home = tmp_path / "home"
+    _state_keys_in_another_case(corpus_home, home)
+    _state_nulls(corpus_home, home)
+    age_tree(home)  # (a fresh directory mtime is re-listed by every sync: not what is counted here)
+    with monkeypatch.context() as rules:  # the older rules: the document as parsed
+        rules.setattr(snapshot, "as_the_engine_reads", lambda data: data)
+        rules.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION - 1)
+        before = _cli("sync", "--db", db_url, "--home", f"h={home}")
+        assert sorted(p["path"].split("/")[-2] for p in before["problems"]) == [S20, S35, S36]
+        assert _cli("show", "--db", db_url, S01)["status"] == "FAIL"
+        assert _cli("show", "--db", db_url, S36)["cost_nano_usd"] == 0
+
+    after = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert (after["runs_changed"], after["runs_rederived"], after["problems"]) == (3, 2, [])
+    assert [_cli("show", "--db", db_url, run_id)["status"] for run_id in (S01, S20, S24, S35, S36)] == ["PASS"] * 5
+    assert [_cli("show", "--db", db_url, run_id)["cost_nano_usd"] for run_id in (S01, S20, S24, S35, S36)] == [
+        80_700_000, 70_000_000, 108_600_000, 78_600_000, 78_600_000]
     assert _cli("problems", "--db", db_url) == []
     _equals_a_cold_sync(db_url, home, tmp_path)
