@@ -73,6 +73,21 @@ def parse_file(name: str, content: str) -> dict | None:
         return None  # recorded as a problem when it was read
 
 
+def parse_files(files: Mapping[str, str]) -> tuple[dict[str, dict | None], list[tuple[str, str]]]:
+    """(each stored file parsed, None where these rules refuse it; the (name, reason) of
+    each refused). Stored files are those an omg-ledger read without an error: one
+    refused here was read by older rules that took it."""
+    parsed: dict[str, dict | None] = {}
+    refused = []
+    for name, content in files.items():
+        try:
+            parsed[name] = PARSERS[name](content.encode("utf-8"))
+        except BadSnapshot as exc:
+            parsed[name] = None
+            refused.append((name, str(exc)))
+    return parsed, refused
+
+
 def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None) -> tuple[RunRows, bool]:
     """(rows, scrub) for one run. ``parsed`` may hand over the JSON files already parsed
     from the same text (ingest just validated them); it never changes the result.

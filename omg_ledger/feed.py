@@ -19,7 +19,7 @@ from .tail import MAX_LINE_BYTES, Paused, Rejected
 from .units import BadTimestamp, parse_timestamp
 
 __all__ = ["MAX_LINE_BYTES", "SUPPORTED_SCHEMA", "Event", "GoMap", "GoSlice", "GoStruct", "as_go_decodes", "as_go_reads",
-           "check_event", "engine_fields", "go_decoded", "load_line", "parse_stream_line", "read_line", "read_as_written",
+           "check_event", "engine_fields", "go_decoded", "go_type_error", "load_line", "parse_stream_line", "read_line", "read_as_written",
            "stored_fields"]
 
 SUPPORTED_SCHEMA = 3
@@ -95,8 +95,6 @@ EVENT = GoStruct({"schema": GO_INT, "ts": GO_STRING, "event": GO_STRING, **dict.
                   "cost_usd": GO_FLOAT, "cost_unknown": GO_BOOL, "retries": GO_INT, "round": GO_INT,
                   "usage": TOKEN_USAGE})
 EVENT_FIELDS = frozenset(EVENT.fields)
-_GO_STRINGS = frozenset(("ts", "event", *_STRING_FIELDS))
-_GO_INTS = frozenset(("schema", "retries", "round"))
 
 
 class Event:
@@ -369,25 +367,47 @@ def _checked_stream_line(line: bytes, data: object, line_no: int, offset: int,
 
 def _engine_decodes(fields: dict) -> bool:
     """Whether encoding/json decodes ``fields`` (as go_decoded reads them) into runfeed.Event
-    without an error: each field a value of its Go type, the integers within 64 bits."""
-    for name, value in fields.items():
-        kind = type(value)
-        if name in _GO_STRINGS:
-            ok = kind is str
-        elif name in _GO_INTS:
-            ok = kind is int and -MAX_INT64 - 1 <= value <= MAX_INT64
-        elif name == "cost_usd":
-            ok = kind is float or kind is int  # (orjson's floats are finite)
-        elif name == "cost_unknown":
-            ok = kind is bool
-        elif name == "usage":
-            ok = kind is dict and all(type(count) is int and -MAX_INT64 - 1 <= count <= MAX_INT64
-                                      for token, count in value.items() if token in TOKEN_SET)
-        else:
-            ok = True  # a key naming no field: the engine ignores it
-        if not ok:
-            return False
-    return True
+    without an error."""
+    return go_type_error(fields, EVENT) is None
+
+
+def go_type_error(value: object, kind: object, where: str = "") -> str | None:
+    """Why encoding/json fails to decode ``value`` (as go_decoded reads it) into ``kind``
+    ("<where> must be …, got …"), or None: each field a value of its Go type, integers
+    within 64 bits (a null is any type's zero value, a key naming no field is ignored). Go
+    goes on decoding past such a value, but Unmarshal then fails as a whole."""
+    if value is None:
+        return None
+    if isinstance(kind, GoStruct | GoMap):
+        if type(value) is not dict:
+            return f"{where} must be an object, got {shown(value)}"
+        for key, item in value.items():
+            inner = kind.fields.get(key) if isinstance(kind, GoStruct) else kind.element
+            at = f"{where}[{shown(key)}]" if isinstance(kind, GoMap) else f"{where}.{key}" if where else key
+            reason = go_type_error(item, inner, at) if inner is not None else None
+            if reason is not None:
+                return reason
+        return None
+    if isinstance(kind, GoSlice):
+        if type(value) is not list:
+            return f"{where} must be a list, got {shown(value)}"
+        for index, item in enumerate(value):
+            reason = go_type_error(item, kind.element, f"{where}[{index}]")
+            if reason is not None:
+                return reason
+        return None
+    held = type(value)
+    if kind == GO_STRING:
+        ok, named = held is str, "a string"
+    elif kind == GO_INT:
+        ok, named = held is int and -MAX_INT64 - 1 <= value <= MAX_INT64, "an integer within 64 bits"
+    elif kind == GO_FLOAT:
+        ok, named = held is float or held is int, "a number"  # (orjson's numbers are finite)
+    elif kind == GO_BOOL:
+        ok, named = held is bool, "a boolean"
+    else:
+        ok, named = True, "any JSON"  # json.RawMessage
+    return None if ok else f"{where} must be {named}, got {shown(value)}"
 
 
 def _check_parsed_line(line: bytes, data: dict, fields: dict, repeated: tuple[str, str, str] | None

@@ -36,6 +36,7 @@ from .feed import (
     as_go_reads,
     duplicate_key,
     go_decoded,
+    go_type_error,
     read_as_written,
     written_as_serialized,
 )
@@ -281,6 +282,11 @@ def parse_state(content: bytes) -> dict:
             if total > MAX_RUN_NANOS:
                 raise BadSnapshot(f"state.json's costs add up to more than {RUN_BOUND_TEXT} "
                                   f"(the ledger's per-run bound)")
+    # The fields the ledger does not read hold what the engine's types take too: a file
+    # runstate.Load cannot decode is one the engine cannot read at all (no status, no row).
+    reason = go_type_error(data, SNAPSHOT)
+    if reason is not None:
+        raise BadSnapshot(f"state.json {reason}: the engine cannot read it (runstate.Load)")
     return data
 
 

@@ -494,14 +494,21 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     pending = PendingRows()
     facts = replace(load_run_facts(conn, run_pk), sink=functools.partial(write_finished, conn, pending, run_pk),
                     keep_state=True)
-    rows, scrub = derive_run(facts)
+    parsed, refused = derive.parse_files(facts.files)
+    rows, scrub = derive_run(facts, parsed)
     replace_derived(conn, run_pk, rows, derive.DERIVATION_VERSION, scrub=scrub, derived_cleared=True,
                     pending=pending)
     _save_state(conn, run_pk, rows, fresh=True, pending=pending)
     pending.flush(conn)
+    files = schema.snapshot_files
+    for name, reason in refused:
+        # Older rules took a document these refuse: it is what a read of it makes it now,
+        # an error (and the problem below), as in a ledger synced by these rules alone.
+        conn.execute(update(files).where(files.c.run_pk == run_pk, files.c.name == name).values(error=reason))
     # A gone run's problems ended with its directory (resolve_runs_problems), and no sync
     # reads it again to end one opened here: they stay the history they are.
-    for problem in [] if gone else _derived_problems(dir_path, rows):
+    refusals = [Problem(os.path.join(dir_path, name), 0, reason) for name, reason in refused]
+    for problem in [] if gone else _derived_problems(dir_path, rows) + refusals:
         record_problem(conn, run_pk, problem.path, problem.offset, problem.reason,
                        format_instant(datetime.now(UTC)), machine or "")
     return stream_identity_before, rows.run["stream_identity"]

@@ -698,3 +698,67 @@ def test_a_ledger_whose_older_rules_misread_or_refused_a_state_json_reads_it_aft
         80_700_000, 70_000_000, 108_600_000, 78_600_000, 78_600_000]
     assert _cli("problems", "--db", db_url) == []
     _equals_a_cold_sync(db_url, home, tmp_path)
+
+
+def _state_the_engine_cannot_decode(corpus_home, home) -> None:
+    # s01 (4 nodes): join's node_passed dropped from the stream, and continue_on_fail (a Go
+    # bool) holding a string.
+    run_dir, state, write = _corpus_run(corpus_home, home, S01)
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    assert '"node_passed","node_id":"join"' in lines[8]
+    (run_dir / "events.jsonl").write_text("".join(lines[:8] + lines[9:]))
+    state["continue_on_fail"] = "yes"
+    write()
+    # s24, its stream gone: planning_cost_unknown (a Go bool) holding a string.
+    _, state, write = _corpus_run(corpus_home, home, S24, stream=False)
+    state["planning_cost_unknown"] = "no"
+    write()
+
+
+def test_a_state_json_the_engine_cannot_decode_is_damaged(db_url, tmp_path, corpus_home):
+    """A value of another type than its field's is an error for the whole json.Unmarshal
+    (decode.go: d.saveError, returned at the end), so runstate.Load fails: runstatus.Gather
+    returns the error (runstatus.go:285-302) and `runs list` drops the row, counting it
+    skipped (runs.go:149-153, 233-236). Here it is a damaged snapshot, a problem: the
+    stream's own "passed" and money stand (README, Reliability), and nothing is recovered
+    or billed from a record the engine never reads."""
+    home = tmp_path / "home"
+    _state_the_engine_cannot_decode(corpus_home, home)
+    report = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert sorted((p["path"].split("/")[-2], p["reason"]) for p in report["problems"]) == [
+        (S01, "state.json continue_on_fail must be a boolean, got 'yes': the engine cannot read it (runstate.Load)"),
+        (S24, "state.json planning_cost_unknown must be a boolean, got 'no': the engine cannot read it "
+              "(runstate.Load)")]
+    run = _cli("show", "--db", db_url, S01)
+    # The stream's plan $0.0211 + left $0.0342 + right $0.0155; join has no terminal anywhere.
+    assert (run["status"], run["has_snapshot"], run["cost_nano_usd"]) == ("PASS", False, 70_800_000)
+    assert {node["node_id"]: node["verdict"] for node in run["nodes"]}["join"] is None
+    run = _cli("show", "--db", db_url, S24)
+    assert (run["has_snapshot"], run["cost_nano_usd"], run["invocations"], run["unknown_cost_invocations"]) == (
+        False, 0, 0, 0)
+
+
+def test_a_ledger_whose_older_rules_took_a_state_json_the_engine_cannot_decode_refuses_it_after_the_bump(
+        db_url, tmp_path, monkeypatch, corpus_home):
+    """Older rules stored such a document as read (no error): after the bump its
+    re-derivation refuses it as a read would, the stored file's error and the problem
+    included, and the ledger equals a cold sync."""
+    from omg_ledger import snapshot
+
+    home = tmp_path / "home"
+    _state_the_engine_cannot_decode(corpus_home, home)
+    age_tree(home)
+    with monkeypatch.context() as rules:  # the older rules: types checked only where the ledger reads them
+        rules.setattr(snapshot, "go_type_error", lambda value, kind: None)
+        rules.setattr(derive, "DERIVATION_VERSION", derive.DERIVATION_VERSION - 1)
+        assert _cli("sync", "--db", db_url, "--home", f"h={home}")["problems"] == []
+        # join recovered from its record; the planner's call unknown (a truthy string).
+        assert _cli("show", "--db", db_url, S01)["cost_nano_usd"] == 80_700_000
+        assert _cli("show", "--db", db_url, S24)["unknown_cost_invocations"] == 1
+
+    after = _cli("sync", "--db", db_url, "--home", f"h={home}")
+    assert (after["runs_changed"], after["runs_rederived"]) == (0, 2)
+    assert (_cli("show", "--db", db_url, S01)["cost_nano_usd"], _cli("show", "--db", db_url, S24)["invocations"]) == (
+        70_800_000, 0)
+    assert sorted(p["path"].split("/")[-2] for p in _cli("problems", "--db", db_url)) == [S01, S24]
+    _equals_a_cold_sync(db_url, home, tmp_path)
