@@ -371,43 +371,86 @@ def _engine_decodes(fields: dict) -> bool:
     return go_type_error(fields, EVENT) is None
 
 
-def go_type_error(value: object, kind: object, where: str = "") -> str | None:
+def go_type_error(value: object, kind: object) -> str | None:
     """Why encoding/json fails to decode ``value`` (as go_decoded reads it) into ``kind``
     ("<where> must be …, got …"), or None: each field a value of its Go type, integers
     within 64 bits (a null is any type's zero value, a key naming no field is ignored). Go
     goes on decoding past such a value, but Unmarshal then fails as a whole."""
+    fault = _go_type_fault(value, kind)
+    if fault is None:
+        return None
+    steps, named, held = fault
+    where = ""
+    for step in reversed(steps):  # (gathered from the value outwards)
+        if type(step) is int:
+            where += f"[{step}]"
+        elif step[0] == "key":
+            where += f"[{shown(step[1])}]"
+        else:
+            where = f"{where}.{step[1]}" if where else step[1]
+    return f"{where} must be {named}, got {shown(held)}"
+
+
+_GO_SCALARS = {GO_STRING: ((str,), "a string"), GO_INT: ((int,), "an integer within 64 bits"),
+               GO_FLOAT: ((float, int), "a number"),  # (orjson's numbers are finite)
+               GO_BOOL: ((bool,), "a boolean")}
+_GO_SCALAR_TYPES = {kind: types for kind, (types, _named) in _GO_SCALARS.items()}
+
+
+def _go_type_fault(value: object, kind: object) -> tuple[list, str, object] | None:
+    """go_type_error's walk: None, or (the steps to the value at fault, innermost first —
+    ("field", name), ("key", key) or an index —, what its type takes, the value). No text
+    is made unless something is at fault: the walk visits every value of a state.json."""
     if value is None:
         return None
-    if isinstance(kind, GoStruct | GoMap):
-        if type(value) is not dict:
-            return f"{where} must be an object, got {shown(value)}"
-        for key, item in value.items():
-            inner = kind.fields.get(key) if isinstance(kind, GoStruct) else kind.element
-            at = f"{where}[{shown(key)}]" if isinstance(kind, GoMap) else f"{where}.{key}" if where else key
-            reason = go_type_error(item, inner, at) if inner is not None else None
-            if reason is not None:
-                return reason
-        return None
-    if isinstance(kind, GoSlice):
-        if type(value) is not list:
-            return f"{where} must be a list, got {shown(value)}"
-        for index, item in enumerate(value):
-            reason = go_type_error(item, kind.element, f"{where}[{index}]")
-            if reason is not None:
-                return reason
-        return None
     held = type(value)
-    if kind == GO_STRING:
-        ok, named = held is str, "a string"
-    elif kind == GO_INT:
-        ok, named = held is int and -MAX_INT64 - 1 <= value <= MAX_INT64, "an integer within 64 bits"
-    elif kind == GO_FLOAT:
-        ok, named = held is float or held is int, "a number"  # (orjson's numbers are finite)
-    elif kind == GO_BOOL:
-        ok, named = held is bool, "a boolean"
-    else:
-        ok, named = True, "any JSON"  # json.RawMessage
-    return None if ok else f"{where} must be {named}, got {shown(value)}"
+    known = type(kind)
+    if known is GoStruct:
+        if held is not dict:
+            return [], "an object", value
+        fields = kind.fields
+        for key, item in value.items():
+            inner = fields.get(key)
+            if inner is None or item is None:
+                continue
+            types = _GO_SCALAR_TYPES.get(inner)
+            if types is not None and type(item) in types and (
+                    type(item) is not int or -MAX_INT64 - 1 <= item <= MAX_INT64):
+                continue  # (most fields: checked here, without a call)
+            fault = _go_type_fault(item, inner)
+            if fault is not None:
+                fault[0].append(("field", key))
+                return fault
+        return None
+    if known is GoMap:
+        if held is not dict:
+            return [], "an object", value
+        element = kind.element
+        for key, item in value.items():
+            if item is not None:
+                fault = _go_type_fault(item, element)
+                if fault is not None:
+                    fault[0].append(("key", key))
+                    return fault
+        return None
+    if known is GoSlice:
+        if held is not list:
+            return [], "a list", value
+        element = kind.element
+        for index, item in enumerate(value):
+            if item is not None:
+                fault = _go_type_fault(item, element)
+                if fault is not None:
+                    fault[0].append(index)
+                    return fault
+        return None
+    scalar = _GO_SCALARS.get(kind)
+    if scalar is None:
+        return None  # json.RawMessage: any JSON
+    types, named = scalar
+    if held not in types or (held is int and kind == GO_INT and not -MAX_INT64 - 1 <= value <= MAX_INT64):
+        return [], named, value
+    return None
 
 
 def _check_parsed_line(line: bytes, data: dict, fields: dict, repeated: tuple[str, str, str] | None

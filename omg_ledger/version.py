@@ -60,5 +60,11 @@ VERSION = "0.1.0"
 #    the stream's first line is among them (one of two runs of an id was billed twice, the
 #    other not at all); two copies with damaged heads are compared from the later one's
 #    first stored line, and a copy with no billed copy to compare it with keeps no
-#    diverged_copy finding.
+#    diverged_copy finding. state.json is read as runstate.Load decodes it (feed.go_decoded
+#    and go_type_error over the engine's structs): a key in another case names its field
+#    ("Verdict", "Cost_USD", "Schema"), two spellings of one field are a duplicate key, a null
+#    is the field absent (a null record in nodes a record with no verdict and no cost), and a
+#    value of another type than the field's, in any field, is a damaged snapshot, as Load
+#    fails on it. (The sync reads again the state.json the older rules refused; one they took
+#    that these refuse is refused on re-derivation, its error and problem recorded.)
 DERIVATION_VERSION = 18
