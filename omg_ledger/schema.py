@@ -586,7 +586,8 @@ DOCS: dict[str, dict[str, str]] = {
                                   "it misses earlier legs and assessments.",
         "snapshot_cost_unknown": "1 when the engine's state.json total includes unpriced work.",
         "nodes_passed": "Graph nodes whose snapshot record is PASS.",
-        "all_nodes_passed": "1 when every graph node's snapshot record is PASS.",
+        "all_nodes_passed": "1 when the snapshot holds as many PASS records as the graph has nodes (the "
+                            "engine's PASS: a record of a node not in the graph counts too).",
         "event_count": "Stream lines ingested.",
         "first_event_at": "Time of the first stream event (UTC).",
         "first_event_at_us": "first_event_at as epoch microseconds.",

@@ -66,5 +66,8 @@ VERSION = "0.1.0"
 #    is the field absent (a null record in nodes a record with no verdict and no cost), and a
 #    value of another type than the field's, in any field, is a damaged snapshot, as Load
 #    fails on it. (The sync reads again the state.json the older rules refused; one they took
-#    that these refuse is refused on re-derivation, its error and problem recorded.)
+#    that these refuse is refused on re-derivation, its error and problem recorded.) A
+#    closed leg is PASS when the snapshot holds as many PASS records, of any node, as the
+#    graph has nodes (runstatus.Gather counts snap.CompletedNodes()), not when every graph
+#    node's record is PASS: runs.all_nodes_passed.
 DERIVATION_VERSION = 18

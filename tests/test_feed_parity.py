@@ -762,3 +762,26 @@ def test_a_ledger_whose_older_rules_took_a_state_json_the_engine_cannot_decode_r
         70_800_000, 0)
     assert sorted(p["path"].split("/")[-2] for p in _cli("problems", "--db", db_url)) == [S01, S24]
     _equals_a_cold_sync(db_url, home, tmp_path)
+
+
+def test_pass_counts_the_snapshots_pass_records_against_the_graphs_nodes_as_the_engine(db_url, tmp_path,
+                                                                                       corpus_home):
+    """runstatus.Gather: CompletedNodes is len(snap.CompletedNodes()) — every record whose
+    verdict is PASS, of any node id — and TotalNodes len(g.Nodes); Derive says PASS of a
+    closed leg only when the two are equal. A record of a node not in the graph counts."""
+    home = tmp_path / "home"
+    # s01: 4 nodes, every record PASS, and a fifth PASS record of no node: 5 != 4, FAIL.
+    _, state, write = _corpus_run(corpus_home, home, S01)
+    state["nodes"]["ghost"] = {"verdict": "PASS"}
+    write()
+    # s20: dev and e2e; e2e's record FAIL and a PASS record of no node: 2 == 2, PASS.
+    _, state, write = _corpus_run(corpus_home, home, S20)
+    assert sorted(state["nodes"]) == ["dev", "e2e"]
+    state["nodes"]["e2e"]["verdict"] = "FAIL"
+    state["nodes"]["ghost"] = {"verdict": "PASS"}
+    write()
+    age_tree(home)
+    _cli("sync", "--db", db_url, "--home", f"h={home}")
+    statuses = {r["run_id"]: r["status"] for r in _cli("runs", "--db", db_url)}
+    assert statuses == {S01: "FAIL", S20: "PASS"}
+    assert (_cli("show", "--db", db_url, S01)["status"], _cli("show", "--db", db_url, S20)["status"]) == ("FAIL", "PASS")
