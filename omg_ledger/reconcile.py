@@ -17,6 +17,7 @@ import orjson
 from .bounds import RUN_BOUND_REASON, RunTally
 from .feed import TOKEN_FIELDS, Event
 from .provenance import PASS_COUNT_COLUMNS, PASS_COUNT_COLUMNS_ALL
+from .snapshot import all_nodes_passed
 from .units import NANOS_PER_USD, usd_to_nanos
 
 PLANNING = "planning"
@@ -1023,17 +1024,15 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
     last_leg = r.last_leg
     has_snapshot = run.snapshot is not None
     # Every snapshot record has a node row, which holds what the run row sums of it.
-    unrecorded = records_cost = passed = records_passed = 0
+    unrecorded = records_cost = passed = 0
     records_unknown: bool | None = False
     passes = dict.fromkeys(PASS_COUNT_COLUMNS_ALL, 0)
     for node in node_rows:
         unrecorded += node["unrecorded_attempts"]
         records_cost += node["snapshot_cost_nano_usd"] or 0
         records_unknown = records_unknown or node["snapshot_cost_unknown"]
-        if node["snapshot_verdict"] == "PASS":
-            records_passed += 1
-            if node["in_graph"]:
-                passed += 1
+        if node["in_graph"] and node["snapshot_verdict"] == "PASS":
+            passed += 1
         if node["verdict"] == "PASS":
             passes["passes"] += 1
             provenance = node["provenance"] or ""
@@ -1102,9 +1101,7 @@ def _run_row(r: _Reconciler, run: RunInput, snapshot: dict, graph: dict, graph_n
         "snapshot_cost_nano_usd": snapshot_cost,
         "snapshot_cost_unknown": bool(planning_unknown or records_unknown),
         "nodes_passed": passed,
-        # The engine's PASS (runstatus.Derive): as many PASS records, of any node, as the
-        # graph has nodes; a record of a node not in the graph counts too.
-        "all_nodes_passed": bool(graph_nodes) and records_passed == len(graph_nodes),
+        "all_nodes_passed": all_nodes_passed(snapshot, graph_nodes),
     })
     return row
 

@@ -11,6 +11,7 @@ import hashlib
 import math
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import orjson
@@ -187,6 +188,15 @@ def snapshot_names_another_run(snapshot: dict | None, run_id: str) -> bool:
     """Whether a parsed state.json names a run_id other than its directory's."""
     named = snapshot.get("run_id") if snapshot is not None else None
     return isinstance(named, str) and named != run_id
+
+
+def all_nodes_passed(snapshot: dict, graph_node_ids: Collection[str]) -> bool:
+    """Whether a parsed state.json holds the engine's PASS for a closed leg of the graph
+    with ``graph_node_ids`` (runstatus.Gather and Derive): as many PASS records, of any
+    node, as the graph has nodes; a record of a node not in the graph counts too."""
+    records = snapshot.get("nodes") or {}
+    passed = sum(1 for record in records.values() if isinstance(record, dict) and record.get("verdict") == "PASS")
+    return bool(graph_node_ids) and passed == len(graph_node_ids)
 
 
 # runstate.Snapshot, the struct the engine's runstate.Load decodes state.json into with

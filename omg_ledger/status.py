@@ -320,6 +320,7 @@ def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
     from .snapshot import (
         BadSnapshot,
         UnreadableFile,
+        all_nodes_passed,
         parse_state,
         read_small_file,
         snapshot_names_another_run,
@@ -339,11 +340,8 @@ def _snapshot_facts_now(run_dir: str, run_id: str) -> dict:
         return {**absent, "snapshot_unreadable": True}
     graph = snapshot.get("graph") if isinstance(snapshot.get("graph"), dict) else {}
     graph_ids = {n["id"] for n in graph.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)}
-    records = snapshot.get("nodes") or {}
-    # As the engine counts (runstatus.Gather): PASS records of any node, against the graph's nodes.
-    passed = sum(1 for record in records.values() if isinstance(record, dict) and record.get("verdict") == "PASS")
     gate = snapshot.get("gate") or {}
-    return {"has_snapshot": True, "all_nodes_passed": bool(graph_ids) and passed == len(graph_ids),
+    return {"has_snapshot": True, "all_nodes_passed": all_nodes_passed(snapshot, graph_ids),
             "snapshot_unreadable": False, "gate_paused_at": gate.get("paused_at") or None}
 
 

@@ -92,9 +92,10 @@ def test_scale_corpus_runs_hold_their_pass_counts_by_provenance(scale_ledger):
 
 def test_the_status_reading_of_state_json_now_is_the_one_sync_stored(scale_ledger):
     """status reads a run's state.json again when its stream may have moved on since the
-    last sync (status._snapshot_facts_now), by a rule of its own kept apart from reconcile
-    so that reading commands need not import it. On every scale run (PASS, FAIL, PAUSED at
-    a gate, ABANDONED) the two readings agree, so neither can drift from the other."""
+    last sync (status._snapshot_facts_now), apart from reconcile so that reading commands
+    need not import it (the PASS rule both use is snapshot.all_nodes_passed). On every
+    scale run (PASS, FAIL, PAUSED at a gate, ABANDONED) the two readings agree, so neither
+    can drift from the other."""
     from omg_ledger.status import _snapshot_facts_now
 
     engine, _ = scale_ledger
