@@ -205,15 +205,13 @@ def read_line(line: bytes) -> tuple[object, bytes]:
     return orjson.loads(escaped), text
 
 
-def load_line(line: bytes | str) -> object:
-    """A stream line (or a stored one) parsed as the engine's decoder reads it (read_line).
+def load_line(raw: str) -> object:
+    """A stored line (events.raw) parsed as the engine's decoder reads it (read_line).
     Raises orjson.JSONDecodeError for a line that is not JSON."""
-    if isinstance(line, bytes):
-        return read_line(line)[0]
     try:
-        return orjson.loads(line)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return read_line(line.encode("utf-8"))[0]
+        return read_line(raw.encode("utf-8"))[0]
 
 
 def engine_fields(data: dict) -> dict:
@@ -224,7 +222,9 @@ def engine_fields(data: dict) -> dict:
 
 def _read_as_written(data: dict) -> bool:
     """Whether the decoder reads ``data`` as it is (nearly every line): every key of it and
-    of its usage a field spelled exactly, or none, and no null (read_as_written, inline)."""
+    of its usage a field spelled exactly, and no null. Stricter than read_as_written(data,
+    EVENT), which also passes a key naming no field (go_decoded keeps one as written), and
+    made of set operations: it runs for every line."""
     if not EVENT_FIELDS.issuperset(data) or None in data.values():
         return False
     usage = data.get("usage")
