@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 from .errors import DatabaseUnavailable, LedgerBusy
 
 if TYPE_CHECKING:  # imported by the dialect methods that use it: reads start without it
+    import sqlite3
+
     from sqlalchemy.engine import Connection, Engine
 
 # Advisory locks belong to the database, not to a schema, and a database may hold ledgers in
@@ -654,7 +656,7 @@ class SyncLockUnavailable(Exception):
         self.lock_path = lock_path
 
 
-def checkpoint_without_waiting(conn) -> None:
+def checkpoint_without_waiting(conn: sqlite3.Connection) -> None:
     """Copy what the WAL holds into the SQLite ledger file and empty the WAL, on ``conn``
     (sqlite3's) after its last write.
 

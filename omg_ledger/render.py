@@ -21,8 +21,12 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from .units import format_usd, places_showing_above
+
+if TYPE_CHECKING:
+    from datetime import tzinfo
 
 # What a terminal acts on instead of showing: C0 (tab and newline too, in a field),
 # DEL, C1, the bidi controls, and the Unicode line and paragraph separators.
@@ -124,7 +128,7 @@ def tokens(row: dict) -> str:
     return "-" if not any(values) else "/".join(str(v) for v in values)
 
 
-def runs_table(rows: list[dict], width: int | None = None, colour: bool = False, zone=None,
+def runs_table(rows: list[dict], width: int | None = None, colour: bool = False, zone: tzinfo | None = None,
                filtered: bool = False) -> str:
     """``filtered``: --since, --status or --home were given (so no row is not "no run")."""
     if not rows:
@@ -176,7 +180,7 @@ def when_local(iso_text: str) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}" + moment.strftime("%z")
 
 
-def when(utc_text: str | None, zone=None) -> str:
+def when(utc_text: str | None, zone: tzinfo | None = None) -> str:
     """One timestamp format for every table: ``2026-11-29 18:15:22.073Z`` in UTC, or the
     same in --tz with its offset at that instant (``2026-11-29 19:15:22.073+0100``)."""
     if not utc_text:
@@ -198,7 +202,7 @@ def _charged(charged: object, nanos: int | None, unknown_count: int, free: bool 
     return money(nanos, unknown_count) if charged or free else "-"
 
 
-def run_detail(d: dict, zone=None) -> str:
+def run_detail(d: dict, zone: tzinfo | None = None) -> str:
     out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
@@ -560,11 +564,11 @@ def _newest_note(rows, lines: Iterable[str]) -> Iterator[str]:
     yield from lines
 
 
-def audit_text(report: dict, verbose: bool = False, zone=None) -> str:
+def audit_text(report: dict, verbose: bool = False, zone: tzinfo | None = None) -> str:
     return "\n".join(audit_lines(report, verbose, zone))
 
 
-def audit_lines(report: dict, verbose: bool = False, zone=None) -> Iterator[str]:
+def audit_lines(report: dict, verbose: bool = False, zone: tzinfo | None = None) -> Iterator[str]:
     """The verdict line first, then spend-limit breaches, then each section, one line at
     a time (a section may be read while it is rendered: reports.audit.audit_streamed). The
     runs whose passes are all unverified are listed only when ``verbose`` (counted always).
