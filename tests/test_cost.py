@@ -650,3 +650,15 @@ def test_scale_10k_runs_300k_charges_totals_are_exact(tmp_path):
         assert report["total"]["invocations"] == 300_000
         assert report["total"]["unknown_cost_invocations"] == 30_000
         assert report["total"]["cost_nano_usd"] == 270_000 * 1_000_000
+
+
+def test_a_report_that_reads_an_empty_since_as_all_time_says_nothing_is_after_now(db_url, tmp_path):
+    """window() reads since="" (a notebook's unset variable) as no since: the report is all
+    time, whose total holds the charges dated after now, so after_now_outside_window is
+    null as for all time — not the whole spend said to be outside a window there is not."""
+    home = tmp_path / "home"
+    one_charge_run(home, "20261129-091000.000000001-1", "2026-11-29T09:10:00.000000Z", 0.25)
+    one_charge_run(home, "20261129-130000.000000001-1", "2026-11-29T13:00:00.000000Z", 0.5)  # an hour after NOW
+    report = cost_report(ledger(db_url, home), since="", tz="UTC", now=NOW)
+    assert report["total"]["cost_nano_usd"] == nanos("0.75")
+    assert (report["undated_outside_window"], report["after_now_outside_window"]) == (None, None)

@@ -342,6 +342,7 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
     win = window(since, until, zone, now)
     backend = backend_of(engine)
     labels = tuple(home_labels)
+    ends_now = win.since is not None and not until  # (its end is now, as window() reads since and until)
     with reading(engine) as reader:
         def fetch(split: bool) -> tuple[list, list | None, list | None]:
             result = list(reader.dicts(*_query(by, win, labels, backend, split, graphs)))
@@ -351,7 +352,6 @@ def cost_report(engine: Engine, *, since: str | None = None, until: str | None =
             after_now = list(reader.dicts(*_dated_from_query(win.until, labels, split, graphs))) if ends_now else None
             return result, undated, after_now
 
-        ends_now = since is not None and not until  # (the window's end is now, not a time given)
         try:
             result, undated, after_now = fetch(False)
         except Exception as exc:  # the driver's own error, inside the read transaction
