@@ -104,13 +104,13 @@ _COPIES_SQL = ("SELECT r.id, c.dir_path, ch.machine, c.gone, " + ", ".join(f"c.{
                " OR (r.stream_identity LIKE :stream_less AND c.stream_identity >= (r.run_id || :colon)"
                " AND c.stream_identity < (r.run_id || :semicolon) AND c.run_id = r.run_id))"
                " JOIN homes ch ON ch.id = c.home_id LEFT JOIN streams s ON s.run_pk = c.id")
+_FACTS_OF_COPY = slice(4, 4 + len(FACT_COLUMNS))
 
 
 def _copies_params() -> dict:
-    # A run id's identities are '<run id>:' and a hash or 'no-stream': from '<run id>:' up
-    # to (not with) '<run id>;'.
+    """_COPIES_SQL's parameters. A run id's identities are '<run id>:' and a hash or
+    'no-stream': from '<run id>:' up to (not with) '<run id>;'."""
     return {"stream_less_tail": STREAM_LESS, "stream_less": STREAM_LESS_PATTERN, "colon": ":", "semicolon": ";"}
-_FACTS_OF_COPY = slice(4, 4 + len(FACT_COLUMNS))
 
 
 def _copy(row: tuple) -> Copy | None:
