@@ -502,8 +502,8 @@ def _rederive_run(conn: Connection, run_pk: int, force: bool) -> tuple[str | Non
     pending.flush(conn)
     files = schema.snapshot_files
     for name, reason in refused:
-        # Older rules took a document these refuse: it is what a read of it makes it now,
-        # an error (and the problem below), as in a ledger synced by these rules alone.
+        # A document older rules took and these refuse holds the error a read of it
+        # records (and the problem below), as a ledger synced by these rules alone holds.
         conn.execute(update(files).where(files.c.run_pk == run_pk, files.c.name == name).values(error=reason))
     # A gone run's problems ended with its directory (resolve_runs_problems), and no sync
     # reads it again to end one opened here: they stay the history they are.
