@@ -30,7 +30,7 @@ def export_ledger(source: Engine, target: Engine, progress: Callable[[str, int],
     copied: dict[str, int] = {}
     try:
         with (backend_of(target).export_lock(target, wait_seconds), write_transaction(target) as out,
-              source.connect() as src):
+              _read(source.connect) as src):
             if src.dialect.name == "postgresql":
                 # Every table read in one snapshot (the whole copy is one transaction, autobegun):
                 # at READ COMMITTED each SELECT would see the syncs committed since the last, and

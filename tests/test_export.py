@@ -252,3 +252,23 @@ def test_an_export_into_a_full_disk_names_its_target_and_can_be_done_again(tmp_p
         result = cli("export", "--db", source, "--to", target)
         assert result.returncode == 0, result.stderr
         assert dump(str(target), cache_hints=True) == dump(str(source), cache_hints=True)
+
+
+def test_a_source_that_cannot_be_opened_is_said_to_be_the_source_not_the_target(tmp_path):
+    """The source's connection is the source's: a ledger to export that cannot be opened
+    (gone since it was named, a server down) is not reported as the target's failure,
+    with the advice to export into the target again."""
+    from sqlalchemy import create_engine
+
+    from omg_ledger.errors import DatabaseUnavailable
+
+    gone = tmp_path / "gone.sqlite"
+    source = create_engine(f"sqlite:///file:{gone}?mode=ro&uri=true")
+    target = open_ledger(str(tmp_path / "target.sqlite"))
+    try:
+        with pytest.raises(DatabaseUnavailable, match="^cannot read the ledger to export: "):
+            export_ledger(source, target)
+    finally:
+        source.dispose()
+        target.dispose()
+    assert not gone.exists()
