@@ -11,10 +11,15 @@ rename or rewritten in place, now and then cut back; state.json / assess.json /
 graph.json / rejected.json / resume.lock appearing, changing (an earlier-looking
 version, a torn half-write), disappearing; .out files and failed/ replies appearing;
 a run directory deleted and recreated; copies of runs in a second home, synced into
-the same ledger. After every step a real `omg-ledger sync` process runs. At the end
-every file is put in its final state, synced once more, and the ledger is compared
-with a cold sync of the final homes (tests/ledger_dump.py), and `cost --json` with the
-spend summed by hand from the final files.
+the same ledger; now and then (--damage) a stream changed as no engine writes it: its
+first bytes zeroed (over one line or several), a byte-order mark put on it or taken off
+again, a byte that is not UTF-8 put in one of its strings. After every step a real
+`omg-ledger sync` process runs. At the end every file is put in its final state, synced
+once more, and the ledger is compared with a cold sync of the final homes
+(tests/ledger_dump.py), and `cost --json` with the spend summed by hand from the final files (a damaged run's spend aside: its lines lost,
+its verdicts recovered from state.json, a first line that makes another run; the ledger's
+own charges of its billed copy stand in, compared with the cold sync's with the rest).
+Each run's identity is checked against its stream's head and first stored line.
 
 With the operator steps (on in script mode, --no-operator for none): a home renamed, or
 reached through a symlink and later by its own path again; a run directory moved to the
@@ -27,7 +32,8 @@ no cold sync has: each must be gone and one the history moved, and the rest is c
 
 Where the corpus has the engine's own `runs list`, each final run's state.json cost is
 checked against it too. Which of two equal copies is billed is "the first seen"
-(README), so it is left out of the comparison and checked as the rule itself.
+(README), so it is left out of the comparison and checked as the rule itself (and so
+is a diverged_copy finding between two copies holding as many events: _findings_as_compared).
 
 Run as a script (seeds are recorded in its output; the same seed is the same history):
 
@@ -143,6 +149,35 @@ def _same_size_change(data: bytes, rng: random.Random) -> bytes:
     return data[:at] + bytes([new]) + data[at + 1:]
 
 
+BOM = b"\xef\xbb\xbf"
+DAMAGE_KINDS = ("bytes of the stream zeroed", "mark prepended", "mark removed", "put in a string")
+# tail.HEAD_BYTES: a stream grown in place is taken to hold what was read when its first
+# KiB and the KiB before the last offset read are unchanged (the engine only appends); a
+# change in place elsewhere is written as an editor saves, a new file.
+HEAD_FINGERPRINT = 1024
+
+
+def _string_bytes(stream: bytes) -> list[int]:
+    """Offsets of the ASCII bytes inside JSON strings (keys and values, escapes aside) of
+    the stream's lines, as a scan of each line from its start finds them."""
+    out, inside, escaped = [], False, False
+    for i, b in enumerate(stream):
+        if b == 0x0A:
+            inside = escaped = False
+        elif inside:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:
+                escaped = True
+            elif b == 0x22:
+                inside = False
+            elif 0x20 <= b < 0x7F:
+                out.append(i)
+        elif b == 0x22:
+            inside = True
+    return out
+
+
 def _cut_points(stream: bytes, rng: random.Random, count: int) -> list[int]:
     """Increasing byte offsets into the stream, ending at its length: line ends, mid-line,
     and inside a multi-byte UTF-8 sequence where the stream has one."""
@@ -166,9 +201,14 @@ def _cut_points(stream: bytes, rng: random.Random, count: int) -> list[int]:
 class Campaign:
     def __init__(self, seed: int, runs: list[Path], work: Path, db: str, *, steps: int, second_home: float,
                  workers: str | None = None, every_step: bool = False, hostile: bool = True,
-                 burst: bool = False, operator: bool = False, kills: bool = True) -> None:
+                 burst: bool = False, operator: bool = False, kills: bool = True, damage: float = 0.3) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
+        # Damaged heads and bytes that are not UTF-8 draw from their own generator too: a
+        # seed's history is otherwise the one it was before they were added.
+        self.damage = damage  # the chance, each step, that one stream is damaged
+        self.harm = random.Random(f"damage-{seed}")
+        self.damaged: set[str] = set()  # run ids any copy of which was damaged at some step
         # What an operator's machine does between syncs (operator=True) draws from its own
         # generator: the files' history of a seed is the same with it or without it.
         self.operator = operator
@@ -347,6 +387,91 @@ class Campaign:
             (d / rel).mkdir(parents=True, exist_ok=True)
         return f"{name}: directories made"
 
+    def _damage_stream(self) -> str:
+        """One stream changed as no engine writes it: its first K bytes zeroed (a crash left
+        a backup's first sectors unwritten; K may span several lines), a UTF-8 byte-order
+        mark prepended (an editor's save) or removed again, or a byte that is not UTF-8 put
+        inside a string of one line (written or still to come). Copies of a run in both
+        homes are chosen more often: a damaged copy beside an intact one is the shape."""
+        rng = self.harm
+        live = [i for i, slot in enumerate(self.slots) if not slot.departed and slot.stream]
+        if not live:
+            return "no stream to damage"
+        homes_of: dict[str, int] = {}
+        for i in live:
+            homes_of[self.slots[i].run_id] = homes_of.get(self.slots[i].run_id, 0) + 1
+        copied = [i for i in live if homes_of[self.slots[i].run_id] > 1]
+        marked = [i for i in live if self.slots[i].stream.startswith(BOM)]
+        op = None
+        if marked and rng.random() < 0.3:  # the editor's mark taken out again, about as often as put in
+            index, op = rng.choice(marked), "repair"
+        else:
+            index = rng.choice(copied if copied and rng.random() < 0.6 else live)
+        slot = self.slots[index]
+        name = f"{slot.home}/{slot.run_id}"
+        written = slot.present and slot.has_stream and slot.cut > 0
+        choices = {"zero": 0.3 if written else 0,
+                   "bom": 0.2 if written and not slot.stream.startswith(BOM) else 0,
+                   "repair": 0.2 if slot.stream.startswith(BOM) else 0,
+                   "byte": 0.3 if _string_bytes(slot.stream) else 0}
+        if not any(choices.values()):
+            return f"{name}: no damage applies"
+        if op is None:
+            op = rng.choices(list(choices), list(choices.values()))[0]
+        self.damaged.add(slot.run_id)
+        stream = slot.stream
+        if op == "zero":
+            ends = [i + 1 for i, b in enumerate(stream[: slot.cut]) if b == 0x0A]
+            roll = rng.random()
+            if roll < 0.3 and ends:
+                k = rng.choice(ends[:4])  # whole lines, their newline too: one line of NULs and the next
+            elif roll < 0.6 and ends:
+                k = rng.choice(ends[:4]) - 1  # a line's bytes, not its newline: the next line is intact
+            else:
+                k = rng.randrange(1, min(slot.cut, 1500) + 1)
+            k = max(1, min(k, slot.cut))
+            self._rewrite_stream(slot, b"\0" * k + stream[k:], changed_to=k)
+            return f"{name}: first {k} bytes of the stream zeroed"
+        if op == "bom":
+            self._rewrite_stream(slot, BOM + stream, shift=len(BOM))
+            return f"{name}: byte-order mark prepended"
+        if op == "repair":
+            self._rewrite_stream(slot, stream[len(BOM):], shift=-len(BOM))
+            return f"{name}: byte-order mark removed"
+        at = rng.choice(_string_bytes(stream))
+        bad = rng.choice([b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xed", b"\xe2\x82"])
+        self._rewrite_stream(slot, stream[:at] + bad + stream[at + 1:], shift=len(bad) - 1, changed_to=at + 1,
+                             after=at)
+        line = stream[:at].count(b"\n") + 1
+        return f"{name}: {bad!r} put in a string of stream line {line} ({'written' if at < slot.cut else 'to come'})"
+
+    def _rewrite_stream(self, slot: Slot, stream: bytes, shift: int = 0, changed_to: int | None = None,
+                        after: int = 0) -> None:
+        """``stream`` is the slot's final stream now; the part written is rewritten to match:
+        in place where only the fingerprinted head changed at the same size (a crash's
+        zeros), else as an editor saves (a new file renamed over it). ``shift``: bytes
+        added (taken, if negative) at ``after``: the offsets past it move so much."""
+        slot.final["events.jsonl"] = stream
+        index = self.slots.index(slot)
+        self.plans[index] = sorted(q for q in {p + shift if p > after else p for p in self.plans[index]} if q > 0)
+        if slot.cut > after:
+            slot.cut = max(0, slot.cut + shift)
+        if not (slot.present and slot.has_stream):
+            return
+        if changed_to is not None and changed_to > slot.cut:
+            return  # the change is in what is still to come
+        path = self._dir(slot) / "events.jsonl"
+        if shift == 0 and changed_to is not None and changed_to <= HEAD_FINGERPRINT:
+            info = os.stat(path)
+            with open(path, "r+b") as f:
+                f.write(stream[:changed_to])
+            if self.hostile and self.harm.random() < 0.5:  # (its ctime still says it was written)
+                os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+        else:
+            tmp = path.with_name(".events.jsonl.edit")
+            tmp.write_bytes(stream[: slot.cut])
+            os.replace(tmp, path)
+
     def _finish(self) -> None:
         """Every slot to its final bytes (files written in place or renamed at random)."""
         for slot in self.slots:
@@ -394,6 +519,8 @@ class Campaign:
                        self.rng.sample(indices, k=min(len(indices), self.rng.randrange(1, 12))))
             for index in touched:
                 done.append(f"step {step}: {self._touch_slot(index)}")
+            if self.harm.random() < self.damage:
+                done.append(f"step {step}: {self._damage_stream()}")
             if self.operator:
                 done += [f"step {step}: {what}" for what in self._operator_changes(step)]
             if self.rng.random() < 0.7:
@@ -412,7 +539,7 @@ class Campaign:
             if self.every_step and len(homes) == 2:
                 cold = str(self.work / f"cold-step-{step}.sqlite")
                 self.sync(cold, ["a", "b"], self.workers, through_links=True)
-                for difference in present_run_differences(self.db, cold):
+                for difference in present_run_differences(self.db, cold, self.damaged):
                     self.failures.append(f"step {step}: {difference}")
                 os.unlink(cold)
         self._finish()
@@ -569,10 +696,12 @@ def cli_env(work: Path) -> dict[str, str]:
     return env
 
 
-def compared(target: str, departed: set[tuple[str, str]] = frozenset()) -> dict[str, list[tuple]]:
+def compared(target: str, departed: set[tuple[str, str]] = frozenset(),
+             damaged: set[str] = frozenset()) -> dict[str, list[tuple]]:
     """A ledger's dump as compared; ``departed``: (home label, run id) of runs whose
     directories were moved or removed for good, left out (history no cold sync can know:
-    departed_problems() checks them)."""
+    departed_problems() checks them); ``damaged``: run ids with a damaged stream
+    (_findings_as_compared)."""
     from tests.ledger_dump import dump
 
     data = dump(target)
@@ -583,7 +712,44 @@ def compared(target: str, departed: set[tuple[str, str]] = frozenset()) -> dict[
     # files. billing_problems() checks the rule itself.
     out["runs"] = sorted((tuple(kv for kv in row if kv[0] != "billed") for row in data["runs"]), key=repr)
     out["problems (open)"] = sorted((r for r in data["problems"] if dict(r)["resolved_at"] is None), key=repr)
+    out["findings"], out["findings (either copy)"] = _findings_as_compared(data["findings"], departed, damaged)
     return out
+
+
+DIVERGED = re.compile(r"^this copy \(home (?P<mine>.+?)\) and the billed copy \(home (?P<billed>.+?)\) "
+                      r"(?P<rest>.*); the billed copy holds (?P<billed_events>\d+) events, this one (?P<events>\d+)$")
+
+
+def _findings_as_compared(rows: list[tuple], departed: set[tuple[str, str]] = frozenset(),
+                          damaged: set[str] = frozenset()) -> tuple[list, list]:
+    """(findings compared as they are, diverged_copy findings between two copies of equal
+    event counts). Of two diverged copies holding as many events, the billed one is the
+    first seen (history, as runs.billed) and the finding is on the other: those are
+    compared without which copy holds it. Where a copy's head is damaged, two such copies
+    hold different parts of the stream (the damaged one its later lines): whether one
+    differs from the other then depends on which is billed, and the finding is left out
+    as runs.billed is (which of them the rule should bill is an open question). A finding
+    against a billed copy the history moved or removed is history too (no cold sync has
+    that copy): left out."""
+    kept, either = [], []
+    for row in rows:
+        d = dict(row)
+        match = DIVERGED.match(d["detail"] or "") if d["kind"] == "diverged_copy" else None
+        if match is None:
+            kept.append(row)
+        elif (match["billed"], d["run_pk"][1]) in departed:
+            continue
+        elif match["events"] == match["billed_events"]:
+            if d["run_pk"][1] in damaged:
+                continue
+            # (The line is the unbilled copy's: with a damaged head, its lines are numbered
+            # otherwise than the other copy's.)
+            either.append((("run_id", d["run_pk"][1]), ("copies", tuple(sorted((match["mine"], match["billed"])))),
+                           ("rest", re.sub(r"stream line \d+", "stream line N", match["rest"])),
+                           ("events", match["events"])))
+        else:
+            kept.append(row)
+    return sorted(kept, key=repr), sorted(either, key=repr)
 
 
 def _run_key(table: str, row: tuple) -> tuple | None:
@@ -614,18 +780,25 @@ def departed_problems(target: str, cold: str, departed_ever: set[tuple[str, str]
     return extra, problems
 
 
-def present_run_differences(incremental: str, cold: str) -> list[str]:
+def present_run_differences(incremental: str, cold: str, damaged: set[str] = frozenset()) -> list[str]:
     """Per run still on disk: its rows in the history's ledger and in a cold sync of the
     files as they are now (billed aside, see compared())."""
     from tests.ledger_dump import dump, runs_of
 
     def rows(target):
         out = {}
-        for key, tables in runs_of(dump(target)).items():
-            (run,) = tables["runs"]
-            if dict(run)["gone"]:
+        by_run = runs_of(dump(target))
+        gone = {key for key, tables in by_run.items() if dict(tables["runs"][0])["gone"]}
+        for key, tables in by_run.items():
+            if key in gone:
                 continue
+            (run,) = tables["runs"]
             tables["runs"] = [tuple(kv for kv in run if kv[0] != "billed")]
+            kept, either = _findings_as_compared(tables.pop("findings", []), gone, damaged)
+            if kept:
+                tables["findings"] = kept
+            if either:  # (under the run id: on either copy)
+                out.setdefault(("either copy", key[1]), {}).setdefault("findings", []).extend(either)
             out[key] = tables
         return out
 
@@ -642,27 +815,70 @@ def present_run_differences(incremental: str, cold: str) -> list[str]:
 
 
 def billing_problems(target: str) -> list[str]:
-    """One billed copy per run identity, and it holds most of the stream (then: on disk);
-    none of a stream-less identity ('<id>:no-stream') when a copy of that id has a stream."""
+    """One billed copy per run identity, and it holds most of the stream (then: on disk).
+    A stream-less identity ('<id>:no-stream': no line of its stream, or its head damaged)
+    is a copy of its run id's one streamed run, billed only where it holds most of that
+    run's stream; beside two streamed runs of its id it is never billed; with none, one
+    of its copies is."""
     from tests.ledger_dump import dump
 
-    by_identity: dict[str, list[dict]] = {}
+    by_run_id: dict[str, dict[str, list[dict]]] = {}
     for row in dump(target)["runs"]:
         run = dict(row)
-        by_identity.setdefault(run["stream_identity"] or f"(none) {run['home_id']}/{run['run_id']}", []).append(run)
-    streamed = {i.rsplit(":", 1)[0] for i in by_identity if not i.endswith(":no-stream")}
+        identity = run["stream_identity"] or f"(none) {run['home_id']}/{run['run_id']}:"
+        by_run_id.setdefault(identity.rsplit(":", 1)[0], {}).setdefault(identity, []).append(run)
     problems = []
-    for identity, members in sorted(by_identity.items()):
-        billed = [m for m in members if m["billed"]]
-        if identity.endswith(":no-stream") and identity.rsplit(":", 1)[0] in streamed:
-            if billed:
-                problems.append(f"{identity}: a stream-less copy billed beside a copy with a stream: "
-                                f"{[(m['home_id'], m['gone']) for m in billed]}")
+    for run_id, identities in sorted(by_run_id.items()):
+        stream_less = identities.pop(f"{run_id}:no-stream", [])
+        groups = sorted(identities.items())
+        if len(groups) == 1:
+            groups = [(groups[0][0], groups[0][1] + stream_less)]
+        elif not groups and stream_less:
+            groups = [(f"{run_id}:no-stream", stream_less)]
+        elif [m for m in stream_less if m["billed"]]:
+            problems.append(f"{run_id}:no-stream: a stream-less copy billed beside {len(groups)} runs of its id: "
+                            f"{[(m['home_id'], m['gone']) for m in stream_less if m['billed']]}")
+        for identity, members in groups:
+            billed = [m for m in members if m["billed"]]
+            best = max((m["event_count"], not m["gone"]) for m in members)
+            if len(billed) != 1 or (billed[0]["event_count"], not billed[0]["gone"]) != best:
+                problems.append(f"{identity}: billed copies {[(m['home_id'], m['event_count'], m['gone']) for m in billed]}"
+                                f" of {[(m['home_id'], m['event_count'], m['gone']) for m in members]}")
+    return problems
+
+
+def identity_problems(target: str) -> list[str]:
+    """Each run's identity against its stream: a stream beginning with a byte-order mark
+    or a NUL (no event line can) is '<run id>:no-stream', and so is every run whose first
+    stored line is not at byte 0; one whose first stored line is there is its run id with
+    that line's hash."""
+    import hashlib
+
+    from tests.ledger_dump import dump
+
+    data = dump(target)
+    first: dict[tuple, tuple[int, int, str]] = {}
+    for row in data["events"]:
+        event = dict(row)
+        key = event["run_pk"]
+        if key not in first or event["line_no"] < first[key][0]:
+            first[key] = (event["line_no"], event["byte_offset"], event["raw"])
+    problems = []
+    for row in data["runs"]:
+        run = dict(row)
+        key = (run["home_id"], run["run_id"])
+        if run["gone"] or run["stream_identity"] is None:
             continue
-        best = max((m["event_count"], not m["gone"]) for m in members)
-        if len(billed) != 1 or (billed[0]["event_count"], not billed[0]["gone"]) != best:
-            problems.append(f"{identity}: billed copies {[(m['home_id'], m['event_count'], m['gone']) for m in billed]}"
-                            f" of {[(m['home_id'], m['event_count'], m['gone']) for m in members]}")
+        stream = Path(run["dir_path"]) / "events.jsonl"
+        head = stream.read_bytes()[:3] if stream.is_file() else b""
+        stored = first.get(key)
+        if head.startswith((BOM, b"\0")) or stored is None or stored[1] > 0:
+            expected = f"{run['run_id']}:no-stream"
+        else:
+            expected = f"{run['run_id']}:{hashlib.sha256(stored[2].encode('utf-8')).hexdigest()[:32]}"
+        if run["stream_identity"] != expected:
+            problems.append(f"{key}: identity {run['stream_identity']}, its stream's head {head!r} and first "
+                            f"stored line {stored[:2] if stored else None} make it {expected}")
     return problems
 
 
@@ -681,10 +897,11 @@ def _engine_truth(group: int) -> dict[str, str]:
     return truth
 
 
-def engine_readback_problems(target: str, label: str = "a") -> list[str]:
+def engine_readback_problems(target: str, label: str = "a", damaged: set[str] = frozenset()) -> list[str]:
     """Each run of home ``label`` (the final bytes of real runs) against the engine's own
     `runs list`: its state.json cost (printed to 4 places; a sum ending in 5 at the fifth
-    may print either neighbour, corpus-scale/README.md) and unknown where it says so."""
+    may print either neighbour, corpus-scale/README.md) and unknown where it says so.
+    ``damaged``: run ids whose streams the history damaged (the engine never read those)."""
     from tests.ledger_dump import dump
 
     truth = _engine_truth(4)
@@ -692,7 +909,7 @@ def engine_readback_problems(target: str, label: str = "a") -> list[str]:
     for row in dump(target)["runs"]:
         run = dict(row)
         printed = truth.get(run["run_id"])
-        if run["home_id"] != label or printed in (None, "-") or run["gone"]:  # (gone: moved, its bytes then)
+        if run["home_id"] != label or printed in (None, "-") or run["gone"] or run["run_id"] in damaged:
             continue
         checked += 1
         if printed == "unknown":
@@ -708,7 +925,7 @@ def engine_readback_problems(target: str, label: str = "a") -> list[str]:
     return problems if checked else ["no run of the engine's runs list was found to check"]
 
 
-def engine_status_problems(target: str, work: Path) -> list[str]:
+def engine_status_problems(target: str, work: Path, damaged: set[str] = frozenset()) -> list[str]:
     """`runs --json` (no --since) against the engine's own `runs list` status, for every
     run it lists that the engine listed: each run's billed copy holds its final bytes (a
     backup's prefix copy never holds most of the stream), and no process holds a lock."""
@@ -717,7 +934,7 @@ def engine_status_problems(target: str, work: Path) -> list[str]:
                           capture_output=True, text=True, env=cli_env(work), check=True)
     problems, checked = [], 0
     for run in json.loads(done.stdout):
-        if run["run_id"] in truth:
+        if run["run_id"] in truth and run["run_id"] not in damaged:
             checked += 1
             if run["status"] != truth[run["run_id"]]:
                 problems.append(f"{run['home']}/{run['run_id']}: runs --json says {run['status']}, the engine "
@@ -725,12 +942,16 @@ def engine_status_problems(target: str, work: Path) -> list[str]:
     return problems if checked else ["no run of the engine's runs list was listed"]
 
 
-def known_spend_by_hand(homes: list[Path]) -> int:
+def known_spend_by_hand(homes: list[Path], leave_out: set[str] = frozenset()) -> int:
     """Every run's known spend from its fullest copy's files: each accounting line's
-    cost_usd (unless cost_unknown) plus assess.json's assess_cost_usd, in nano-USD."""
+    cost_usd (unless cost_unknown) plus assess.json's assess_cost_usd, in nano-USD.
+    ``leave_out``: run ids not summed (damaged streams: lines lost, a verdict recovered
+    from state.json, a first line that makes a second run)."""
     best: dict[str, tuple[int, int]] = {}  # run id -> (lines, nanos) of its fullest copy
     for home in homes:
         for run_dir in sorted((home / "runs").iterdir()):
+            if run_dir.name in leave_out:
+                continue
             total, lines = Decimal(0), 0
             stream = run_dir / "events.jsonl"
             if stream.exists():
@@ -756,6 +977,16 @@ def cost_total(db: str, work: Path) -> int:
     return json.loads(done.stdout)["total"]["cost_nano_usd"]
 
 
+def billed_charges(db: str, run_ids: set[str]) -> int:
+    """The known spend of the billed copies of ``run_ids``, from the ledger's charges."""
+    from tests.ledger_dump import dump
+
+    data = dump(db)
+    billed = {(dict(r)["home_id"], dict(r)["run_id"]) for r in data["runs"]
+              if dict(r)["billed"] and dict(r)["run_id"] in run_ids}
+    return sum(dict(c)["cost_nano_usd"] or 0 for c in data["charges"] if dict(c)["run_pk"] in billed)
+
+
 def check(campaign: Campaign, cold_db: str) -> list[str]:
     """Differences between the history's ledger and a cold sync of the final homes."""
     from tests.ledger_dump import diff
@@ -765,19 +996,23 @@ def check(campaign: Campaign, cold_db: str) -> list[str]:
     problems += campaign.failures[len(problems):]
     departed, wrong = departed_problems(campaign.db, cold_db, campaign.departed_ever)
     problems += wrong
-    incremental, cold = compared(campaign.db, departed), compared(cold_db)
+    incremental, cold = compared(campaign.db, departed, campaign.damaged), compared(cold_db, damaged=campaign.damaged)
     if incremental != cold:
         problems.append("incremental != cold:\n" + diff(cold, incremental))
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
         problems += [f"{name} billing: {p}" for p in billing_problems(db)]
-    problems += [f"engine read-back: {p}" for p in engine_readback_problems(campaign.db)]
+        problems += [f"{name} identity: {p}" for p in identity_problems(db)]
+    damaged = campaign.damaged
+    problems += [f"engine read-back: {p}" for p in engine_readback_problems(campaign.db, damaged=damaged)]
     if campaign.operator:
-        problems += [f"engine status: {p}" for p in engine_status_problems(campaign.db, campaign.work)]
-    by_hand = known_spend_by_hand(list(campaign.homes.values()))
+        problems += [f"engine status: {p}" for p in engine_status_problems(campaign.db, campaign.work, damaged)]
+    # Damaged runs' spend is the ledger's own (compared with a cold sync's above).
+    by_hand = known_spend_by_hand(list(campaign.homes.values()), damaged)
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
-        total = cost_total(db, campaign.work)
+        total = cost_total(db, campaign.work) - billed_charges(db, damaged)
         if total != by_hand:
-            problems.append(f"cost --json of the {name} ledger: {total} nano-USD, by hand {by_hand}")
+            problems.append(f"cost --json of the {name} ledger{' (damaged runs aside)' if damaged else ''}: "
+                            f"{total} nano-USD, by hand {by_hand}")
     return problems
 
 
@@ -796,7 +1031,7 @@ def corpus_runs(source: str, scratch: Path) -> list[Path]:
 
 def run_one(seed: int, runs: list[Path], work: Path, db_kind: str, steps: int, pg=None,
             workers: str | None = None, every_step: bool = False,
-            hostile: bool = True, operator: bool = True) -> tuple[list[str], list[str]]:
+            hostile: bool = True, operator: bool = True, damage: float = 0.3) -> tuple[list[str], list[str]]:
     """One seeded history; (what it did, the differences found)."""
     if work.exists():
         shutil.rmtree(work)
@@ -807,12 +1042,12 @@ def run_one(seed: int, runs: list[Path], work: Path, db_kind: str, steps: int, p
         db = pg.create_database(f"campaign_{seed}_history")
         cold = pg.create_database(f"campaign_{seed}_cold")
     campaign = Campaign(seed, runs, work, db, steps=steps, second_home=0.3, workers=workers,
-                        every_step=every_step, hostile=hostile, operator=operator)
+                        every_step=every_step, hostile=hostile, operator=operator, damage=damage)
     steps_done = campaign.run()
     return steps_done, check(campaign, cold)
 
 
-def pool_against_one_process(seed: int, runs: list[Path], work: Path, steps: int) -> list[str]:
+def pool_against_one_process(seed: int, runs: list[Path], work: Path, steps: int, damage: float = 0.3) -> list[str]:
     """The same seeded history twice, its first step making every run new at once (a
     pool of workers for 100 or more): synced by the pool, and with --workers 0. Each
     must equal its own cold sync, and the two histories' ledgers each other."""
@@ -825,12 +1060,12 @@ def pool_against_one_process(seed: int, runs: list[Path], work: Path, steps: int
         where = work / f"workers-{workers or 'pool'}"
         where.mkdir(parents=True)
         history = Campaign(seed, runs, where, str(where / "history.sqlite"), steps=steps, second_home=0.1,
-                           workers=workers, burst=True)
+                           workers=workers, burst=True, damage=damage)
         history.run()
         problems += [f"workers {workers or 'pool'}: {p}" for p in check(history, str(where / "cold.sqlite"))]
         # Two histories' files are at other paths with other inodes and times: their
         # derived rows, events and directory facts are compared.
-        data = compared(history.db)
+        data = compared(history.db, damaged=history.damaged)
         data["runs"] = [tuple(kv for kv in row if kv[0] != "dir_path") for row in data["runs"]]
         ledgers[workers] = {t: data[t] for t in (*DERIVED_TABLES, "events", "run_files", "runs")}
     if ledgers[None] != ledgers["0"]:
@@ -862,6 +1097,9 @@ def main() -> int:
     parser.add_argument("--no-operator", action="store_true",
                         help="no operator steps (home renames and symlinks, runs moved between homes, a billed "
                              "copy removed, rebuild, SIGKILLed syncs, --workers alternating)")
+    parser.add_argument("--damage", type=float, default=0.3,
+                        help="the chance, each step, that one stream's head is zeroed, a byte-order mark is "
+                             "prepended or removed, or a byte that is not UTF-8 is put in a string (0: never)")
     parser.add_argument("--every-step", action="store_true",
                         help="also compare each run on disk with a cold sync after every two-home step")
     options = parser.parse_args()
@@ -878,7 +1116,8 @@ def main() -> int:
         rng = random.Random(f"sample-{seed}")
         runs = sorted(rng.sample(all_runs, options.runs)) if options.runs else all_runs
         if options.pool:
-            problems = pool_against_one_process(seed, runs, scratch / f"pool-seed-{seed}", options.steps)
+            problems = pool_against_one_process(seed, runs, scratch / f"pool-seed-{seed}", options.steps,
+                                                options.damage)
             print(f"seed {seed}: {len(runs)} runs, pool and --workers 0: {'ok' if not problems else 'DIVERGED'}")
             for p in problems:
                 print("  " + p.replace("\n", "\n  ")[:5000])
@@ -886,9 +1125,11 @@ def main() -> int:
             continue
         steps, problems = run_one(seed, runs, scratch / f"seed-{seed}", "pg" if options.pg else "sqlite",
                                   options.steps, server, options.workers, options.every_step,
-                                  not options.no_hostile, not options.no_operator)
+                                  not options.no_hostile, not options.no_operator, options.damage)
         status = "ok" if not problems else "DIVERGED"
-        print(f"seed {seed}: {len(runs)} runs, {options.steps} steps: {status}", flush=True)
+        damage = {kind: sum(kind in s for s in steps) for kind in DAMAGE_KINDS}
+        print(f"seed {seed}: {len(runs)} runs, {options.steps} steps: {status} (damage: "
+              f"{', '.join(f'{n} {kind}' for kind, n in damage.items() if n) or 'none'})", flush=True)
         if problems:
             failed += 1
             for p in problems:

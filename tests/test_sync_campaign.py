@@ -34,11 +34,14 @@ def _ledgers(tmp_path, request, backend: str):
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_a_seeded_history_of_syncs_ends_where_a_cold_sync_of_the_final_homes_does(tmp_path, request, backend):
-    seed = 38  # JSON files rewritten in place (mtime restored), directories deleted and recreated, cuts back
+    seed = 38  # JSON files rewritten in place (mtime restored), directories deleted and recreated, cuts back,
+    # streams' heads zeroed and bytes that are not UTF-8 in their strings
     work, db, cold = _ledgers(tmp_path, request, backend)
-    history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=8, second_home=0.3, every_step=True)
+    history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=8, second_home=0.3, every_step=True,
+                                damage=0.9)
     steps = history.run()
-    assert all(any(kind in step for step in steps) for kind in ("mtime restored", "deleted", "recreated", "cut back"))
+    assert all(any(kind in step for step in steps) for kind in ("mtime restored", "deleted", "recreated", "cut back",
+                                                               "bytes of the stream zeroed", "put in a string"))
     assert campaign.check(history, cold) == [], "\n".join(steps)
 
 
@@ -47,13 +50,15 @@ def test_an_operators_history_ends_where_a_cold_sync_of_the_final_homes_does(tmp
     """Seed 201: homes reached through symlinks and then by their own paths (a run's
     directory path, its stream's and its problems' followed), a stream-less copy copied
     into the other home and its billed copy removed, then its stream arriving (billed
-    once: fails before 6b15f9b), rebuild between syncs, --workers alternating. The kill
-    step is drawn but not done here (no timing in a test); the script does it."""
+    once: fails before 6b15f9b), rebuild between syncs, --workers alternating; a copy's
+    head zeroed, byte-order marks put on a run's copies and one taken off again, a byte
+    that is not UTF-8 in a first line (another run of the id). The kill step is drawn but
+    not done here (no timing in a test); the script does it."""
     seed = 201
     work, db, cold = _ledgers(tmp_path, request, backend)
     history = campaign.Campaign(seed, _sample(seed, 12), work, db, steps=10, second_home=0.3, operator=True,
-                                kills=False)
+                                kills=False, damage=0.9)
     steps = history.run()
     assert all(any(kind in step for step in steps) for kind in ("through the symlink", "the billed copy", "rebuild",
-                                                               "--workers 2", "--workers 0"))
+                                                               "--workers 2", "--workers 0", *campaign.DAMAGE_KINDS))
     assert campaign.check(history, cold) == [], "\n".join(steps)
