@@ -882,6 +882,21 @@ def identity_problems(target: str) -> list[str]:
     return problems
 
 
+def listing_problems(target: str, work: Path) -> list[str]:
+    """`runs --json` (no --since) lists each billed copy once and nothing else: a run with
+    a damaged copy, or two runs of one id, as many times as it is billed."""
+    from tests.ledger_dump import dump
+
+    done = subprocess.run([sys.executable, "-m", "omg_ledger.cli", "runs", "--db", target, "--json"],
+                          capture_output=True, text=True, env=cli_env(work), check=True)
+    listed = sorted((run["home"], run["run_id"]) for run in json.loads(done.stdout))
+    billed = sorted((dict(r)["home_id"], dict(r)["run_id"]) for r in dump(target)["runs"] if dict(r)["billed"])
+    if listed == billed:
+        return []
+    return [f"runs --json lists {sorted(set(listed) - set(billed))[:5]} not billed and leaves out "
+            f"{sorted(set(billed) - set(listed))[:5]} billed ({len(listed)} rows, {len(billed)} billed)"]
+
+
 TRUTH_ROW = re.compile(r"^(\d{8}-\d{6}\.\d{9}-\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$")
 TRUTH = (SHARED / "corpus" / "truth" / "runs-list.txt", SHARED / "corpus-scale" / "truth-runs-list.txt")
 
@@ -1002,6 +1017,7 @@ def check(campaign: Campaign, cold_db: str) -> list[str]:
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
         problems += [f"{name} billing: {p}" for p in billing_problems(db)]
         problems += [f"{name} identity: {p}" for p in identity_problems(db)]
+        problems += [f"{name} listing: {p}" for p in listing_problems(db, campaign.work)]
     damaged = campaign.damaged
     problems += [f"engine read-back: {p}" for p in engine_readback_problems(campaign.db, damaged=damaged)]
     if campaign.operator:
