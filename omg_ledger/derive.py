@@ -127,8 +127,11 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
     keys.raise_if_met()
     known = resume["identity"] if resume else None  # None: no line walked yet
     # A stream that does not begin with its first event (its head damaged: NULs a crash
-    # left, a byte-order mark an editor added) has only its run id to go by.
-    identity = known or stream_identity(facts.run_id, seen.first_raw if seen.first_at == 0 else None)
+    # left, a byte-order mark an editor added), or whose first line holds what the engine's
+    # encoder never writes (a byte that is not UTF-8, read as U+FFFD), has only its run id
+    # to go by: a copy of the run whose first line is intact.
+    intact = seen.first_at == 0 and seen.first_raw is not None and "\ufffd" not in seen.first_raw
+    identity = known or stream_identity(facts.run_id, seen.first_raw if intact else None)
     rows.run["stream_identity"] = identity
     if rows.state is not None:
         rows.state = {"line": rows.state["last_line"], "nul": seen.nul, "fold": rows.state,

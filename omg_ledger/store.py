@@ -188,7 +188,7 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     """Which copy of a run is billed (caller's write transaction, after its rows).
 
     Copies share a stream identity. The one holding most of the stream is billed, then
-    the one holding an assess.json (written after the run's last line: a backup taken
+    the one whose last line is latest, then the one holding an assess.json (written after the run's last line: a backup taken
     before it has the same stream, and the assessment's spend is recorded nowhere else),
     then the one still on disk, then the first seen; a copy whose stream is not a
     prefix of the billed one's diverged after their common head: a finding on it.
@@ -205,7 +205,8 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
     for chunk in _chunks_by_run_id(wanted):
         by_identity: dict[str, list] = {}
         for member in conn.execute(
-                select(runs.c.id, runs.c.event_count, runs.c.has_assess, runs.c.gone, runs.c.billed,
+                select(runs.c.id, runs.c.event_count, runs.c.last_event_at_us, runs.c.has_assess, runs.c.gone,
+                       runs.c.billed,
                        homes.c.label, runs.c.stream_identity)
                 .select_from(runs.join(homes, homes.c.id == runs.c.home_id))
                 .where(runs.c.stream_identity.in_(chunk))):
@@ -228,7 +229,7 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
             else:
                 if streamed[run_id] == 1:
                     members = members + by_identity.get(run_id + STREAM_LESS, [])
-                billed = max(members, key=lambda m: (m.event_count, bool(m.has_assess), not m.gone, -m.id))
+                billed = max(members, key=_billing_order)
             billed_now += [(billed is not None and m.id == billed.id, m.id) for m in members
                            if bool(m.billed) != (billed is not None and m.id == billed.id)]
             if len(members) > 1 and billed is not None:
@@ -243,6 +244,15 @@ def settle_copies(conn: Connection, identities: Iterable[str | None]) -> None:
                                                         schema.findings.c.kind == "diverged_copy"))
         for members, billed in copies:
             _diverged_copies(conn, members, billed)
+
+
+def _billing_order(member) -> tuple:
+    """Which copy of a run is billed: the one holding most of the stream; of copies holding
+    as many lines, the one whose last line is latest (a copy whose damaged head cost it
+    lines the other lacks at its end reaches further, whichever was seen first); then the
+    one holding an assess.json, the one still on disk, the first seen."""
+    last = member.last_event_at_us
+    return (member.event_count, -1 if last is None else last, bool(member.has_assess), not member.gone, -member.id)
 
 
 def _run_id_of(identity: str) -> str:

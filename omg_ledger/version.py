@@ -69,5 +69,8 @@ VERSION = "0.1.0"
 #    that these refuse is refused on re-derivation, its error and problem recorded.) A
 #    closed leg is PASS when the snapshot holds as many PASS records, of any node, as the
 #    graph has nodes (runstatus.Gather counts snap.CompletedNodes()), not when every graph
-#    node's record is PASS: runs.all_nodes_passed.
+#    node's record is PASS: runs.all_nodes_passed. A copy whose first line holds U+FFFD (a
+#    byte that is not UTF-8 there) is keyed by its run id, as a damaged head is; of copies
+#    holding as many lines, the one whose last line is latest is billed (it was the first
+#    seen, so the money depended on the order of syncs).
 DERIVATION_VERSION = 18

@@ -815,7 +815,8 @@ def present_run_differences(incremental: str, cold: str, damaged: set[str] = fro
 
 
 def billing_problems(target: str) -> list[str]:
-    """One billed copy per run identity, and it holds most of the stream (then: on disk).
+    """One billed copy per run identity, and it holds most of the stream (then: the latest
+    last line).
     A stream-less identity ('<id>:no-stream': no line of its stream, or its head damaged)
     is a copy of its run id's one streamed run, billed only where it holds most of that
     run's stream; beside two streamed runs of its id it is never billed; with none, one
@@ -840,18 +841,24 @@ def billing_problems(target: str) -> list[str]:
                             f"{[(m['home_id'], m['gone']) for m in stream_less if m['billed']]}")
         for identity, members in groups:
             billed = [m for m in members if m["billed"]]
-            best = max((m["event_count"], not m["gone"]) for m in members)
-            if len(billed) != 1 or (billed[0]["event_count"], not billed[0]["gone"]) != best:
+            best = max(_reach(m) for m in members)
+            if len(billed) != 1 or _reach(billed[0]) != best:
                 problems.append(f"{identity}: billed copies {[(m['home_id'], m['event_count'], m['gone']) for m in billed]}"
                                 f" of {[(m['home_id'], m['event_count'], m['gone']) for m in members]}")
     return problems
 
 
+def _reach(run: dict) -> tuple:
+    """What decides first which copy is billed: most lines, then the latest last line."""
+    last = run["last_event_at_us"]
+    return run["event_count"], -1 if last is None else last
+
+
 def identity_problems(target: str) -> list[str]:
     """Each run's identity against its stream: a stream beginning with a byte-order mark
     or a NUL (no event line can) is '<run id>:no-stream', and so is every run whose first
-    stored line is not at byte 0; one whose first stored line is there is its run id with
-    that line's hash."""
+    stored line is not at byte 0 or holds U+FFFD (a byte that is not UTF-8); one whose
+    first stored line is there, intact, is its run id with that line's hash."""
     import hashlib
 
     from tests.ledger_dump import dump
@@ -872,7 +879,7 @@ def identity_problems(target: str) -> list[str]:
         stream = Path(run["dir_path"]) / "events.jsonl"
         head = stream.read_bytes()[:3] if stream.is_file() else b""
         stored = first.get(key)
-        if head.startswith((BOM, b"\0")) or stored is None or stored[1] > 0:
+        if head.startswith((BOM, b"\0")) or stored is None or stored[1] > 0 or "\ufffd" in stored[2]:
             expected = f"{run['run_id']}:no-stream"
         else:
             expected = f"{run['run_id']}:{hashlib.sha256(stored[2].encode('utf-8')).hexdigest()[:32]}"

@@ -271,3 +271,34 @@ def test_a_damaged_copy_that_diverged_from_a_run_keeps_no_finding_once_a_second_
     _cli("sync", "--db", db_url, *homes)
     assert _billed(db_url) == [("backup", False), ("here", True), ("there", True)]
     assert _diverged(db_url) == 0  # was 1: the backup against "the billed copy (home here)"
+
+
+def _bad_byte_in_the_first_line(data: bytes) -> bytes:
+    # Inside the key "run_id": the line is still read (the key names no field), as U+FFFD.
+    first, rest = data.split(b"\n", 1)
+    assert first.count(b'"run_id"') == 1
+    return first.replace(b'"run_id"', b'"run_\xffid"') + b"\n" + rest
+
+
+def test_a_copy_whose_first_line_holds_a_byte_that_is_not_utf8_is_a_copy_not_a_second_run(tmp_path, db_url):
+    """One flipped byte in a backup's first line: the line is read (as U+FFFD, as the engine
+    reads it), but it is not the line the engine wrote, so it names no other run: the
+    backup is a copy of the run, billed once."""
+    live = _copy(tmp_path / "live")
+    backup = _copy(tmp_path / "backup", damage=_bad_byte_in_the_first_line)
+    _cli("sync", "--db", db_url, "--home", f"live={live}", "--home", f"backup={backup}")
+    assert _total(db_url) == RUN_SPEND
+    assert _listed(db_url) == [(RUN, "live")]
+
+
+def test_of_two_copies_holding_as_many_lines_the_one_reaching_further_is_billed_whichever_came_first(
+        tmp_path, db_url):
+    """The live copy's head zeroed over lines 1 and 2 (it holds lines 3 to 18), a backup
+    taken after line 16 (lines 1 to 16): 16 lines each. The live one reaches the run's end,
+    line 17's $0.005 included; which home was synced first does not decide it."""
+    live = _copy(tmp_path / "live", damage=lambda data: b"\0" * 292 + data[292:])  # lines 1, 2 (112 + 181 bytes)
+    backup = _copy(tmp_path / "backup", keep_lines=16)
+    _cli("sync", "--db", db_url, "--home", f"backup={backup}")
+    _cli("sync", "--db", db_url, "--home", f"backup={backup}", "--home", f"live={live}")
+    assert _total(db_url) == RUN_SPEND
+    assert _listed(db_url) == [(RUN, "live")]
