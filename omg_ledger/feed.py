@@ -422,26 +422,21 @@ def _go_type_fault(value: object, kind: object) -> tuple[list, str, object] | No
                 fault[0].append(("field", key))
                 return fault
         return None
-    if known is GoMap:
-        if held is not dict:
-            return [], "an object", value
+    if known is GoMap or known is GoSlice:
+        if known is GoMap:
+            if held is not dict:
+                return [], "an object", value
+            elements = ((("key", key), item) for key, item in value.items())
+        else:
+            if held is not list:
+                return [], "a list", value
+            elements = enumerate(value)
         element = kind.element
-        for key, item in value.items():
+        for step, item in elements:
             if item is not None:
                 fault = _go_type_fault(item, element)
                 if fault is not None:
-                    fault[0].append(("key", key))
-                    return fault
-        return None
-    if known is GoSlice:
-        if held is not list:
-            return [], "a list", value
-        element = kind.element
-        for index, item in enumerate(value):
-            if item is not None:
-                fault = _go_type_fault(item, element)
-                if fault is not None:
-                    fault[0].append(index)
+                    fault[0].append(step)
                     return fault
         return None
     scalar = _GO_SCALARS.get(kind)
