@@ -55,7 +55,7 @@ EXPORT_RUNNING = "an export into this ledger is running"
 #               one, or none, is current); the text is the GRANT it lacks.
 #   'missing':  no schema of the path exists; the text is the path, each name as SQL writes it.
 #   'later':    the current schema holds no ledger but a later one does (unqualified names
-#               would reach that one).
+#               would reach that one); both names as a search_path spells them (quote_ident).
 # (No % in it: it is sent without parameters.)
 PG_LEDGER_ELSEWHERE_SQL = """
 WITH path AS (
@@ -68,7 +68,7 @@ WITH path AS (
     JOIN pg_namespace s ON s.nspname = CASE path.name WHEN '$user' THEN current_user::text ELSE path.name END
     ORDER BY path.n LIMIT 1
 )
-SELECT what, schema, current_schema(), text FROM (
+SELECT what, schema, quote_ident(current_schema()), text FROM (
     SELECT 1 AS n, 'unusable' AS what, nspname AS schema,
            'GRANT USAGE ON SCHEMA ' || quote_ident(nspname) || ' TO ' || quote_ident(current_user) AS text
     FROM first_schema WHERE NOT has_schema_privilege(oid, 'USAGE')
@@ -76,7 +76,7 @@ SELECT what, schema, current_schema(), text FROM (
     SELECT 2, 'missing', NULL, (SELECT string_agg(quote_ident(name), ', ' ORDER BY n) FROM path)
     WHERE current_schema() IS NULL AND NOT EXISTS (SELECT 1 FROM first_schema)
     UNION ALL
-    SELECT 3, 'later', n.nspname, NULL FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    SELECT 3, 'later', quote_ident(n.nspname), NULL FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE c.oid = to_regclass('alembic_version') AND n.nspname IS DISTINCT FROM current_schema()
 ) found ORDER BY n LIMIT 1
 """

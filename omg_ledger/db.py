@@ -232,18 +232,9 @@ def ledger_elsewhere_error(what: str, schema: str | None, current: str | None, t
             "the connection's search_path is empty"
         return NotALedger(f"{path}, so there is no ledger to read and none to make: create the schema, or name the "
                           f"ledger's schema in the URL's search_path")
-    schema, current = _as_sql_name(schema or ""), _as_sql_name(current or "")
     return NotALedger(f"schema {current} (the connection's current schema, where omg-ledger keeps its ledger) "
                       f"holds no ledger, but schema {schema}, later on its search_path, does: put {schema} first "
                       f"on search_path to use that ledger, or leave it out to make a new one in {current}")
-
-
-def _as_sql_name(name: str) -> str:
-    """A schema's name as a search_path must spell it: quoted unless PostgreSQL would read
-    it unquoted as itself (as quote_ident does, keywords aside)."""
-    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
-        return name
-    return '"' + name.replace('"', '""') + '"'
 
 
 # A new ledger is made from the schema the migrations build, not by running them:
