@@ -160,10 +160,11 @@ def test_ctrl_c_while_waiting_for_the_sync_lock_is_one_line_and_exit_130(tmp_pat
     assert err == "omg-ledger: interrupted\n", err
 
 
-# `rebuild` as the command line runs it, paused inside its first batch (10 runs re-derived
-# in a transaction not committed yet): a point, not a moment, to send SIGTERM at.
+# `rebuild` as the command line runs it, paused inside its first batch after AFTER runs
+# re-derived (in a transaction not committed yet) until told to go on: a point, not a
+# moment, to send a signal at or to remove the ledger file.
 REBUILD_PAUSED_MID_BATCH = r"""
-import os, sys, time
+import os, sys
 from omg_ledger import sync
 from omg_ledger.cli import main
 
@@ -173,15 +174,46 @@ done = []
 def rederive_then_pause(conn, run_pk, force):
     result = rederive(conn, run_pk, force)
     done.append(run_pk)
-    if len(done) == 10:
+    if len(done) == int(sys.argv[3]):
         os.write(int(sys.argv[1]), b"paused\n")
-        while True:
-            time.sleep(60)
+        os.read(int(sys.argv[2]), 1)
     return result
 
 sync._rederive_run = rederive_then_pause
-main(sys.argv[2:], prog_name="omg-ledger")
+main(sys.argv[4:], prog_name="omg-ledger")
 """
+
+
+class PausedRebuild:
+    """The command line's rebuild of ``db`` (REBUILD_PAUSED_MID_BATCH), paused after ``after`` runs."""
+
+    def __init__(self, db: Path, after: int) -> None:
+        said, says = os.pipe()
+        self._resume, self._told = os.pipe()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", REBUILD_PAUSED_MID_BATCH, str(says), str(self._resume), str(after),
+             "rebuild", "--db", str(db)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[says, self._resume])
+        os.close(says)
+        os.close(self._resume)
+        self._said = os.fdopen(said, "rb")
+
+    def paused(self) -> None:
+        assert self._said.readline() == b"paused\n", self.proc.communicate(timeout=60)
+
+    def resume(self) -> None:
+        os.write(self._told, b"x")
+
+    def finish(self) -> tuple[int, str, str]:
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._said.close()
+            os.close(self._told)
+        return self.proc.returncode, out, err
 
 
 def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_path, corpus_home):
@@ -190,45 +222,14 @@ def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_p
     db = tmp_path / "ledger.sqlite"
     assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
     before = dump(str(db))
-    reader, writer = os.pipe()
-    rebuild = subprocess.Popen([sys.executable, "-c", REBUILD_PAUSED_MID_BATCH, str(writer), "rebuild", "--db", str(db)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[writer])
-    os.close(writer)
-    try:
-        with os.fdopen(reader, "rb") as said:
-            assert said.readline() == b"paused\n", rebuild.communicate(timeout=60)
-        rebuild.send_signal(signal.SIGTERM)
-        out, err = rebuild.communicate(timeout=60)
-    finally:
-        if rebuild.poll() is None:
-            rebuild.kill()
-            rebuild.wait()
-    assert (rebuild.returncode, out, err) == (143, "", "omg-ledger: terminated\n")
+    rebuild = PausedRebuild(db, after=10)
+    rebuild.paused()
+    rebuild.proc.send_signal(signal.SIGTERM)
+    assert rebuild.finish() == (143, "", "omg-ledger: terminated\n")
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert dump(str(db)) == before, diff(dump(str(db)), before)
     assert cli("rebuild", "--db", str(db), "--wait", "0").returncode == 0  # the sync lock was released
-
-
-# `rebuild` paused after its first batch committed, until told to go on.
-REBUILD_PAUSED_AFTER_A_BATCH = r"""
-import os, sys
-from omg_ledger import sync
-from omg_ledger.cli import main
-
-rederive = sync._rederive_run
-done = []
-
-def rederive_then_pause(conn, run_pk, force):
-    if len(done) == 1:
-        os.write(int(sys.argv[1]), b"paused\n")
-        os.read(int(sys.argv[2]), 1)
-    done.append(run_pk)
-    return rederive(conn, run_pk, force)
-
-sync._rederive_run = rederive_then_pause
-main(sys.argv[3:], prog_name="omg-ledger")
-"""
 
 
 def test_a_ledger_file_removed_mid_rebuild_is_an_error_not_done(tmp_path, corpus_home):
@@ -236,25 +237,12 @@ def test_a_ledger_file_removed_mid_rebuild_is_an_error_not_done(tmp_path, corpus
     that no longer has a name. It must not end as done (exit 0), as sync does not."""
     db = tmp_path / "ledger.sqlite"
     assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
-    said, says = os.pipe()
-    resume, told = os.pipe()
-    rebuild = subprocess.Popen([sys.executable, "-c", REBUILD_PAUSED_AFTER_A_BATCH, str(says), str(resume),
-                                "rebuild", "--db", str(db)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[says, resume])
-    os.close(says)
-    os.close(resume)
-    try:
-        with os.fdopen(said, "rb") as paused:
-            assert paused.readline() == b"paused\n", rebuild.communicate(timeout=60)
-        db.unlink()
-        os.write(told, b"x")
-        out, err = rebuild.communicate(timeout=60)
-    finally:
-        os.close(told)
-        if rebuild.poll() is None:
-            rebuild.kill()
-            rebuild.wait()
-    assert (rebuild.returncode, out) == (3, ""), err
+    rebuild = PausedRebuild(db, after=1)
+    rebuild.paused()
+    db.unlink()
+    rebuild.resume()
+    code, out, err = rebuild.finish()
+    assert (code, out) == (3, ""), err
     assert err == (f"omg-ledger: error: the ledger file {db} was removed or replaced while this rebuild ran: what "
                    f"the rebuild wrote went with the file it had opened; the next sync re-derives the file now "
                    f"there as it needs\n")
