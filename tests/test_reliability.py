@@ -26,6 +26,8 @@ from omg_ledger.db import open_ledger
 from omg_ledger.reports.cost import GROUPINGS, cost_report
 from omg_ledger.sync import Home, sync
 
+from .cli_checks import PausedCommand
+
 CLI = [sys.executable, "-m", "omg_ledger.cli"]
 TS = "2026-11-29T18:15:12.931494010Z"
 
@@ -184,36 +186,9 @@ main(sys.argv[4:], prog_name="omg-ledger")
 """
 
 
-class PausedRebuild:
+def paused_rebuild(db: Path, after: int) -> PausedCommand:
     """The command line's rebuild of ``db`` (REBUILD_PAUSED_MID_BATCH), paused after ``after`` runs."""
-
-    def __init__(self, db: Path, after: int) -> None:
-        said, says = os.pipe()
-        self._resume, self._told = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", REBUILD_PAUSED_MID_BATCH, str(says), str(self._resume), str(after),
-             "rebuild", "--db", str(db)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[says, self._resume])
-        os.close(says)
-        os.close(self._resume)
-        self._said = os.fdopen(said, "rb")
-
-    def paused(self) -> None:
-        assert self._said.readline() == b"paused\n", self.proc.communicate(timeout=60)
-
-    def resume(self) -> None:
-        os.write(self._told, b"x")
-
-    def finish(self) -> tuple[int, str, str]:
-        try:
-            out, err = self.proc.communicate(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._said.close()
-            os.close(self._told)
-        return self.proc.returncode, out, err
+    return PausedCommand(REBUILD_PAUSED_MID_BATCH, b"paused", str(after), "rebuild", "--db", str(db))
 
 
 def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_path, corpus_home):
@@ -222,7 +197,7 @@ def test_sigterm_mid_rebuild_rolls_the_batch_back_in_one_line_and_exit_143(tmp_p
     db = tmp_path / "ledger.sqlite"
     assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
     before = dump(str(db))
-    rebuild = PausedRebuild(db, after=10)
+    rebuild = paused_rebuild(db, after=10)
     rebuild.paused()
     rebuild.proc.send_signal(signal.SIGTERM)
     assert rebuild.finish() == (143, "", "omg-ledger: terminated\n")
@@ -237,7 +212,7 @@ def test_a_ledger_file_removed_mid_rebuild_is_an_error_not_done(tmp_path, corpus
     that no longer has a name. It must not end as done (exit 0), as sync does not."""
     db = tmp_path / "ledger.sqlite"
     assert cli("sync", "--db", str(db), "--home", str(corpus_home)).returncode == 0
-    rebuild = PausedRebuild(db, after=1)
+    rebuild = paused_rebuild(db, after=1)
     rebuild.paused()
     db.unlink()
     rebuild.resume()

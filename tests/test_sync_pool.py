@@ -25,6 +25,7 @@ from omg_ledger.db import open_ledger
 from omg_ledger.errors import SyncWorkerLost
 from omg_ledger.sync import POOL_MIN_RUNS, Home, sync
 
+from .cli_checks import PausedCommand
 from .conftest import CORPUS, CORPUS_HOME
 from .ledger_dump import diff, dump
 
@@ -302,41 +303,10 @@ main(sys.argv[3:], prog_name="omg-ledger")
 """
 
 
-class PausedSync:
+def paused_sync(db: Path, home: Path, *options: str, new_session: bool = False) -> PausedCommand:
     """The command line's sync of ``home`` into ``db`` (PAUSED_AFTER_FIRST_BATCH)."""
-
-    def __init__(self, db: Path, home: Path, *options: str, new_session: bool = False) -> None:
-        import subprocess
-        import sys
-
-        said, self._says = os.pipe()
-        self._resume, told = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", PAUSED_AFTER_FIRST_BATCH, str(self._says), str(self._resume), "sync",
-             "--db", str(db), "--home", f"scale={home}", *options],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=[self._says, self._resume],
-            start_new_session=new_session)
-        os.close(self._says)
-        os.close(self._resume)
-        self._said = os.fdopen(said, "rb")
-        self._told = told
-
-    def paused(self) -> None:
-        assert self._said.readline() == b"committed\n", self.proc.communicate(timeout=60)
-
-    def resume(self) -> None:
-        os.write(self._told, b"x")
-
-    def finish(self) -> tuple[int, str, str]:
-        try:
-            out, err = self.proc.communicate(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self._said.close()
-            os.close(self._told)
-        return self.proc.returncode, out, err
+    return PausedCommand(PAUSED_AFTER_FIRST_BATCH, b"committed", "sync", "--db", str(db), "--home", f"scale={home}",
+                         *options, new_session=new_session)
 
 
 def _children_of(pid: int) -> list[int]:
@@ -366,7 +336,7 @@ def test_sigterm_mid_sync_is_one_line_exit_143_whole_batches_and_nothing_left_be
     exits 128 + the signal's number (143, 129), which the README lists; the next sync
     carries on to the ledger a cold sync makes."""
     db = tmp_path / "ledger.sqlite"
-    sync_cli = PausedSync(db, scale_home, "--workers", "2", new_session=to_group)
+    sync_cli = paused_sync(db, scale_home, "--workers", "2", new_session=to_group)
     sync_cli.paused()
     workers = _children_of(sync_cli.proc.pid)
     assert workers and Path(f"{db}.sync-work").is_dir()
@@ -447,7 +417,7 @@ def test_a_ledger_file_removed_mid_sync_is_an_error_and_never_made_again_by_the_
     own (with the umask's mode: the README promises a 0600 ledger); the next sync starts the
     ledger again, as a cold sync makes it."""
     db = tmp_path / "ledger.sqlite"
-    sync_cli = PausedSync(db, scale_home, "--workers", workers)
+    sync_cli = paused_sync(db, scale_home, "--workers", workers)
     sync_cli.paused()
     db.unlink()
     sync_cli.resume()
