@@ -53,10 +53,11 @@ class RunFacts:
 
 
 class UnderivableRun(ValueError):
-    """A run whose rows no ledger can hold: two of its node ids differ only where one
+    """A run whose rows cannot be derived: two of its node ids differ only where one
     holds NUL and the other U+FFFD, and derived text stores NUL as U+FFFD, so both
-    would be one key of ``nodes`` (and of ``rounds``). ``reason`` names both ids, in an
-    order and with lines that do not depend on how the run was walked."""
+    would be one key of ``nodes`` (and of ``rounds``); or a rule failed on its facts (a
+    bug: one run's facts must not stop every other run's sync). ``reason`` says which,
+    in words that do not depend on how the run was walked."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -93,7 +94,48 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
     from the same text (ingest just validated them); it never changes the result.
     ``scrub``: some text holds a NUL (only a JSON \\u0000 escape can), which the
     store turns into U+FFFD in derived text on every backend. Raises UnderivableRun
-    when two node ids would then be one key (no row of the run can be stored)."""
+    when two node ids would then be one key (no row of the run can be stored), or when
+    a rule fails on the run's facts. What the caller hands in (the events' source, the
+    sink, the terminal lookup: a database, a file) raises as it raised."""
+    outside = _Outside()
+    try:
+        return _derive_run(facts, parsed, outside)
+    except (UnderivableRun, MemoryError, RecursionError, OSError):
+        raise  # (out of memory or descriptors: the caller's to end, never one run's problem)
+    except Exception as exc:
+        if outside.failed:
+            raise
+        raise UnderivableRun(f"{RULE_FAILED}{type(exc).__name__}: {exc}; it is indexed once a release "
+                             "derives it") from exc
+
+
+# The start of the reason of a run a rule fails on: a bug of omg-ledger, not of the run.
+RULE_FAILED = "a rule fails on this run (a bug of omg-ledger: please report this line): "
+
+
+class _Outside:
+    """Marks a failure of what derivation calls out to, so that it is never taken for a
+    rule's."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def calling(self, call: Callable | None) -> Callable | None:
+        if call is None:
+            return None
+
+        def called(*args):
+            try:
+                return call(*args)
+            except BaseException:
+                self.failed = True
+                raise
+
+        return called
+
+
+def _derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None,
+                outside: _Outside) -> tuple[RunRows, bool]:
     docs = {name: (parsed[name] if parsed is not None and name in parsed else parse_file(name, text))
             for name, text in facts.files.items()}
     if snapshot_names_another_run(docs.get("state.json"), facts.run_id):
@@ -101,9 +143,9 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         # recovering its records or billing its assessment would bill that run twice.
         docs = {**docs, "state.json": None, "assess.json": None}
     resume = facts.resume
-    seen = _Watched(facts.events, nul=bool(resume and resume["nul"]))
+    seen = _Watched(facts.events, nul=bool(resume and resume["nul"]), outside=outside)
     keys = _NodeKeys(resume["fold"]["nodes"] if resume else ())
-    sink = facts.sink
+    sink = outside.calling(facts.sink)
     rows = reconcile(RunInput(
         run_id=facts.run_id,
         events=seen,
@@ -117,7 +159,7 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
         resume=resume["fold"] if resume else None,
         keep_state=facts.keep_state,
         state_from_line=RESUMABLE_FROM_LINE,
-        terminal_lookup=facts.terminal_lookup,
+        terminal_lookup=outside.calling(facts.terminal_lookup),
     ))
     for _ in seen:  # a walk that stopped early still leaves every line looked at
         pass
@@ -185,32 +227,38 @@ class _Watched:
     lines: the first one and where it starts (the run's identity), and whether any holds
     a NUL escape."""
 
-    def __init__(self, events: Iterable[Event], nul: bool = False) -> None:
+    def __init__(self, events: Iterable[Event], nul: bool = False, outside: _Outside | None = None) -> None:
         self._events = iter(events)
+        self._outside = outside if outside is not None else _Outside()
         self.first_raw: str | None = None
         self.first_at: int | None = None
         self.nul = nul
 
     def __iter__(self) -> Iterator[Event]:
         # Each check stops once it is answered (per line, only what is still open is
-        # asked). Iterating again goes on where the last iteration stopped.
+        # asked). Iterating again goes on where the last iteration stopped. Only the
+        # source's own failures reach the except: a rule's are raised where it stands.
         events = self._events
-        if self.first_raw is None:
-            for event in events:
-                self.first_raw = event.raw
-                self.first_at = event.byte_offset
-                if "\\u0000" in event.raw:
-                    self.nul = True
-                yield event
-                break
-        if not self.nul:
-            for event in events:
-                if "\\u0000" in event.raw:
-                    self.nul = True
+        try:
+            if self.first_raw is None:
+                for event in events:
+                    self.first_raw = event.raw
+                    self.first_at = event.byte_offset
+                    if "\\u0000" in event.raw:
+                        self.nul = True
                     yield event
                     break
-                yield event
-        yield from events
+            if not self.nul:
+                for event in events:
+                    if "\\u0000" in event.raw:
+                        self.nul = True
+                        yield event
+                        break
+                    yield event
+            yield from events
+        except Exception:
+            self._outside.failed = True
+            raise
 
 
 STREAM_LESS = ":no-stream"  # the identity's tail for a run with no line of its stream yet, or no first one

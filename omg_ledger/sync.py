@@ -47,7 +47,7 @@ from .change_check import (
 )
 from .config import Home
 from .db import sync_lock, write_transaction, writing_hints
-from .derive import RunFacts, UnderivableRun, derive_run
+from .derive import RULE_FAILED, RunFacts, UnderivableRun, derive_run
 from .discover import (
     SkippedEntry,
     home_identity,
@@ -528,7 +528,8 @@ def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
     problem (audit says so); it is tried again on every sync until a release fixes it."""
     path, machine = conn.execute(select(schema.runs.c.dir_path, schema.homes.c.machine).join_from(
         schema.runs, schema.homes, schema.homes.c.id == schema.runs.c.home_id).where(schema.runs.c.id == run_pk)).one()
-    record_problem(conn, run_pk, path or "?", 0, f"{UNDERIVABLE_REASON}{type(exc).__name__}: {exc}",
+    failed = exc.__cause__ if isinstance(exc, UnderivableRun) and exc.__cause__ is not None else exc  # (a rule's)
+    record_problem(conn, run_pk, path or "?", 0, f"{UNDERIVABLE_REASON}{type(failed).__name__}: {failed}",
                    format_instant(datetime.now(UTC)), machine or "")
 
 
@@ -987,7 +988,8 @@ class _HomeSync:
         read.problems[:] = problems
         for problem in problems:
             record_problem(conn, run_pk, problem.path, problem.offset, problem.reason, self.now, self.machine)
-        self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None)
+        self._resolve_run_problems(conn, path, read, checkpoint_before=known.checkpoint if known else None,
+                                   derived_pk=None if created else run_pk)
         self.report.runs_changed += 1
         self.report.events_ingested += new_events
         self.report.bytes_read += stream.bytes_read if stream else 0
@@ -1036,13 +1038,20 @@ class _HomeSync:
         return below < len(paths) and paths[below].startswith(path + "/")
 
     def _resolve_run_problems(self, conn: Connection, path: str, read: RunDirRead,
-                              checkpoint_before: Checkpoint | None) -> None:
+                              checkpoint_before: Checkpoint | None, derived_pk: int | None = None) -> None:
         """Problem lifecycle, for a run directory read again just now: its open problems
         that were not seen again are resolved — except on files this read did not look at
         again (a JSON file skipped as unchanged; a stream read on from its checkpoint,
-        whose earlier bad lines were not re-read)."""
+        whose earlier bad lines were not re-read). ``derived_pk``: an indexed run just
+        derived, which a rule that failed on it before (on lines it appended) no longer
+        fails on, though its stream was read on from its checkpoint."""
         if self._has_open_problems_under(path):  # (none in the cold-sync case: nothing to resolve)
             self._resolve_unseen(conn, path, read.problems, _not_reread(path, read, checkpoint_before))
+            if derived_pk is not None:
+                p = schema.problems.c
+                conn.execute(update(schema.problems).where(
+                    p.run_pk == derived_pk, p.resolved_at.is_(None), p.reason.startswith(RULE_FAILED, autoescape=True)
+                ).values(resolved_at=self.now))
 
     def _resolve_unseen(self, conn: Connection, path: str, seen: list[Problem], not_reread: set[str]) -> None:
         resolve_problems(conn, [], _seen(seen), self.now, self.machine,
