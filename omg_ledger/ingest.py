@@ -50,7 +50,8 @@ class Problem:
     reason: str
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "offset": self.offset, "reason": self.reason}
+        # ``byte_offset`` as ``problems --json`` names it; ``offset`` stays for scripts reading it.
+        return {"path": self.path, "offset": self.offset, "byte_offset": self.offset, "reason": self.reason}
 
 
 def file_identity(info: os.stat_result | None) -> tuple | None:

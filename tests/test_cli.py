@@ -181,7 +181,8 @@ def test_the_readme_json_shapes_are_the_fields_the_commands_print(tmp_path):
     section = _readme_section("### JSON shapes (stable)")
     synced = printed("sync", "--home", str(home))
     assert list(synced) == _readme_shape(section, "sync")
-    assert list(synced["problems"][0]) == ["path", "offset", "reason"]
+    assert list(synced["problems"][0]) == ["path", "offset", "byte_offset", "reason"]
+    assert {p["offset"] for p in synced["problems"]} == {p["byte_offset"] for p in synced["problems"]}
     assert list(printed("rebuild")) == _readme_shape(section, "rebuild")
     runs = printed("runs")
     assert list(runs[0]) == _readme_shape(section, "runs")
