@@ -14,7 +14,8 @@ here, with one checkpoint shape (the ``streams`` table) and one set of rules:
 * **A partial last line** is not a line yet: the offset stays before it.
 * **A runaway line** (over MAX_LINE_BYTES) is skipped as a problem, once, and the
   scan position is remembered, so later reads cost what was appended, never the
-  whole line again.
+  whole line again (unless the file is cut shorter than it: then the scanned bytes
+  are gone, and reading goes on from the line's start).
 * **A line of a newer schema** pauses reading before it; the checkpoint keeps the
   schema, and reading resumes by itself once the code understands it.
 
@@ -395,8 +396,10 @@ class TailReader:
 
     def _read(self) -> Iterator:
         fd, info, checkpoint, start, line_no = self.fd, self.info, self.stored, self.start, self.start_line
+        # A file now shorter than the scan point was cut inside the runaway line: the bytes
+        # known to hold no newline are gone, and what follows its start is read as lines.
         resuming_runaway = not self.replace and checkpoint is not None and checkpoint.scan_offset is not None \
-            and start == checkpoint.end_offset
+            and start == checkpoint.end_offset and info.st_size >= checkpoint.scan_offset
         lines = CompleteLines(fd, start, line_no,
                               runaway_at=start if resuming_runaway else None,
                               scan_from=checkpoint.scan_offset if resuming_runaway else None,

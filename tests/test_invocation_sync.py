@@ -36,7 +36,7 @@ from omg_ledger.invocations import classify_status
 from omg_ledger.reports.invocations import invocation_report, to_csv, to_text
 from omg_ledger.sync import SyncReport
 from omg_ledger.sync import sync as sync_ledger
-from omg_ledger.tail import machine_source
+from omg_ledger.tail import MAX_LINE_BYTES, RUNAWAY_REASON, machine_source
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -363,6 +363,23 @@ def test_rewritten_head_same_size_is_rebuilt(engine, stream):
     sync(engine, stream)
     assert invocation_rows(engine) == [("paired", "zen", "M9", "GO", 1000, "reported", 1, 2)]
     assert _line_count(engine) == 2
+
+
+def test_a_runaway_line_cut_off_does_not_swallow_the_lines_appended_after_it(engine, stream):
+    """A torn line longer than the cap, still being scanned for its end, is cut off (the
+    file truncated in place to the last whole line) and the runner appends again: the
+    bytes scanned are gone, so what follows the last whole line is read as lines."""
+    first = start("zen", "M1", ts(0))
+    stream.write_bytes(first + b'{"ts":"' + b"r" * (MAX_LINE_BYTES + 10))
+    report = sync(engine, stream)
+    assert [(p.offset, p.reason) for p in report.problems] == [(len(first), RUNAWAY_REASON)]
+    with open(stream, "r+b") as f:  # same inode, cut back to the last newline
+        f.truncate(len(first))
+    append(stream, end("zen", "M1", ts(1), "GO", 1000) + start("puma", "M2", ts(2)))
+    report = sync(engine, stream)
+    assert (report.events_ingested, report.problems) == (2, [])
+    assert invocation_rows(engine) == [("paired", "zen", "M1", "GO", 1000, "reported", 1, 2),
+                                       ("dangling", "puma", "M2", None, None, None, 3, None)]
 
 
 def test_second_sync_changes_nothing(engine, stream):
