@@ -1554,20 +1554,27 @@ def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
     machine (moved there, or named through a symlink by an older omg-ledger), its path now
     ``key`` (and its open problems' with it); None when there is none. The same file: its
     device and inode, its old path gone or naming it still, and the bytes read from it still
-    at its start (an inode freed and given to another file holds other bytes). Its lines are
-    then not stored, nor its invocations counted, twice."""
+    at its start (an inode freed and given to another file holds other bytes). Or the same
+    bytes in another file, nothing left at the old path: a move across file systems (a copy
+    and an unlink). Its lines are then not stored, nor its invocations counted, twice."""
     streams = schema.streams
     info = stat_or_none(path)
     if info is None:
         return None
     with write_transaction(engine) as conn:
         for candidate in conn.execute(select(streams).where(
-                streams.c.kind == "invocations", streams.c.source == source, streams.c.dev == info.st_dev,
-                streams.c.inode == info.st_ino)).mappings().all():
-            try:
-                same = os.path.samefile(candidate["path"], path)
-            except OSError:
-                same = not os.path.lexists(candidate["path"])  # moved away: nothing is there now
+                streams.c.kind == "invocations", streams.c.source == source).order_by(
+                streams.c.id)).mappings().all():
+            if (candidate["dev"], candidate["inode"]) == (info.st_dev, info.st_ino):
+                try:
+                    same = os.path.samefile(candidate["path"], path)
+                except OSError:
+                    same = not os.path.lexists(candidate["path"])  # moved away: nothing is there now
+            else:
+                # Another file: the same stream only when its old path is a real one (not a
+                # bounded key) with nothing there now, and something was read from it.
+                same = os.path.isabs(candidate["path"]) and not os.path.lexists(candidate["path"]) \
+                    and candidate["end_offset"] > 0
             if same and holds_what_was_read(path, Checkpoint.from_row(candidate)):
                 conn.execute(streams.update().where(streams.c.id == candidate["id"]).values(path=key))
                 _move_open_problems(conn, candidate["path"], key, source)

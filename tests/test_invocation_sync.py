@@ -557,6 +557,40 @@ def test_a_stream_moved_as_it_is_reads_nothing_again(engine, stream, tmp_path):
     assert invocation_rows(engine) == [PAIR] and _line_count(engine) == 2
 
 
+def test_a_stream_moved_to_another_file_system_is_the_same_stream_at_its_new_path(engine, stream, tmp_path):
+    """A move across file systems is a copy and an unlink: another inode (and device), the
+    same bytes, nothing left at the old path. Its invocations are counted once, and the
+    start still open is listed as working once, at the new path."""
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000)
+                       + start("zen", "M2", ts(1)))
+    sync(engine, stream)
+    moved = tmp_path / "elsewhere" / "events.jsonl"
+    moved.parent.mkdir()
+    moved.write_bytes(stream.read_bytes())
+    stream.unlink()
+    append(moved, end("zen", "M2", ts(2), "GO", 60_000) + start("navi", None, ts(3)))
+    sync(engine, moved)
+    assert invocation_rows(engine) == [PAIR, ("paired", "zen", "M2", "GO", 60_000, "reported", 3, 4),
+                                       ("dangling", "navi", None, None, None, None, 5, None)]
+    assert _line_count(engine) == 5
+    assert _stream_paths(engine) == [str(moved.resolve())]
+    report = invocation_report(engine, now=NOW)
+    assert report["total"]["invocations"] == 3
+    assert [(d["role"], d["path"]) for d in report["dangling"]] == [("navi", str(moved.resolve()))]
+
+
+def test_a_copy_beside_its_stream_is_a_stream_of_its_own(engine, stream, tmp_path):
+    """A copy whose original is still at its path is another file (two runners' streams
+    may begin alike): it is read as a stream of its own, the original's rows untouched."""
+    stream.write_bytes(start("bulldozer", "m1", ts(0)) + end("bulldozer", "m1", ts(0, 5), "DONE", 5000))
+    sync(engine, stream)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(stream.read_bytes())
+    sync(engine, copy)
+    assert invocation_rows(engine) == [PAIR, PAIR]
+    assert _stream_paths(engine) == [str(stream.resolve()), str(copy.resolve())]
+
+
 def test_another_file_given_a_deleted_streams_inode_is_a_stream_of_its_own(engine, stream, tmp_path):
     """A file system hands a freed inode to the next file: same device and inode, other
     bytes. It is not the stream read before (whose history stays)."""
