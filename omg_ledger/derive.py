@@ -100,8 +100,8 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
     outside = _Outside()
     try:
         return _derive_run(facts, parsed, outside)
-    except (UnderivableRun, MemoryError, RecursionError, OSError):
-        raise  # (out of memory or descriptors: the caller's to end, never one run's problem)
+    except (UnderivableRun, *_NEVER_A_RULES):
+        raise
     except Exception as exc:
         if outside.failed:
             raise
@@ -109,8 +109,12 @@ def derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None = None)
                              "derives it") from exc
 
 
-# The start of the reason of a run a rule fails on: a bug of omg-ledger, not of the run.
+# The start of the reason of a run, or a runner stream, a rule fails on: a bug of
+# omg-ledger, not of what it read.
 RULE_FAILED = "a rule fails on this run (a bug of omg-ledger: please report this line): "
+STREAM_RULE_FAILED = "a rule fails on this runner stream (a bug of omg-ledger: please report this line): "
+# Out of memory or of descriptors: the caller's to end, never one run's or stream's problem.
+_NEVER_A_RULES = (MemoryError, OSError)
 
 
 class _Outside:
@@ -274,6 +278,21 @@ def stream_identity(run_id: str, first_line: str | None) -> str:
     return f"{run_id}:{hashlib.sha256(first_line.encode('utf-8')).hexdigest()[:32]}"
 
 
+class UnderivableStream(ValueError):
+    """A runner stream whose invocations a rule fails to pair (a bug of omg-ledger)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def derive_invocations(lines: Sequence[InvocationLine]) -> list[PairedInvocation]:
-    """A runner stream's invocations from all of its stored lines, in file order."""
-    return pair_invocations(lines)
+    """A runner stream's invocations from all of its stored lines, in file order. Raises
+    UnderivableStream when a rule fails on them."""
+    try:
+        return pair_invocations(lines)
+    except _NEVER_A_RULES:
+        raise
+    except Exception as exc:
+        raise UnderivableStream(f"{STREAM_RULE_FAILED}{type(exc).__name__}: {exc}; its invocations are those "
+                                "of its lines before, until a release pairs them") from exc

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .derive import derive_invocations
+from .derive import UnderivableStream, derive_invocations
 from .invocations import (
     InvocationLine,
     InvocationLineError,
@@ -81,8 +81,10 @@ def store_lines(conn: Connection, stream_pk: int, items: list[tuple[InvocationLi
         conn.execute(schema.invocation_lines.insert(), [_line_row(stream_pk, ln, raw) for ln, raw in items])
 
 
-def rederive_stream(conn: Connection, stream_pk: int, version: int) -> None:
-    """Re-derive a stream's paired rows from all of its stored lines (caller's transaction)."""
+def rederive_stream(conn: Connection, stream_pk: int, version: int) -> str | None:
+    """Re-derive a stream's paired rows from all of its stored lines (caller's transaction).
+    Returns why a rule failed on them (its rows then stay those it had, and every sync
+    tries it again), else None."""
     from sqlalchemy import delete, select
 
     from . import schema
@@ -99,11 +101,18 @@ def rederive_stream(conn: Connection, stream_pk: int, version: int) -> None:
             lines.append(parse_invocation_line(raw.encode("utf-8"), number, offset))
         except InvocationLineError:
             continue  # stored by an older, laxer omg-ledger; reported when it was read
+    try:
+        paired = derive_invocations(lines)
+    except UnderivableStream as exc:
+        # (version 0: no rules' version, so the next sync's re-derivation tries it again)
+        conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=0))
+        return exc.reason
     conn.execute(delete(schema.invocations).where(schema.invocations.c.file_pk == stream_pk))
-    rows = [_invocation_row(stream_pk, row) for row in derive_invocations(lines)]
+    rows = [_invocation_row(stream_pk, row) for row in paired]
     if rows:
         conn.execute(schema.invocations.insert(), rows)
     conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=version))
+    return None
 
 
 def _instant(ts: str | None) -> tuple[str | None, int | None]:

@@ -47,7 +47,7 @@ from .change_check import (
 )
 from .config import Home
 from .db import sync_lock, write_transaction, writing_hints
-from .derive import RULE_FAILED, RunFacts, UnderivableRun, derive_run
+from .derive import RULE_FAILED, STREAM_RULE_FAILED, RunFacts, UnderivableRun, derive_run
 from .discover import (
     SkippedEntry,
     home_identity,
@@ -472,8 +472,14 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
             progress("derive", min(start + DERIVE_BATCH, total), total)
     for stream_pk in stream_pks:
         with write_transaction(engine) as conn:
-            rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
-        report.streams_rederived += 1
+            failed = rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
+            path, source = conn.execute(select(streams.c.path, streams.c.source).where(streams.c.id == stream_pk)).one()
+            now = format_instant(datetime.now(UTC))
+            if failed is None:
+                _resolve_stream_rule_failure(conn, path, source, now)
+            else:
+                record_problem(conn, None, path, 0, failed, now, source)
+        report.streams_rederived += failed is None
     return report
 
 
@@ -1537,16 +1543,28 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
             streams.c.kind == "invocations", streams.c.source == source, streams.c.path == key)).scalar_one()
         store_lines(conn, stream_pk, read.items, read.replace)
         conn.execute(streams.update().where(streams.c.id == stream_pk).values(**read.checkpoint.as_row()))
+        failed = None
         if read.replace or read.items or row is None:
-            rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
-        for problem in read.problems:
+            failed = rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
+            if failed is None:
+                _resolve_stream_rule_failure(conn, path, source, now)
+        problems = [*read.problems, *([Problem(path, 0, failed)] if failed is not None else [])]
+        for problem in problems:
             record_problem(conn, None, problem.path, problem.offset, problem.reason, now, source)
         if checkpoint is None or _nothing_read(checkpoint) or read.replace:
             # Read from its first byte: what it no longer shows is resolved.
-            resolve_problems(conn, [path], _seen(read.problems), now, source)
+            resolve_problems(conn, [path], _seen(problems), now, source)
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
-    report.problems.extend(read.problems)
+    report.problems.extend(problems)
+
+
+def _resolve_stream_rule_failure(conn: Connection, path: str, source: str, now: str) -> None:
+    """A runner stream just paired: a rule that failed on it before no longer does."""
+    p = schema.problems.c
+    conn.execute(update(schema.problems).where(
+        p.path == path, p.machine == source, p.resolved_at.is_(None),
+        p.reason.startswith(STREAM_RULE_FAILED, autoescape=True)).values(resolved_at=now))
 
 
 def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):

@@ -253,3 +253,62 @@ def test_running_out_of_memory_is_never_one_runs_problem(monkeypatch):
     monkeypatch.setattr(derive, "reconcile", failing)
     with pytest.raises(MemoryError):
         derive_run(RunFacts(run_id="r1", events=events(ev("run_started", 0))))
+
+
+# -- a runner stream ----------------------------------------------------------------
+
+
+def _invocation_line(event: str, second: int, **fields) -> bytes:
+    line = {"ts": f"2024-05-01T10:00:{second:02d}.000Z", "role": "bulldozer", "milestone": "M1", "event": event,
+            **fields}
+    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def _paired(engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT s.path, i.outcome, i.start_line, i.end_line FROM invocations i JOIN streams s ON s.id = i.file_pk "
+            "ORDER BY s.path, i.seq"))]
+
+
+def _pairing_fails_on(first_line: bytes, monkeypatch) -> None:
+    """From here on pairing raises on a stream that begins with ``first_line``."""
+    original = derive.pair_invocations
+
+    def failing(lines):
+        if lines and lines[0].byte_offset == 0 and lines[0].ts == json.loads(first_line)["ts"]:
+            raise KeyError("milestone")
+        return original(lines)
+
+    monkeypatch.setattr(derive, "pair_invocations", failing)
+
+
+def test_a_runner_stream_a_rule_fails_on_is_a_problem_and_the_other_streams_are_paired(db_url, tmp_path,
+                                                                                     monkeypatch):
+    bad, good = tmp_path / "bad.jsonl", tmp_path / "good.jsonl"
+    bad.write_bytes(_invocation_line("start", 1) + _invocation_line("end", 2, status="DONE", duration_ms=1000))
+    good.write_bytes(_invocation_line("start", 3))
+    engine = open_ledger(db_url)
+    reason = (f"{derive.STREAM_RULE_FAILED}KeyError: 'milestone'; its invocations are those of its lines before, "
+              "until a release pairs them")
+    try:
+        sync(engine, [], invocation_files=[str(bad)])
+        assert _paired(engine) == [(str(bad), "paired", 1, 2)]
+        with open(bad, "ab") as f:  # appended while the rule fails on the stream
+            f.write(_invocation_line("start", 4))
+        with monkeypatch.context() as m:
+            _pairing_fails_on(_invocation_line("start", 1), m)
+            report = sync(engine, [], invocation_files=[str(bad), str(good)])
+            assert [(p.path, p.offset, p.reason) for p in report.problems] == [(str(bad), 0, reason)]
+            # Its rows are those of its lines before; the stream after it is paired.
+            assert _paired(engine) == [(str(bad), "paired", 1, 2), (str(good), "dangling", 1, None)]
+            again = sync(engine, [], invocation_files=[str(bad), str(good)])  # tried again, recorded once
+            assert [p.reason for p in again.problems] == []
+            assert _problems(engine) == [(str(bad), 0, reason, False)]
+        fixed = sync(engine, [], invocation_files=[str(bad), str(good)])  # the release that fixes the rule
+        assert fixed.problems == []
+        assert _paired(engine) == [(str(bad), "paired", 1, 2), (str(bad), "dangling", 3, None),
+                                   (str(good), "dangling", 1, None)]
+        assert _problems(engine) == [(str(bad), 0, reason, True)]
+    finally:
+        engine.dispose()
