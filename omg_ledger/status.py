@@ -186,6 +186,22 @@ def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, c
     return _settled_across_copies(status, facts, checkpoint.next_line - 1, copies, prober)
 
 
+IN_FLIGHT = (RUNNING, PLANNING)
+
+
+def recheck_in_flight(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
+                      ) -> tuple[str, StatusFacts]:
+    """The status of a run the stored facts call RUNNING or PLANNING (its lock held, or
+    unable to answer: no lock file, an unmarked lock naming a live pid, a non-local
+    filesystem), with what the stream says now. The stored facts are the last sync's: a
+    leg the lines appended since close is settled, judged with state.json as it is now
+    (beside a closed leg the lock says nothing), a plan committed since is RUNNING, and a
+    leg still open is probed again. One lstat when nothing was appended."""
+    if status not in IN_FLIGHT:
+        return status, facts
+    return _with_new_lines(status, facts, run_dir, checkpoint, prober)[:2]
+
+
 def stream_changed_since_sync(run_dir: str, checkpoint) -> bool | None:
     """Whether the run's events.jsonl is no longer the file the last sync read (another
     size, inode or time: lines appended, the file replaced or removed), so rows stored

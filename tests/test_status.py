@@ -697,3 +697,56 @@ def test_show_says_when_the_stream_changed_since_the_last_sync(tmp_path, db_url)
     shown = show_run(ledger, "run-c")
     assert shown["stream_changed_since_sync"] is None
     assert note not in run_detail(shown)
+
+
+# -- a lock that cannot answer leaves the open leg to the stream, read now --
+
+LEG_CLOSES = [
+    ([ev("node_passed", 5, node_id="a", verdict="PASS"), ev("run_finished", 6, outcome="passed")],
+     {"graph": graph("a"), "nodes": {"a": {"verdict": "PASS"}}}, "PASS"),
+    ([ev("node_failed", 5, node_id="a", verdict="FAIL"), ev("run_finished", 6, outcome="failed")],
+     {"graph": graph("a"), "nodes": {"a": {"verdict": "FAIL"}}}, "FAIL"),
+    ([ev("gate_paused", 5, node_id="a"), ev("run_finished", 6, outcome="paused")],
+     {"graph": graph("a", a="gate"), "nodes": {}, "gate": {"paused_at": "a"}}, "PAUSED"),
+]
+
+
+@pytest.mark.parametrize("lock", [None, "live-pid"], ids=["no-lock-file", "unmarked-live-pid"])
+@pytest.mark.parametrize(("tail", "state", "expected"), LEG_CLOSES, ids=["passed", "failed", "paused"])
+def test_a_run_whose_lock_cannot_answer_that_finished_after_the_last_sync_is_settled(
+        tmp_path, db_url, lock, tail, state, expected):
+    # Nothing the lock says can decide this run (no lock file: a directory from before the
+    # lock, or one a human deleted; an unmarked lock naming a live pid), so its open leg
+    # reads in flight on the stream alone. The stream then closed that leg: beside a closed
+    # leg the lock is not consulted (RUN-FEED "Liveness", runstatus.Probe), and the engine
+    # reads the run settled. So does every command, without a sync.
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-u", [ev("run_started"), ev("node_started", 1, node_id="a")],
+                        lock=None if lock is None else f"{os.getpid()}\n")
+    sync(ledger, [Home.from_path(str(home), "h")])
+    assert status_of_run(ledger, "run-u") == "RUNNING"
+    _append(run_dir, *tail)
+    write_run(home, "run-u", state=state)
+    assert (status_of_run(ledger, "run-u"), show_run(ledger, "run-u")["status"]) == (expected, expected)
+    assert [r["run_id"] for r in list_runs(ledger, statuses=(expected,))] == ["run-u"]
+    assert [r["run_id"] for r in list_runs(ledger, statuses=("RUNNING",))] == []
+
+
+def test_a_planning_run_whose_plan_committed_after_the_last_sync_is_running(tmp_path, db_url):
+    # Synced inside its planner call (PLANNING, lock held). The plan then committed (the
+    # unphased run_started) and the same leg runs on under the same lock: the engine reads
+    # RUNNING (its latest run_started has no phase), and so does every command.
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-p", [ev("run_started", phase="planning")])
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        assert status_of_run(ledger, "run-p") == "PLANNING"
+        _append(run_dir, ev("run_started", 1, cost_usd=0.5), ev("node_started", 2, node_id="a"))
+        assert (status_of_run(ledger, "run-p"), show_run(ledger, "run-p")["status"]) == ("RUNNING", "RUNNING")
+        assert [r["run_id"] for r in list_runs(ledger, statuses=("PLANNING",))] == []
+    finally:
+        kill9(child)
+    assert status_of_run(ledger, "run-p") == "ABANDONED"

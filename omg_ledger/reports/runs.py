@@ -18,6 +18,7 @@ from ..status import (
     ABANDONED,
     FACT_COLUMNS,
     FAIL,
+    IN_FLIGHT,
     NOT_KNOWN_YET,
     PASS,
     PAUSED,
@@ -32,6 +33,7 @@ from ..status import (
     node_state,
     not_probed,
     pause_reason,
+    recheck_in_flight,
     recheck_settled,
     status_across_copies,
     status_of,
@@ -264,12 +266,14 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
             machine = machines.get(row[-1])
             elsewhere = None if machine == here else machine or "unknown"
             status = status_of(facts, row[_DIR_PATH], here=elsewhere is None)
-            if status == ABANDONED or (status in RECHECKED and elsewhere is None):
+            if status == ABANDONED or (elsewhere is None and (status in RECHECKED or status in IN_FLIGHT)):
                 if stream_checkpoints is None:
                     stream_checkpoints = checkpoints(reader)
                 checkpoint = stream_checkpoints.get(row[0])
                 if status == ABANDONED:
                     status, facts = confirm_abandoned(facts, row[_DIR_PATH], checkpoint)
+                elif status in IN_FLIGHT:
+                    status, facts = recheck_in_flight(status, facts, row[_DIR_PATH], checkpoint)
                 else:
                     if copies is None:
                         copies = copies_of_unsettled_runs(reader)
@@ -395,6 +399,8 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     checkpoint = Checkpoint(*stream[0]) if stream else None
     if status == ABANDONED:
         status, facts = confirm_abandoned(facts, row["dir_path"], checkpoint)
+    elif elsewhere is None and status in IN_FLIGHT:
+        status, facts = recheck_in_flight(status, facts, row["dir_path"], checkpoint)
     elif elsewhere is None:
         status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint, other_copies_now)
     status, facts = status_across_copies(status, facts, other_copies_now)
