@@ -97,14 +97,16 @@ def could_be(status: str):
     from . import schema
 
     r = schema.runs.c
-    if status == NOT_KNOWN_YET:
-        return or_(and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False)),
-                   r.stream_paused.is_(True))
     if status in (PASS, FAIL):
         return true()  # a leg stored open may have closed since the last sync, a paused run been resumed
     # A stored PAUSED or FAIL may have been resumed since the last sync (recheck_settled).
-    return or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "passed",
-               not_(func.coalesce(r.all_nodes_passed, false())))
+    may_move_on = or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "passed",
+                      not_(func.coalesce(r.all_nodes_passed, false())))
+    if status == NOT_KNOWN_YET:
+        # A stream that may have moved on may have met a line of a newer schema since.
+        return or_(and_(r.any_leg.is_(False), r.snapshot_schema.is_(None), r.has_state.is_(False)),
+                   r.stream_paused.is_(True), may_move_on)
+    return may_move_on
 
 
 GATE, SESSION_LIMIT, OTHER = "gate", "session_limit", "other"

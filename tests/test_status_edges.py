@@ -254,3 +254,28 @@ def test_a_fifo_put_in_place_of_an_abandoned_runs_stream_is_never_waited_on(tmp_
         pytest.fail("the FIFO was opened and waited on")
     status, _, line = answer[0]
     assert (status, line) == (RUNNING, None)
+
+
+@pytest.mark.parametrize(("stream", "lock", "stored"), [
+    ([ev("run_started"), ev("node_started", 1, node_id="gate"), ev("run_finished", 2, outcome="paused")],
+     MARKED_FREE, "PAUSED"),
+    ([ev("run_started"), ev("node_started", 1, node_id="gate")], MARKED_FREE, "ABANDONED"),
+    ([ev("run_started"), ev("node_started", 1, node_id="gate")], None, "RUNNING"),
+], ids=["paused", "abandoned", "running"])
+def test_the_status_filter_finds_a_run_not_known_since_a_newer_schema_line_appended_after_the_sync(
+        tmp_path, db_url, stream, lock, stored):
+    # Lines of a newer event schema appended since the last sync: the status is read from
+    # the stream now (NOT-KNOWN-YET), and `runs --status NOT-KNOWN-YET` must list the run
+    # that `runs` shows with that word, however the stored facts read.
+    home = tmp_path / "home"
+    run_dir = write_run(home, "run-s", stream, state={"graph": graph("gate", gate="gate"), "nodes": {}}, lock=lock)
+    engine = open_ledger(db_url)
+    try:
+        sync(engine, [Home.from_path(str(home), "h")])
+        assert _row(engine, "run-s")["status"] == stored
+        with open(run_dir / "events.jsonl", "ab") as f:
+            f.write(_line("run-s", {**ev("run_started", 10), "schema": 4}) + b"\n")
+        assert _row(engine, "run-s")["status"] == "NOT-KNOWN-YET"
+        assert [r["run_id"] for r in list_runs(engine, statuses=("NOT-KNOWN-YET",))] == ["run-s"]
+    finally:
+        engine.dispose()

@@ -173,7 +173,7 @@ def could_be_sql(status: str) -> str:
     """status.could_be in SQL text (tests/test_reports_dbapi.py holds them equal): a
     pre-filter keeping every run that could have ``status``; status_of decides."""
     if status == NOT_KNOWN_YET:
-        return "((NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state) OR r.stream_paused)"
+        return f"((NOT r.any_leg AND r.snapshot_schema IS NULL AND NOT r.has_state) OR r.stream_paused OR {_MAY_MOVE_ON_SQL})"
     if status in (PASS, FAIL):
         return "TRUE"
     return _MAY_MOVE_ON_SQL
