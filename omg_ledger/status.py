@@ -299,12 +299,17 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, checkpoint
     whole event written without its newline (a write cut between the two) is final once
     the lock is free — no writer is left to end it — and the engine's own reader counts it.
     A run_finished there closed the leg: the run is not ABANDONED. Anything else (nothing,
-    a cut line, an event that closes nothing) leaves it ABANDONED."""
+    a cut line, an event that closes nothing) leaves it ABANDONED, with state.json as it is
+    now: the recovery hint turns on it, and a snapshot written since the last sync is one
+    `resume --retry-failed` loads (runstatus.Gather reads it when asked)."""
     from .feed import Event, parse_stream_line
     from .tail import MAX_LINE_BYTES, Paused, open_regular
 
+    def abandoned() -> tuple[str, StatusFacts, None]:
+        return ABANDONED, facts._replace(**_snapshot_facts_now(run_dir, run_id)), None
+
     if not bytes_after_last_line(checkpoint):
-        return ABANDONED, facts, None
+        return abandoned()
     end_offset, line_no = checkpoint.end_offset, checkpoint.next_line
     try:
         # As sync opens it: a symlink or a FIFO put in its place is refused, never waited on.
@@ -318,14 +323,14 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, checkpoint
     if b"\n" in tail:
         return derive(facts, Liveness.UNKNOWN), facts, None  # written to since it was read: someone is there
     if not tail.strip() or len(tail) > MAX_LINE_BYTES:
-        return ABANDONED, facts, None
+        return abandoned()
     event = parse_stream_line(tail, line_no, end_offset, run_id)
     if isinstance(event, Paused):
         # A line of a newer schema, which may be the run_finished: nothing is concluded.
         now = facts._replace(stream_paused=True)
         return derive(now, Liveness.UNKNOWN), now, None
     if not isinstance(event, Event) or event.data.get("event") != "run_finished":
-        return ABANDONED, facts, None
+        return abandoned()
     now = facts._replace(last_leg_open=False, last_outcome=event.data.get("outcome"),
                          last_detail=event.data.get("detail"))
     now = now._replace(**_snapshot_facts_now(run_dir, run_id))

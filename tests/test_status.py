@@ -750,3 +750,37 @@ def test_a_planning_run_whose_plan_committed_after_the_last_sync_is_running(tmp_
     finally:
         kill9(child)
     assert status_of_run(ledger, "run-p") == "ABANDONED"
+
+
+@pytest.mark.parametrize("appended", [
+    [ev("node_passed", 2, node_id="a", verdict="PASS"), ev("node_started", 3, node_id="b")],
+    [],
+], ids=["lines-appended-since", "no-line-since"])
+def test_an_abandoned_runs_hint_reads_the_snapshot_written_after_the_last_sync(tmp_path, db_url, appended):
+    # Synced before state.json existed. Its first node then settled, the engine wrote
+    # state.json, and the leg was killed: `oh-my-graph resume --retry-failed` loads that
+    # snapshot now, and the engine's hint (runstatus.Gather reads state.json when asked)
+    # says to resume. "Run the graph again" would pay for the settled node twice.
+    ledger = open_ledger(db_url)
+    home = tmp_path / "home"
+    stream = [ev("run_started"), ev("node_started", 1, node_id="a")]
+    if not appended:
+        stream.append(ev("node_passed", 2, node_id="a", verdict="PASS"))
+    run_dir = write_run(home, "run-s", stream)
+    child = hold_lock(run_dir)
+    try:
+        sync(ledger, [Home.from_path(str(home), "h")])
+        assert status_of_run(ledger, "run-s") == "RUNNING"
+        _append(run_dir, *appended)
+        write_run(home, "run-s", state={"graph": graph("a", "b"), "nodes": {"a": {"verdict": "PASS"}}})
+    finally:
+        kill9(child)
+    resume = "continue it with `oh-my-graph resume run-s --retry-failed`"
+    row = {r["run_id"]: r for r in list_runs(ledger)}["run-s"]
+    assert (row["status"], row["has_snapshot"]) == ("ABANDONED", True) and resume in row["hint"]
+    shown = show_run(ledger, "run-s")
+    assert (shown["status"], shown["has_snapshot"]) == ("ABANDONED", True) and resume in shown["hint"]
+    from omg_ledger.reports.audit import audit_report
+
+    [abandoned] = audit_report(ledger)["abandoned"]
+    assert abandoned["has_snapshot"] is True and resume in abandoned["hint"]
