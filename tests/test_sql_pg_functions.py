@@ -288,3 +288,31 @@ def test_postgres_the_servers_configuration_files_are_not_read(pg_ledger, statem
 def test_postgres_a_configuration_view_named_in_text_is_no_reference(pg_ledger):  # noqa: F811
     result = run_cli(pg_ledger, "SELECT 'pg_hba_file_rules' AS pg_settings_view -- pg_file_settings")
     assert result.exit_code == 0, result.output
+
+
+def test_postgres_a_bound_placeholder_cannot_open_a_dollar_quote_that_hides_a_call(pg_ledger, victim, tmp_path):  # noqa: F811
+    """`query` sends :x as $1: after a `$`, `$:x` becomes `$$1`, the opening of a $$
+    string that the text as written did not have. The call between that string's end and
+    the next $$ is code to the server, and must be to the check too (a saved query is
+    often someone else's file)."""
+    from click.testing import CliRunner
+
+    from omg_ledger.cli import main
+
+    pid = victim.info.backend_pid
+    queries = tmp_path / "queries"
+    queries.mkdir()
+    (queries / "hidden.sql").write_text(
+        "-- hidden: looks like one string after $\n-- :x  any value [default: 1]\n"
+        f"SELECT :x::text AS p, $:x $$, pg_terminate_backend({pid}) AS t, $$ AS s $$\n", encoding="utf-8")
+    (queries / "plain.sql").write_text(  # a placeholder beside a real $$ string still binds
+        "-- plain: a value and a $$ string\n-- :x  any value [default: 1]\n"
+        "SELECT :x::text AS p, $$a :x b$$ AS s\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["query", "--db", pg_ledger, "--queries", str(queries), "hidden"])
+    assert victim.execute("SELECT 1").fetchone() == (1,)  # not terminated
+    assert result.exit_code == 2, result.output
+    assert OUTSIDE in result.stderr and "pg_terminate_backend" in result.stderr, result.stderr
+    plain = CliRunner().invoke(main, ["query", "--db", pg_ledger, "--queries", str(queries), "--json", "plain",
+                                      "--param", "x=7"])
+    assert plain.exit_code == 0, plain.output
+    assert '"p": "7"' in plain.stdout and '"s": "a :x b"' in plain.stdout, plain.stdout

@@ -651,8 +651,10 @@ def _postgres_run(engine: Engine, statement: str, params: dict | None,
     import psycopg
     from psycopg import pq
 
-    refuse_pg_functions_outside_transaction(statement)
     query, values = _pg_bind(statement, params)
+    # The text the server gets, not the one written: a bound :x becomes $1, and `$:x`
+    # becomes `$$1`, which opens a $$ string the written text did not have.
+    refuse_pg_functions_outside_transaction(query)
     started = time.monotonic()
 
     def refusal(sqlstate: str | None, primary: str, position: str | None) -> LedgerError:
