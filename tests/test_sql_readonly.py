@@ -358,3 +358,23 @@ def test_sqlite_a_trigger_body_is_refused_as_a_write_not_as_two_statements(sqlit
                       "CREATE TRIGGER t AFTER INSERT ON runs BEGIN DELETE FROM charges; SELECT 1; END;"):
         line = assert_refused(sqlite_ledger, statement, expect="CREATE is not a read-only statement")
         assert "statements given" not in line
+
+
+def test_sqlite_json_table_functions_read(sqlite_ledger):
+    """json_each and json_tree unpack the ledger's JSON columns (inputs_json,
+    gate_decisions_json…). SQLite declares such a table the first time a connection names
+    it, asking the authorizer to UPDATE sqlite_master as it does: they were refused as
+    "vtable constructor failed", a read a user needs."""
+    before = fingerprint(sqlite_ledger)
+    for statement, expected in [
+        ("SELECT COUNT(*) AS n FROM json_each('[10, 20, 30]')", "3"),
+        ("SELECT SUM(value) AS n FROM json_each('[10, 20, 30]')", "60"),
+        ("SELECT COUNT(*) AS n FROM json_tree('{\"a\": [1, 2]}')", "4"),  # the root, a, a[0], a[1]
+        ("SELECT COUNT(*) AS n FROM runs, json_each(runs.inputs_json) WHERE runs.inputs_json IS NOT NULL", None),
+    ]:
+        result = run_cli(sqlite_ledger, statement)
+        assert result.exit_code == 0, (statement, result.output)
+        assert "(1 row(s))" in result.stdout, result.stdout
+        if expected is not None:
+            assert result.stdout.splitlines()[2].strip() == expected, result.stdout
+    assert fingerprint(sqlite_ledger) == before

@@ -465,14 +465,21 @@ def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
     return sqlite3.SQLITE_DENY
 
 
+# Table-valued functions that only read, besides the pragmas': they unpack JSON text
+# (the ledger's *_json columns).
+SQLITE_READING_TABLE_FUNCTIONS = ("json_each", "json_tree")
+
+
 def _declare_pragma_tables(conn: sqlite3.Connection) -> None:
-    """Declare the allowed pragmas' table-valued functions (pragma_table_info …) before
-    the authorizer is set. SQLite declares one the first time a connection names it and
-    asks the authorizer to UPDATE sqlite_master as it does, which the authorizer must
-    refuse for any statement of the user's."""
-    for name in sorted(SQLITE_READING_PRAGMAS):
+    """Declare the allowed pragmas' table-valued functions (pragma_table_info …) and
+    :data:`SQLITE_READING_TABLE_FUNCTIONS` before the authorizer is set. SQLite declares
+    one the first time a connection names it and asks the authorizer to UPDATE
+    sqlite_master as it does, which the authorizer must refuse for any statement of the
+    user's."""
+    names = [f"pragma_{name}" for name in sorted(SQLITE_READING_PRAGMAS)] + list(SQLITE_READING_TABLE_FUNCTIONS)
+    for name in names:
         with contextlib.suppress(sqlite3.OperationalError):  # one this SQLite does not have
-            conn.execute(f"SELECT 1 FROM pragma_{name} LIMIT 0").fetchall()
+            conn.execute(f"SELECT 1 FROM {name} LIMIT 0").fetchall()
 
 
 def _is_write_error(message: str) -> bool:
