@@ -378,3 +378,24 @@ def test_sqlite_json_table_functions_read(sqlite_ledger):
         if expected is not None:
             assert result.stdout.splitlines()[2].strip() == expected, result.stdout
     assert fingerprint(sqlite_ledger) == before
+
+
+@pytest.mark.postgres
+def test_postgres_values_without_a_json_type_are_written(pg_ledger):
+    """PostgreSQL hands back values JSON has no type for: numeric's Infinity and NaN, an
+    interval (a difference of two times), numbers inside an array, an address, a range.
+    Each format writes them (the table and CSV as the JSON's text): no traceback."""
+    import json
+
+    statement = ("SELECT 'Infinity'::numeric AS inf, 'NaN'::numeric AS nan, ARRAY[1.5::numeric, 2] AS a, "
+                 "'1 day 02:00:00'::interval AS d, '10.0.0.1'::inet AS i, int4range(1, 5) AS r")
+    result = CliRunner().invoke(main, ["sql", "--db", pg_ledger, "--json", statement])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["rows"] == [
+        {"inf": None, "nan": None, "a": [1.5, 2], "d": "1 day, 2:00:00", "i": "10.0.0.1", "r": "[1, 5)"}]
+    result = CliRunner().invoke(main, ["sql", "--db", pg_ledger, "--csv", statement])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["inf,nan,a,d,i,r", 'inf,nan,"[1.5, 2]","1 day, 2:00:00",10.0.0.1,"[1, 5)"']
+    result = CliRunner().invoke(main, ["sql", "--db", pg_ledger, statement])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("(1 row(s))\n"), result.stdout

@@ -175,14 +175,25 @@ def _unique(names: list[str]) -> list[str]:
 
 
 def plain(value: object) -> object:
-    """A JSON-friendly value: exact integers stay integers."""
+    """A JSON-friendly value: exact integers stay integers, an array's and a row's items
+    are made so too, and a value JSON has no type for (an interval, an address, a range)
+    is its text."""
+    if value is None or isinstance(value, str | int | float):
+        return value
     if isinstance(value, Decimal):
+        if not value.is_finite():  # PostgreSQL's numeric NaN and ±Infinity
+            return float(value)
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, bytes | memoryview):
         return bytes(value).hex()
     if hasattr(value, "isoformat"):
         return value.isoformat()
-    return value
+    if isinstance(value, list | tuple):
+        items = [plain(item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    return str(value)
 
 
 # -- friendly early checks (not the guard) ------------------------------------------
