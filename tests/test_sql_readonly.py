@@ -399,3 +399,28 @@ def test_postgres_values_without_a_json_type_are_written(pg_ledger):
     result = CliRunner().invoke(main, ["sql", "--db", pg_ledger, statement])
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("(1 row(s))\n"), result.stdout
+
+
+def _one_gib_of_address_space() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_result_larger_than_memory_is_one_line_and_exit_2(backend, request):
+    """20 values of 100 MB (2 GB) under a 1 GiB address space: MemoryError was a
+    traceback and exit 1 on SQLite. Nothing is changed, and the message says so in one line."""
+    url = request.getfixturevalue("sqlite_ledger" if backend == "sqlite" else "pg_ledger")
+    value = "zeroblob(100000000)" if backend == "sqlite" else "repeat('x', 100000000)"
+    before = fingerprint(url)
+    for command in ("sql", "sql --json"):
+        result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *command.split(), "--db", url,
+                                 "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 20) "
+                                 f"SELECT i, {value} AS v FROM r"],
+                                capture_output=True, text=True, timeout=300, preexec_fn=_one_gib_of_address_space)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert result.stderr.startswith("omg-ledger: error: "), result.stderr[-2000:]
+        assert "memory" in result.stderr, result.stderr  # (libpq's own words on PostgreSQL)
+        assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert fingerprint(url) == before

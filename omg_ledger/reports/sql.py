@@ -775,12 +775,19 @@ def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float
         if dialect == "sqlite":
             return _sqlite_run(engine, statement, params, limit)
         return _postgres_run(engine, statement, params, limit)
+    except MemoryError:
+        raise QueryFailed(RESULT_TOO_BIG) from None
     except QueryFailed as exc:
         if params is None and _UNBOUND.search(str(exc)):
             raise QueryFailed("the statement has a placeholder (such as ?, $1 or :name) and `sql` binds no values: "
                               "write the value into the statement, or save the statement as a query and give the "
                               "value with `query NAME --param name=…`") from exc
         raise
+
+
+# The rows are all held before any is written (a table's columns are as wide as their
+# widest value); libpq says "out of memory for query result" in its own words.
+RESULT_TOO_BIG = "the result does not fit in memory: ask for fewer rows (LIMIT) or smaller values"
 
 
 # The drivers' words for a placeholder given no value (sqlite3; PostgreSQL's server).
