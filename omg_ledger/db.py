@@ -888,8 +888,9 @@ def _read_only_dir_hint(path: str | None, message: str) -> str:
 
 def _unwritable_wal_hint(path: str | None, message: str) -> str:
     """Why SQLite says the database is read only when the ledger file is writable: its -wal
-    or -shm file beside it is not, having been made by another user's program that has the
-    ledger open (SQLite removes them when the last program closes it)."""
+    or -shm file beside it is not, made by another user's program. One that may write the
+    ledger removes them when the last program closes it; one that only reads leaves them
+    behind when it exits (a read-only connection never checkpoints)."""
     if not path or "readonly database" not in message or not os.access(path, os.W_OK):
         return ""
     for suffix in ("-wal", "-shm"):
@@ -899,10 +900,17 @@ def _unwritable_wal_hint(path: str | None, message: str) -> str:
             continue
         if not os.access(path + suffix, os.W_OK):
             name = os.path.basename(path) + suffix
+            base = os.path.basename(path)
+            try:
+                empty = os.stat(path + "-wal").st_size == 0
+            except OSError:
+                empty = True
+            removal = (f"; {base}-wal holds nothing: once no program has the ledger open, removing {base}-wal "
+                       f"and {base}-shm loses nothing and the next sync carries on" if empty else "")
             return (f" ({name} beside it is not writable here (owner {_user_name(info.st_uid)}, mode "
-                    f"{stat.S_IMODE(info.st_mode):04o}): another user's program keeps the ledger open and made it; "
-                    f"SQLite removes it when the last program closes the ledger — let readers share it through a "
-                    f"group, or read a copy (README 'Sharing a ledger'))")
+                    f"{stat.S_IMODE(info.st_mode):04o}): another user's program made it, reading the ledger — one "
+                    f"that has it open, or one that read it and left the file behind when it exited{removal}; "
+                    f"let readers share it through a group, or read a copy (README 'Sharing a ledger'))")
     return ""
 
 

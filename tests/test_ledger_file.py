@@ -215,5 +215,36 @@ def test_a_sync_stopped_by_a_wal_file_another_user_made_says_so(corpus_home, tmp
                                     capture_output=True, text=True, timeout=120, preexec_fn=_without_capabilities)
             line = one_line_error(result, 3)
             assert ("attempt to write a readonly database (ledger.sqlite-wal beside it is not writable here "
-                    f"(owner {pwd.getpwuid(65534).pw_name}, mode 0644): another user's program keeps the ledger "
-                    "open and made it") in line, line
+                    f"(owner {pwd.getpwuid(65534).pw_name}, mode 0644): another user's program made it, reading "
+                    "the ledger") in line, line
+
+
+def test_a_wal_file_a_reader_of_another_user_left_behind_is_named_as_safe_to_remove(corpus_home, tmp_path):
+    """A read-only connection never checkpoints, so the -wal and -shm files it made stay
+    when it exits: made by another user's reader, they stop every sync. The -wal then holds
+    nothing, and the line says that removing both loses nothing; once removed, the next
+    sync carries on."""
+    if os.geteuid() != 0:
+        pytest.skip("root is needed to give the ledger's -wal file to another user")
+    db = tmp_path / "ledger" / "ledger.sqlite"
+    sync_into(db, corpus_home, "corpus")
+    assert not os.path.exists(f"{db}-wal")
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)  # as `omg-ledger runs` or Datasette reads it
+    assert reader.execute("SELECT COUNT(*) FROM runs").fetchone()[0] > 0
+    reader.close()
+    assert os.path.getsize(f"{db}-wal") == 0 and os.path.exists(f"{db}-shm")  # left behind
+    for suffix in ("-wal", "-shm"):
+        os.chown(f"{db}{suffix}", 65534, 65534)
+        os.chmod(f"{db}{suffix}", 0o644)
+
+    def synced() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "omg_ledger.cli", "sync", "--home", f"corpus={corpus_home}",
+                               "--db", str(db)], capture_output=True, text=True, timeout=120,
+                              preexec_fn=_without_capabilities)
+
+    line = one_line_error(synced(), 3)
+    assert ("ledger.sqlite-wal holds nothing: once no program has the ledger open, removing ledger.sqlite-wal "
+            "and ledger.sqlite-shm loses nothing and the next sync carries on") in line, line
+    os.remove(f"{db}-wal")
+    os.remove(f"{db}-shm")
+    assert synced().returncode == 0
