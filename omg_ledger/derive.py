@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .feed import Event
-from .invocations import InvocationLine, PairedInvocation, pair_invocations
+from .invocations import InvocationLine, PairedInvocation, pair_appended, pair_invocations
 from .reconcile import FinishedRows, RunInput, RunRows, reconcile
 from .snapshot import PARSERS, BadSnapshot, snapshot_names_another_run
 from .version import DERIVATION_VERSION as DERIVATION_VERSION  # (kept there: see version.py)
@@ -289,8 +289,19 @@ class UnderivableStream(ValueError):
 def derive_invocations(lines: Sequence[InvocationLine]) -> list[PairedInvocation]:
     """A runner stream's invocations from all of its stored lines, in file order. Raises
     UnderivableStream when a rule fails on them."""
+    return _pairing(pair_invocations, lines)
+
+
+def derive_appended_invocations(still_open: Sequence[tuple[int, InvocationLine]], appended: Sequence[InvocationLine],
+                                next_seq: int) -> list[PairedInvocation]:
+    """The invocation rows an append changes or adds (invocations.pair_appended). Raises
+    UnderivableStream when a rule fails on them."""
+    return _pairing(pair_appended, still_open, appended, next_seq)
+
+
+def _pairing(pair: Callable[..., list[PairedInvocation]], *lines) -> list[PairedInvocation]:
     try:
-        return pair_invocations(lines)
+        return pair(*lines)
     except _NEVER_A_RULES:
         raise
     except Exception as exc:

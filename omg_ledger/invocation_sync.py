@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .derive import UnderivableStream, derive_invocations
+from .derive import UnderivableStream, derive_appended_invocations, derive_invocations
 from .invocations import (
     InvocationLine,
     InvocationLineError,
@@ -26,11 +26,12 @@ from .invocations import (
 )
 from .tail import Rejected
 from .units import format_instant, instant_to_us
+from .version import DERIVATION_VERSION
 
 if TYPE_CHECKING:  # the writers import SQLAlchemy; parsing a line (ingest, the no-op sync check) does not
     from sqlalchemy.engine import Connection
 
-__all__ = ["MAX_DURATION_MS", "parse_tail_line", "rederive_stream", "storable", "store_lines"]
+__all__ = ["MAX_DURATION_MS", "pair_appended_lines", "parse_tail_line", "rederive_stream", "storable", "store_lines"]
 
 # Plausibility cap: a larger duration_ms is damage, not a measurement (and would
 # overflow the ledger's 64-bit columns and sums). 10**12 ms is about 31 years.
@@ -112,6 +113,40 @@ def rederive_stream(conn: Connection, stream_pk: int, version: int) -> str | Non
     if rows:
         conn.execute(schema.invocations.insert(), rows)
     conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=version))
+    return None
+
+
+def pair_appended_lines(conn: Connection, stream_pk: int, appended: list[InvocationLine]) -> str | None:
+    """Pair a stream's appended lines on from the starts its earlier lines left open (its
+    rows of the current rules: the caller checks): an append costs what was appended and
+    those starts, never the stream again. The same rows as rederive_stream (caller's
+    transaction). Returns why a rule failed on them (the rows then stay as they were, and
+    every sync tries the whole stream again), else None."""
+    from sqlalchemy import delete, func, select
+
+    from . import schema
+
+    pairs, lines_table = schema.invocations, schema.invocation_lines
+    still_open = []
+    for seq, number, offset, raw in conn.execute(
+            select(pairs.c.seq, lines_table.c.line_no, lines_table.c.byte_offset, lines_table.c.raw)
+            .join_from(pairs, lines_table, (lines_table.c.file_pk == pairs.c.file_pk)
+                       & (lines_table.c.line_no == pairs.c.start_line))
+            .where(pairs.c.file_pk == stream_pk, pairs.c.outcome == "dangling").order_by(lines_table.c.line_no)):
+        try:
+            still_open.append((seq, parse_invocation_line(raw.encode("utf-8"), number, offset)))
+        except InvocationLineError:  # (stored by laxer rules: the whole stream is paired again)
+            return rederive_stream(conn, stream_pk, DERIVATION_VERSION)
+    next_seq = conn.execute(select(func.coalesce(func.max(pairs.c.seq) + 1, 0)).where(
+        pairs.c.file_pk == stream_pk)).scalar_one()
+    try:
+        paired = derive_appended_invocations(still_open, appended, next_seq)
+    except UnderivableStream as exc:
+        conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=0))
+        return exc.reason
+    conn.execute(delete(pairs).where(pairs.c.file_pk == stream_pk, pairs.c.outcome == "dangling"))
+    if paired:
+        conn.execute(pairs.insert(), [_invocation_row(stream_pk, row) for row in paired])
     return None
 
 

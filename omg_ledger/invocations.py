@@ -46,6 +46,7 @@ __all__ = [
     "classify_status",
     "is_failure_status",
     "is_recover_end",
+    "pair_appended",
     "pair_invocations",
     "parse_invocation_line",
     "parse_rfc3339",
@@ -386,6 +387,26 @@ def pair_invocations(lines: Iterable[InvocationLine]) -> list[PairedInvocation]:
         row.seq = seq
         result.append(row)
     return result
+
+
+def pair_appended(still_open: Sequence[tuple[int, InvocationLine]], appended: Sequence[InvocationLine],
+                  next_seq: int) -> list[PairedInvocation]:
+    """The rows an append changes or adds: each start the stream's earlier lines left
+    open (``still_open``: its row's seq and its line, in file order) paired on with the
+    ``appended`` lines. Every other row of the earlier lines is final: no later line can
+    close a start already closed. So the earlier starts keep their seq (a row's place is
+    its start line's), and the rows of the appended lines, all anchored after every
+    earlier line, are numbered from ``next_seq`` on in order: with the final rows, the
+    rows :func:`pair_invocations` makes of every line."""
+    seqs = {start.line_no: seq for seq, start in still_open}
+    rows = pair_invocations([start for _, start in still_open] + list(appended))
+    number = next_seq
+    for row in rows:
+        if row.start_line is not None and row.start_line in seqs:
+            row.seq = seqs[row.start_line]
+        else:
+            row.seq, number = number, number + 1
+    return rows
 
 
 # --------------------------------------------------------------------------- summary

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from omg_ledger import derive, reconcile
+from omg_ledger import derive, invocations, reconcile
 from omg_ledger.db import open_ledger
 from omg_ledger.derive import RULE_FAILED, RunFacts, UnderivableRun, derive_run
 from omg_ledger.sync import Home, rebuild, sync
@@ -271,16 +271,16 @@ def _paired(engine) -> list[tuple]:
             "ORDER BY s.path, i.seq"))]
 
 
-def _pairing_fails_on(first_line: bytes, monkeypatch) -> None:
-    """From here on pairing raises on a stream that begins with ``first_line``."""
-    original = derive.pair_invocations
+def _pairing_fails_on(second: int, monkeypatch) -> None:
+    """From here on pairing raises on an end line written at ``second``."""
+    original = invocations.is_recover_end
 
-    def failing(lines):
-        if lines and lines[0].byte_offset == 0 and lines[0].ts == json.loads(first_line)["ts"]:
+    def failing(line):
+        if line.ts == f"2024-05-01T10:00:{second:02d}.000Z":
             raise KeyError("milestone")
-        return original(lines)
+        return original(line)
 
-    monkeypatch.setattr(derive, "pair_invocations", failing)
+    monkeypatch.setattr(invocations, "is_recover_end", failing)
 
 
 def test_a_runner_stream_a_rule_fails_on_is_a_problem_and_the_other_streams_are_paired(db_url, tmp_path,
@@ -295,9 +295,9 @@ def test_a_runner_stream_a_rule_fails_on_is_a_problem_and_the_other_streams_are_
         sync(engine, [], invocation_files=[str(bad)])
         assert _paired(engine) == [(str(bad), "paired", 1, 2)]
         with open(bad, "ab") as f:  # appended while the rule fails on the stream
-            f.write(_invocation_line("start", 4))
+            f.write(_invocation_line("end", 4, status="DONE", duration_ms=5))
         with monkeypatch.context() as m:
-            _pairing_fails_on(_invocation_line("start", 1), m)
+            _pairing_fails_on(4, m)
             report = sync(engine, [], invocation_files=[str(bad), str(good)])
             assert [(p.path, p.offset, p.reason) for p in report.problems] == [(str(bad), 0, reason)]
             # Its rows are those of its lines before; the stream after it is paired.
@@ -307,7 +307,7 @@ def test_a_runner_stream_a_rule_fails_on_is_a_problem_and_the_other_streams_are_
             assert _problems(engine) == [(str(bad), 0, reason, False)]
         fixed = sync(engine, [], invocation_files=[str(bad), str(good)])  # the release that fixes the rule
         assert fixed.problems == []
-        assert _paired(engine) == [(str(bad), "paired", 1, 2), (str(bad), "dangling", 3, None),
+        assert _paired(engine) == [(str(bad), "paired", 1, 2), (str(bad), "unmatched_end", None, 3),
                                    (str(good), "dangling", 1, None)]
         assert _problems(engine) == [(str(bad), 0, reason, True)]
     finally:
