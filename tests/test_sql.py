@@ -101,6 +101,8 @@ def test_reads_work(corpus_ledger):
     # literals with ; % and : stay literal; a trailing semicolon and comments are fine
     odd = run_sql(corpus_ledger, "SELECT 'a;b' AS s, '100%' AS p, '10:30' AS c -- trailing; comment\n;")
     assert odd.rows == [("a;b", "100%", "10:30")]
+    # Empty statements after the one: none on either database.
+    assert run_sql(corpus_ledger, "SELECT ';;' AS s;; ; -- and a comment\n;").rows == [(";;",)]
     with pytest.raises(QueryFailed):
         run_sql(corpus_ledger, "SELECT no_such_column FROM runs")
 

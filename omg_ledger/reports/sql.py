@@ -333,6 +333,22 @@ def statements(sql: str, dialect: str = "") -> list[str]:
     return out
 
 
+def _without_empty_tail(sql: str, dialect: str) -> str:
+    """``sql`` up to its last character that is neither a blank, a `;` nor in a comment:
+    sqlite3 takes a second `;` (`SELECT 1;;`) for a second statement, where PostgreSQL
+    reads an empty one. Anything else after the statement stays, for sqlite3 to refuse."""
+    end = at = 0
+    for kind, piece in code_spans(sql, dialect):
+        if kind == "code":
+            kept = len(piece.rstrip(" \t\r\n\f\v;"))
+            if kept:
+                end = at + kept
+        elif kind != "comment":
+            end = at + len(piece)
+        at += len(piece)
+    return sql[:end]
+
+
 def first_keyword(statement: str, dialect: str = "") -> str:
     code = " ".join(piece for kind, piece in code_spans(statement, dialect) if kind == "code")
     match = re.match(r"[\s(]*([A-Za-z]+)", code)
@@ -773,7 +789,7 @@ def run_sql(engine: Engine, sql: str, params: dict | None = None, timeout: float
     statement = sql.strip()
     try:
         if dialect == "sqlite":
-            return _sqlite_run(engine, statement, params, limit)
+            return _sqlite_run(engine, _without_empty_tail(statement, dialect), params, limit)
         return _postgres_run(engine, statement, params, limit)
     except MemoryError:
         raise QueryFailed(RESULT_TOO_BIG) from None
