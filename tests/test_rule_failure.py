@@ -68,6 +68,11 @@ def _synced(home: Path, db: str) -> dict:
         engine.dispose()
 
 
+def _assert_a_clean_sync_makes(got: dict, home: Path, tmp_path: Path) -> None:
+    clean = _synced(home, str(tmp_path / "clean.sqlite"))
+    assert got == clean, diff(got, clean)
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_new_run_a_rule_fails_on_is_a_problem_and_the_others_are_indexed(db_url, tmp_path, workers,
                                                                          monkeypatch):
@@ -99,8 +104,7 @@ def test_a_new_run_a_rule_fails_on_is_a_problem_and_the_others_are_indexed(db_ur
         got = _without_problems(dump(engine))
     finally:
         engine.dispose()
-    clean = _synced(home, str(tmp_path / "clean.sqlite"))
-    assert got == clean, diff(got, clean)
+    _assert_a_clean_sync_makes(got, home, tmp_path)
 
 
 def test_an_indexed_run_a_rule_fails_on_after_an_append_keeps_its_rows(db_url, tmp_path, monkeypatch):
@@ -134,8 +138,7 @@ def test_an_indexed_run_a_rule_fails_on_after_an_append_keeps_its_rows(db_url, t
         got = _without_problems(dump(engine))
     finally:
         engine.dispose()
-    clean = _synced(home, str(tmp_path / "clean.sqlite"))
-    assert got == clean, diff(got, clean)
+    _assert_a_clean_sync_makes(got, home, tmp_path)
 
 
 def test_rebuild_keeps_the_rows_of_a_run_a_rule_fails_on_and_names_the_rules_error(db_url, tmp_path, monkeypatch):
