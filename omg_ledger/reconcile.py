@@ -270,6 +270,9 @@ class _Reconciler:
         self.event_count = 0
         self.first: tuple[str, int] | None = None  # (ts, at_us) of the first event
         self.last: tuple[str, int] | None = None
+        # (ts, at_us) of the run_finished that ended the run's first scheduler leg: the leg
+        # an `auto --max-cycles` process ran, right after which it assessed the cycle.
+        self.first_run_end: tuple[str, int] | None = None
         self.last_line = 0
         self.walked = 0
         self.tally = RunTally()
@@ -311,6 +314,7 @@ class _Reconciler:
             "event_count": self.event_count,
             "first": self.first,
             "last": self.last,
+            "first_run_end": self.first_run_end,
             "last_line": self.last_line,
             "tally": [self.tally.money, list(self.tally.tokens), self.tally.exhausted],
             "problems": list(self.problems),
@@ -395,6 +399,7 @@ class _Reconciler:
         self.event_count = state["event_count"]
         self.first = tuple(state["first"]) if state["first"] else None
         self.last = tuple(state["last"]) if state["last"] else None
+        self.first_run_end = tuple(state["first_run_end"]) if state.get("first_run_end") else None
         self.last_line = state["last_line"]
         self.tally.money, self.tally.tokens, self.tally.exhausted = state["tally"][0], list(state["tally"][1]), \
             state["tally"][2]
@@ -479,6 +484,8 @@ class _Reconciler:
         outcome = event.data.get("outcome")
         detail = event.data.get("detail")
         self._close(leg, event, "run_finished", outcome)
+        if leg.phase == RUN and self.first_run_end is None:
+            self.first_run_end = (event.ts, event.at_us)
         leg.detail = detail
         leg.session_limited = outcome == "paused" and "session limit" in (detail or "")
         self.last_outcome, self.last_detail = outcome, detail
@@ -792,9 +799,11 @@ def reconcile(run: RunInput) -> RunRows:
                                      cost, unknown, tokens, "state.json", None, None))
     assessed = _assess_cost(run.assess)
     if assessed is not None:
-        # The assessment call's spend exists only here. It is dated at the assessed run's
-        # last event: assessment runs right after that cycle's final run_finished.
-        at, at_us = last_event if last_event else (None, None)
+        # The assessment call's spend exists only here. The `auto` process assesses a
+        # cycle right after its run's first scheduler leg ends (`resume` never writes an
+        # assess.json): it is dated there, not at a resume leg's end days later.
+        assessed_at = r.first_run_end or last_event
+        at, at_us = assessed_at if assessed_at else (None, None)
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.add_late_charge(Charge(0, "assessment", None, "assessment", None, None, at, at_us,
                                  cost, unknown, tokens, "assess.json", None, None))

@@ -731,7 +731,8 @@ DOCS: dict[str, dict[str, str]] = {
         "round": "Feedback round (0 = initial pass).",
         "kind": "node, feedback, retry (a plain node_retried that carried accounting), planning, refused, "
                 "assessment, recovered or other.",
-        "at": "When the charge counts (UTC): the event's time (an assessment: its cycle's last event; a "
+        "at": "When the charge counts (UTC): the event's time (an assessment: the end of its run's first "
+              "scheduler leg, the leg the auto process ran and assessed; a "
               "recovered verdict: its node's last node_started, else the run's last event); NULL in a copy "
               "without its stream, whose charges are in no window.",
         "at_us": "at as epoch microseconds.",

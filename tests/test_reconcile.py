@@ -120,7 +120,7 @@ def test_assessment_spend_exists_only_in_assess_json():
                snapshot={"schema": 3, "goal": {"text": "t", "cycle": 1, "max_cycles": 2, "first_run_id": "r1"}},
                assess={"goal_met": False, "assess_cost_usd": 0.0078, "remaining": "x"})
     assert charges(rows) == [("assessment", None, None, 7_800_000, False)]
-    assert rows.charges[0].at == rows.legs[0].finished_at  # dated at the cycle's last event
+    assert rows.charges[0].at == rows.legs[0].finished_at  # dated at the end of the cycle's leg
     assert rows.goal_cycle["first_run_id"] == "r1" and rows.goal_cycle["goal_met"] is False
 
 
