@@ -63,10 +63,10 @@ class RunInput:
 # (type, line_no, verdict, round, session_id).
 _Terminal = tuple[str, int, str, int, str | None]
 # A node's record as the engine's snapshot recorder has folded it so far:
-# (cost, unknown, round, verdict).
-_Recorded = tuple[int, bool, int, str]
+# (cost, unknown, round, verdict, the four token counts).
+_Recorded = tuple[int, bool, int, str, tuple[int, int, int, int]]
 
-_NOT_RECORDED: _Recorded = (0, False, -1, "")
+_NOT_RECORDED: _Recorded = (0, False, -1, "", (0, 0, 0, 0))
 
 
 @dataclass(slots=True)
@@ -355,7 +355,7 @@ class _Reconciler:
             if count is not None:
                 self.terminal_count[node] = count
             if fold is not None:
-                self.recorded[node] = tuple(fold)
+                self.recorded[node] = _loaded_fold(fold)
             if started is not None:
                 self.last_started[node] = tuple(started)
 
@@ -369,7 +369,7 @@ class _Reconciler:
                                 for node, t in state["latest_terminal"].items()}
         self.terminal_keys = {node: [tuple(k) for k in keys] for node, keys in state["terminal_keys"].items()}
         self.terminal_count = dict(state["terminal_count"])
-        self.recorded = {node: tuple(r) for node, r in state["recorded"].items()}
+        self.recorded = {node: _loaded_fold(r) for node, r in state["recorded"].items()}
         self.last_started = {node: tuple(v) for node, v in state["last_started"].items()}
 
     def load(self, state: dict) -> None:
@@ -691,6 +691,13 @@ class _Reconciler:
             self.last_line = event.line_no
 
 
+def _loaded_fold(values: list) -> _Recorded:
+    """A recorder fold as a stored state holds it (one saved before the fold kept tokens has
+    four values: only a state of an older derivation version, which is never loaded)."""
+    tokens = tuple(values[4]) if len(values) > 4 else _NO_TOKENS
+    return values[0], values[1], values[2], values[3], tokens
+
+
 def _recorder_step(previous: _Recorded, event: Event, cost: tuple[int | None, bool]) -> _Recorded:
     """Fold one event into what the engine's snapshot recorder holds for its node.
 
@@ -698,7 +705,7 @@ def _recorder_step(previous: _Recorded, event: Event, cost: tuple[int | None, bo
     settles a feedback marker of the same round) carries the superseded spend forward.
     """
     data = event.data
-    previous_cost, previous_unknown, previous_round, previous_verdict = previous
+    previous_cost, previous_unknown, previous_round, previous_verdict, previous_tokens = previous
     rec_round = int(data.get("round") or 0)
     kind = data["event"]
     rec_verdict = "" if kind == "node_retried" else ("PASS" if kind == "node_passed" else "FAIL")
@@ -707,10 +714,15 @@ def _recorder_step(previous: _Recorded, event: Event, cost: tuple[int | None, bo
     supersedes = previous_round >= 0 and (
         rec_round > previous_round or (rec_round == previous_round and previous_verdict == "" and rec_verdict != "")
     )
+    rec_tokens = _tokens(data.get("usage"))
     if supersedes:
         rec_cost += previous_cost
         rec_unknown = rec_unknown or previous_unknown
-    return rec_cost, rec_unknown, rec_round, rec_verdict
+        # The recorder folds the superseded record's usage in as well (RecordNode).
+        if previous_tokens != _NO_TOKENS:
+            rec_tokens = (rec_tokens[0] + previous_tokens[0], rec_tokens[1] + previous_tokens[1],
+                          rec_tokens[2] + previous_tokens[2], rec_tokens[3] + previous_tokens[3])
+    return rec_cost, rec_unknown, rec_round, rec_verdict, rec_tokens
 
 
 def _any_terminal_matches(r: _Reconciler, run: RunInput, node_id: str, record: dict) -> bool:
@@ -971,7 +983,7 @@ def _node_state(r: _Reconciler, last: Execution | None, verdict: str | None) -> 
 
 def _check_cost(r: _Reconciler, node_id: str, theirs: int | None) -> None:
     """``theirs``: the node's snapshot record's cost (None: unknown)."""
-    cost, unknown, _, _ = r.recorded.get(node_id, _NOT_RECORDED)
+    cost, unknown = r.recorded.get(node_id, _NOT_RECORDED)[:2]
     if unknown or theirs is None:
         return
     if theirs != cost:
@@ -1008,12 +1020,15 @@ def _recover(r: _Reconciler, node_id: str, record: dict, last_event: tuple[str, 
         if execution is not None and execution.outcome is None:
             execution.outcome = record["verdict"]
         return None
-    prior_cost, prior_unknown, prior_round, prior_verdict = r.recorded.get(node_id, _NOT_RECORDED)
+    prior_cost, prior_unknown, prior_round, prior_verdict, prior_tokens = r.recorded.get(node_id, _NOT_RECORDED)
     rec_round = int(record.get("round") or 0)
     folds = prior_round >= 0 and (rec_round > prior_round or (rec_round == prior_round and prior_verdict == ""))
     unknown = bool(record.get("cost_unknown"))
     cost = None if unknown else usd_nanos(record.get("cost_usd") or 0) - (prior_cost if folds else 0)
     tokens = _tokens(record.get("usage"))
+    if folds and prior_tokens != _NO_TOKENS:
+        # Its usage holds the superseded rounds' tokens too, which their own events carry.
+        tokens = tuple(max(mine - prior, 0) for mine, prior in zip(tokens, prior_tokens, strict=True))
     if cost is None or cost >= 0:
         cost, unknown, tokens = r._bounded(cost, unknown, tokens, "state.json", None)
     if execution is not None and execution.outcome is None:
