@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from omg_ledger.db import open_ledger
 from omg_ledger.reports.cost import cost_report
 from omg_ledger.sync import Home, sync
@@ -34,7 +36,10 @@ def _folded(a: dict, b: dict) -> dict:
     return {key: a[key] + b[key] for key in a}
 
 
-def _feedback_loop(drop_impl_round_1: bool) -> list[dict]:
+IMPL_ROUND_1, REVIEW_ROUND_1 = 6, 8  # the lines of their terminal events (0-based)
+
+
+def _feedback_loop(drop: int | None = None) -> list[dict]:
     t = "2026-12-01T10:00:{:02d}.000000Z".format
     lines = [
         ev(RUN, t(0), "run_started"),
@@ -52,8 +57,8 @@ def _feedback_loop(drop_impl_round_1: bool) -> list[dict]:
                provenance="self-reported"),
         ev(RUN, t(9), "run_finished", outcome="passed"),
     ]
-    if drop_impl_round_1:  # the engine's event write failed; state.json was written (RUN-FEED.md)
-        del lines[6]
+    if drop is not None:  # the engine's event write failed; state.json was written (RUN-FEED.md)
+        del lines[drop]
     return lines
 
 
@@ -81,7 +86,7 @@ EXPECTED = (4, 4, 1000 + 500 + 2000 + 600, 400 + 100 + 800 + 200, 100 + 50 + 200
 
 def test_the_whole_stream_counts_each_calls_tokens_once(db_url, tmp_path):
     home = tmp_path / "home"
-    write_run(home, RUN, _feedback_loop(drop_impl_round_1=False), _snapshot())
+    write_run(home, RUN, _feedback_loop(), _snapshot())
     engine = open_ledger(db_url)
     try:
         sync(engine, [Home.from_path(str(home), "h")])
@@ -90,11 +95,13 @@ def test_the_whole_stream_counts_each_calls_tokens_once(db_url, tmp_path):
         engine.dispose()
 
 
-def test_a_recovered_feedback_round_counts_only_its_own_tokens(db_url, tmp_path):
-    # impl's round-1 terminal is recovered from its record, whose usage also holds round 0's
-    # tokens, which impl's round-0 node_passed already carries: only round 1's are new.
+@pytest.mark.parametrize("dropped", [IMPL_ROUND_1, REVIEW_ROUND_1], ids=["impl round 1", "review round 1"])
+def test_a_recovered_feedback_round_counts_only_its_own_tokens(db_url, tmp_path, dropped):
+    # The terminal is recovered from its record, whose usage also holds the superseded
+    # record's tokens (impl's round 0, review's feedback marker), which their own events
+    # already carry: only the dropped call's are new.
     home = tmp_path / "home"
-    write_run(home, RUN, _feedback_loop(drop_impl_round_1=True), _snapshot())
+    write_run(home, RUN, _feedback_loop(dropped), _snapshot())
     engine = open_ledger(db_url)
     try:
         sync(engine, [Home.from_path(str(home), "h")])
@@ -109,7 +116,7 @@ def test_a_recovered_feedback_round_counts_only_its_own_tokens(db_url, tmp_path)
 def test_a_recovered_round_appended_after_a_sync_counts_as_a_cold_sync_does(db_url, tmp_path):
     # The walk resumed from its stored fold must know the tokens already charged, too.
     home = tmp_path / "home"
-    lines = _feedback_loop(drop_impl_round_1=True)
+    lines = _feedback_loop(IMPL_ROUND_1)
     run_dir = write_run(home, RUN, lines[:3], state(RUN, "loop", {
         "impl": {"verdict": "PASS", "session_id": "s-impl-0", "cost_usd": 0, "cost_unknown": True,
                  "usage": IMPL_0, "provenance": "self-reported"}}, runtime="codex"))
