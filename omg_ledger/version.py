@@ -73,4 +73,10 @@ VERSION = "0.1.0"
 #    byte that is not UTF-8 there) is keyed by its run id, as a damaged head is; of copies
 #    holding as many lines, the one whose last line is latest is billed (it was the first
 #    seen, so the money depended on the order of syncs).
-DERIVATION_VERSION = 18
+# 19: an assessment (assess.json) is dated at the end of its run's first scheduler leg, the
+#    leg the `auto` process ran and then assessed, not at the run's last event (a resume
+#    days later moved its spend into another day's window); a verdict recovered from
+#    state.json counts only its own round's tokens (the engine's recorder folds a superseded
+#    feedback round's usage into the record, as it folds its cost). The fold state keeps
+#    both facts.
+DERIVATION_VERSION = 19
