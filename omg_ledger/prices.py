@@ -20,6 +20,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 from .errors import BadArgument
+from .reports.graphs import NO_GRAPH
 
 ENV_PRICES = "OMG_LEDGER_PRICES"
 SHIPPED = Path(__file__).with_name("prices.toml")
@@ -56,15 +57,18 @@ class PriceBook:
     graphs: dict[str, dict] = field(default_factory=dict)
     nodes: dict[str, dict] = field(default_factory=dict)
 
-    def rates_for(self, runtime: str | None, graph: str | None = None, node_id: str | None = None) -> Rates | None:
+    def rates_for(self, runtime: str | None, graph: str | None = None, node: str | None = None) -> Rates | None:
+        """``runtime``'s rates with the overrides of ``graph`` (None: no graph) and of
+        ``node``, a node id or `(planning)`-like key as `cost --by node` writes it."""
         base = self.runtimes.get(runtime) if runtime else None
         if base is None:
             return None
         override: dict = {}
-        if graph is not None and graph in self.graphs:
-            override.update(self.graphs[graph])
-        if graph is not None and node_id is not None and f"{graph}/{node_id}" in self.nodes:
-            override.update(self.nodes[f"{graph}/{node_id}"])
+        graph_key = NO_GRAPH if graph is None else graph
+        if graph_key in self.graphs:
+            override.update(self.graphs[graph_key])
+        if node is not None and f"{graph_key}/{node}" in self.nodes:
+            override.update(self.nodes[f"{graph_key}/{node}"])
         return replace(base, **override) if override else base
 
     def describe(self) -> dict:
@@ -186,11 +190,24 @@ def _tokens(charge: Mapping) -> tuple[int, int, int, int]:
                  ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"))
 
 
+def _node_key(charge: Mapping) -> str | None:
+    """The charge's node as `cost --by node` keys it: its node id, or for spend of no node
+    (a planner's, a refused plan's, an assessment's) its kind in parentheses."""
+    if charge.get("node_id") is not None:
+        return charge["node_id"]
+    kind = charge.get("charge_kind", charge.get("kind"))
+    return f"({kind})" if kind else None
+
+
+def _rates(book: PriceBook, charge: Mapping) -> Rates | None:
+    return book.rates_for(charge.get("runtime"), charge.get("graph"), _node_key(charge))
+
+
 def why_not(book: PriceBook, charge: Mapping) -> str | None:
     """None when `charge` can be estimated, else the reason (NO_TOKENS or NO_PRICE)."""
     if not any(_tokens(charge)):
         return NO_TOKENS
-    if book.rates_for(charge.get("runtime"), charge.get("graph"), charge.get("node_id")) is None:
+    if _rates(book, charge) is None:
         return NO_PRICE
     return None
 
@@ -210,6 +227,6 @@ def estimate(book: PriceBook, charge: Mapping) -> int | None:
     the four token counts), or None when it has no tokens or its runtime no price."""
     if why_not(book, charge) is not None:
         return None
-    rates = book.rates_for(charge.get("runtime"), charge.get("graph"), charge.get("node_id"))
+    rates = _rates(book, charge)
     assert rates is not None
     return cost_nanos(rates, *_tokens(charge))

@@ -129,6 +129,19 @@ def test_graph_and_node_overrides_node_wins():
     assert estimate(b, charge(runtime="gemini", tokens=(100, 0, 0, 0), graph="g", node_id="n")) is None
 
 
+def test_overrides_take_the_keys_cost_by_node_prints_for_spend_of_no_node_and_no_graph():
+    b = book(BOOK + '\n[node."g/(planning)"]\ninput_per_mtok = 4\n[graph."(no graph)"]\ninput_per_mtok = 3\n'
+                    '[node."(no graph)/(refused)"]\ninput_per_mtok = 5\n')
+    # 100 fresh input tokens: the runtime says 100 µ$; the planner's call of graph g 400 µ$
+    # (its key g/(planning)), a refused plan's with no graph 500 µ$, any other 300 µ$.
+    planner = {**charge(tokens=(100, 0, 0, 0), graph="g", node_id=None), "charge_kind": "planning"}
+    assert estimate(b, planner) == 400_000
+    assert estimate(b, {**planner, "charge_kind": "assessment"}) == 100_000
+    refused = {**charge(tokens=(100, 0, 0, 0), graph=None, node_id=None), "kind": "refused"}  # as show has it
+    assert estimate(b, refused) == 500_000
+    assert estimate(b, {**refused, "kind": "planning"}) == 300_000
+
+
 # -- the shipped book ----------------------------------------------------------------------
 
 
