@@ -25,8 +25,9 @@ class Home:
 
     @classmethod
     def from_path(cls, path: str, label: str | None = None) -> Home:
-        """The default label is ``<hostname>:<absolute path>``; a path too long to index
-        is shortened in it to a hash and its tail (the same every time)."""
+        """The default label is ``<hostname>:<absolute path>`` (``OMG_LEDGER_MACHINE``, when
+        set, in place of the hostname); a path too long to index is shortened in it to a
+        hash and its tail (the same every time)."""
         import socket
 
         absolute = os.path.abspath(os.path.expanduser(path))
@@ -37,7 +38,10 @@ class Home:
             require_utf8(label, f"home label {label!r}")
         if label is not None and len(label) > MAX_ID_CHARS:
             raise BadArgument(f"a home label is at most {MAX_ID_CHARS} characters; this one has {len(label)}")
-        return cls(label or f"{socket.gethostname()}:{bounded_path(absolute)}", absolute, label is not None)
+        from .tail import machine_named
+
+        machine = machine_named() or socket.gethostname()
+        return cls(label or f"{machine}:{bounded_path(absolute)}", absolute, label is not None)
 
 
 def check_label(label: str) -> None:

@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar, NamedTuple
 
-from .errors import out_of_resources
+from .bounds import MAX_ID_CHARS
+from .errors import BadArgument, out_of_resources, require_utf8
 
 MAX_LINE_BYTES = 1 << 20  # the engine's own per-line cap
 READ_CHUNK = 1 << 20
@@ -47,11 +48,29 @@ class NotARegularFile(OSError):
     pass
 
 
+ENV_MACHINE = "OMG_LEDGER_MACHINE"
+
+
+def machine_named() -> str | None:
+    """The name ``OMG_LEDGER_MACHINE`` gives this machine, for one whose machine id and
+    hostname are not its own for good (a container made anew for every job)."""
+    name = os.environ.get(ENV_MACHINE, "").strip()
+    if not name:
+        return None
+    require_utf8(name, ENV_MACHINE)
+    if len(name) > MAX_ID_CHARS:
+        raise BadArgument(f"{ENV_MACHINE} is at most {MAX_ID_CHARS} characters; this one has {len(name)}")
+    return name
+
+
 @functools.cache
 def machine_source() -> str:
-    """The source of a stream read on this machine: its machine id where the system
-    has one (stable across hostname changes and container restarts that keep it),
-    else the hostname."""
+    """The source of a stream read on this machine: the name ``OMG_LEDGER_MACHINE``
+    gives it, else its machine id where the system has one (stable across hostname
+    changes and container restarts that keep it), else the hostname."""
+    named = machine_named()
+    if named is not None:
+        return f"named:{named}"
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:
             with open(path, encoding="ascii") as f:

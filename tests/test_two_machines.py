@@ -566,3 +566,58 @@ def test_dangling_invocations_name_the_machine_whose_runner_stream_holds_them(tm
     [navi] = [line for line in rows if " navi " in f" {line} "]
     assert _machine_here() in zen and OTHER_MACHINE_ID not in zen
     assert f"machine:{OTHER_MACHINE_ID}" in navi and _machine_here() not in navi
+
+
+def test_a_machine_named_by_omg_ledger_machine_is_one_machine_whatever_its_id_and_hostname(tmp_path, db_url):
+    """A cron job in a container made anew for every run: another machine id and hostname
+    each time, the same home at the same path. Named by OMG_LEDGER_MACHINE it is one
+    machine: one home, and the lock of a run whose leg its stream left open is probed
+    there, so a dead run reads ABANDONED; unnamed, the second container is another
+    machine, with a home of its own and no lock it may probe (the run reads RUNNING)."""
+    if shutil.which("unshare") is None:
+        pytest.fail("util-linux `unshare` is needed for this test")
+    from .builders import ev as event
+    from .builders import write_run
+
+    home = tmp_path / "home"
+    run_id = "20261129-120000.000000001-1"
+    write_run(home, run_id, [event("run_started", 0), event("node_started", 1, node_id="a")],
+              lock="oh-my-graph-lock 1\n1\n")  # the leg open; the lock file there, held by no one
+    sync = _omg("sync", "--db", db_url, "--home", str(home))
+    runs = _omg("runs", "--db", db_url, "--json")
+
+    def homes() -> list[tuple[str, str]]:
+        out = subprocess.run(_omg("homes", "--db", db_url, "--json"), capture_output=True, text=True)
+        return sorted((h["label"], h["machine"]) for h in json.loads(out.stdout))
+
+    named = {**os.environ, "OMG_LEDGER_MACHINE": "nightly-cron"}
+    first = subprocess.run(sync, capture_output=True, text=True, env=named)
+    assert first.returncode == 0, first.stderr
+    assert homes() == [(f"nightly-cron:{home}", "named:nightly-cron")]
+
+    def on_b(command: list[str], env: dict) -> subprocess.CompletedProcess:
+        id_file = tmp_path / "machine-id-b"
+        id_file.write_text(OTHER_MACHINE_ID + "\n")
+        return subprocess.run(["unshare", "--mount", "--uts", "sh", "-c", _ON_MACHINE_B, "sh", str(id_file),
+                               str(home), str(home), *command], capture_output=True, text=True,
+                              env={**env, "HOSTNAME_B": "container-2"})
+
+    second = on_b(sync, named)
+    assert second.returncode == 0, second.stderr
+    assert homes() == [(f"nightly-cron:{home}", "named:nightly-cron")]  # the same home
+    listed = on_b(runs, named)
+    assert listed.returncode == 0, listed.stderr
+    assert [(r["run_id"], r["status"]) for r in json.loads(listed.stdout)] == [(run_id, "ABANDONED")]
+
+    unnamed = {k: v for k, v in os.environ.items() if k != "OMG_LEDGER_MACHINE"}
+    assert on_b(sync, unnamed).returncode == 0
+    assert [machine for _label, machine in homes()] == [f"machine:{OTHER_MACHINE_ID}", "named:nightly-cron"]
+    listed = on_b(runs, unnamed)
+    assert [(r["run_id"], r["status"]) for r in json.loads(listed.stdout)] == [(run_id, "RUNNING")]
+
+
+def test_an_omg_ledger_machine_name_that_is_too_long_is_a_usage_error(tmp_path):
+    result = subprocess.run(_omg("sync", "--db", str(tmp_path / "l.sqlite"), "--home", str(tmp_path)),
+                            capture_output=True, text=True, env={**os.environ, "OMG_LEDGER_MACHINE": "m" * 5000})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "OMG_LEDGER_MACHINE is at most" in result.stderr
