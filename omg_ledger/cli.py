@@ -257,7 +257,8 @@ def home_option(f: Callable) -> Callable:
         help="oh-my-graph home to read (repeatable). Env: OMG_HOME. Default: ~/.oh-my-graph. "
              "LABEL=DIR names the home; the default label is <hostname>:<absolute path> "
              "(<hostname>#<machine id's first 8 characters>:<absolute path> where another machine of "
-             "that hostname has a home there).",
+             "that hostname has a home there). Env OMG_LEDGER_MACHINE=NAME names this machine where its "
+             "id and hostname change (a container made anew for every job): NAME then stands for both.",
     )(f)
 
 
