@@ -40,6 +40,9 @@ class RunFacts:
     files: Mapping[str, str] = field(default_factory=dict)  # readable JSON file name -> stored text
     artifacts: frozenset[str] = frozenset()  # flat '*.out' names
     failed_outputs: frozenset[str] = frozenset()  # '*.out' names under failed/
+    # assess.json is in the directory (runs.has_assess): one that is not in ``files``, or
+    # that these rules refuse, is an assessment paid for at a price nothing readable gives.
+    has_assess: bool = False
     # How the caller takes the rows (none of it changes what they are):
     # ``sink(finished, scrub)`` receives rows the walk will not change again while it
     # goes on (``scrub``: a line seen so far held a NUL escape); ``resume`` is a state a
@@ -142,6 +145,10 @@ def _derive_run(facts: RunFacts, parsed: Mapping[str, dict | None] | None,
                 outside: _Outside) -> tuple[RunRows, bool]:
     docs = {name: (parsed[name] if parsed is not None and name in parsed else parse_file(name, text))
             for name, text in facts.files.items()}
+    if facts.has_assess and docs.get("assess.json") is None:
+        # The engine writes assess.json only once the assessment call returned: damaged
+        # (torn by a crash, a full disk, an edit), it is that call, at an unknown price.
+        docs["assess.json"] = {}
     if snapshot_names_another_run(docs.get("state.json"), facts.run_id):
         # The directory is a copy of that run (its stream lines are refused the same way):
         # recovering its records or billing its assessment would bill that run twice.

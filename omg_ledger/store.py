@@ -960,7 +960,7 @@ def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
     are streamed from the table while derivation walks them (the connection must stay
     open until then)."""
     mark = backend_of(conn).mark
-    [(run_id,)] = fetch_rows(conn, f"SELECT run_id FROM runs WHERE id = {mark}", (run_pk,))
+    [(run_id, has_assess)] = fetch_rows(conn, f"SELECT run_id, has_assess FROM runs WHERE id = {mark}", (run_pk,))
     contents = load_file_contents(conn, run_pk)
     listed = fetch_rows(conn, f"SELECT place, name FROM run_files WHERE run_pk = {mark}", (run_pk,))
     return RunFacts(
@@ -970,6 +970,7 @@ def load_run_facts(conn: Connection, run_pk: int) -> RunFacts:
         files=contents,
         artifacts=frozenset(name for place, name in listed if place == ""),
         failed_outputs=frozenset(name for place, name in listed if place == "failed"),
+        has_assess=bool(has_assess),
     )
 
 

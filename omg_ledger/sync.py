@@ -973,6 +973,7 @@ class _HomeSync:
         rows, scrub = derive_run(RunFacts(
             run_id=run_id, events=events, files=contents,
             artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs,
+            has_assess="assess.json" in read.listing.names,
             sink=functools.partial(write_finished, conn, pending, run_pk), resume=resume, keep_state=True,
             terminal_lookup=functools.partial(terminal_keys, conn, run_pk, pending=pending)), parsed)
         if teed:
@@ -1272,6 +1273,7 @@ def _derive_new_run(run_id: str, read: RunDirRead):
     return derive_run(RunFacts(
         run_id=run_id, events=events, files=contents,
         artifacts=read.listing.artifacts, failed_outputs=read.listing.failed_outputs, keep_state=True,
+        has_assess="assess.json" in read.listing.names,
         terminal_lookup=functools.partial(_terminal_keys_in, events)), parsed)
 
 

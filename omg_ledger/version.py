@@ -78,5 +78,6 @@ VERSION = "0.1.0"
 #    days later moved its spend into another day's window); a verdict recovered from
 #    state.json counts only its own round's tokens (the engine's recorder folds a superseded
 #    feedback round's usage into the record, as it folds its cost). The fold state keeps
-#    both facts.
+#    both facts. An assess.json in the run directory that cannot be read or is refused is
+#    an assessment charge of unknown cost (the call was paid; it was no charge at all).
 DERIVATION_VERSION = 19

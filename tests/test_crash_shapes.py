@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from omg_ledger import schema
 from omg_ledger.db import open_ledger
-from omg_ledger.sync import Home, sync
+from omg_ledger.sync import Home, rebuild, sync
 
 from .builders import copy_run, nanos
 from .conftest import CORPUS_HOME
@@ -114,6 +114,13 @@ def test_a_stream_a_crash_cut_then_appended_to_reads_as_the_engine_reads_it(tmp_
         engine.dispose()
 
 
+def _assessment_charges(engine) -> list[tuple]:
+    """(cost_nano_usd, cost_unknown) of each assessment charge."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(
+            "SELECT cost_nano_usd, cost_unknown FROM charges WHERE kind = 'assessment' ORDER BY seq"))]
+
+
 @pytest.mark.parametrize("caught", ["empty", "half written"])
 def test_assess_json_caught_mid_write_is_a_problem_then_counted_once_when_whole(tmp_path, caught):
     home, run_dir = _home(tmp_path, GOAL_CYCLE)
@@ -126,13 +133,25 @@ def test_assess_json_caught_mid_write_is_a_problem_then_counted_once_when_whole(
         sync(engine, [Home.from_path(str(home), "h")])
         _, spent, problems = _facts(engine)
         assert spent == nanos("0.0966")  # the stream's calls; the assessment's is not known yet
+        # ... but it was paid: assess.json is written once the assessment call returned.
+        assert _assessment_charges(engine) == [(None, 1)]
         assert [(offset, resolved) for offset, _, resolved in problems] == [(0, False)]
+        before = dump(engine)
+        rebuild(engine)  # the same from the ledger's stored facts alone
+        assert dump(engine) == before, diff(before, dump(engine))
+        pooled = open_ledger(str(tmp_path / "pooled.sqlite"))  # and through a worker process
+        try:
+            sync(pooled, [Home.from_path(str(home), "h")], workers=1)
+            assert _assessment_charges(pooled) == [(None, 1)]
+        finally:
+            pooled.dispose()
         with open(assess, "r+b") as f:
             f.write(whole)
         sync(engine, [Home.from_path(str(home), "h")])
         sync(engine, [Home.from_path(str(home), "h")])
         _, spent, problems = _facts(engine)
         assert spent == nanos("0.0966") + nanos("0.0078")
+        assert _assessment_charges(engine) == [(nanos("0.0078"), 0)]
         assert [(offset, resolved) for offset, _, resolved in problems] == [(0, True)]
         _assert_equals_a_cold_sync(engine, home, tmp_path)
     finally:
