@@ -810,6 +810,7 @@ def reconcile(run: RunInput) -> RunRows:
             r.add_late_charge(Charge(0, "planning", None, PLANNING, None, None, None, None,
                                      cost, unknown, tokens, "state.json", None, None))
     assessed = _assess_cost(run.assess)
+    assessment_cost = None  # as its charge counts it (past the run's bound: unknown)
     if assessed is not None:
         # The assessment call's spend exists only here. The `auto` process assesses a
         # cycle right after its run's first scheduler leg ends (`resume` never writes an
@@ -819,6 +820,7 @@ def reconcile(run: RunInput) -> RunRows:
         cost, unknown, tokens = r._bounded(*assessed, _tokens((run.assess or {}).get("usage")), "assess.json", None)
         r.add_late_charge(Charge(0, "assessment", None, "assessment", None, None, at, at_us,
                                  cost, unknown, tokens, "assess.json", None, None))
+        assessment_cost = cost
     node_money, closed_unrecorded = r.node_money, r.closed_unrecorded
     for row in node_rows:
         node_id = row["node_id"]
@@ -829,7 +831,7 @@ def reconcile(run: RunInput) -> RunRows:
         row["unrecorded_attempts"] = unrecorded
 
     run_row = _run_row(r, run, snapshot, graph, graph_nodes, node_rows)
-    goal = _goal_cycle(run, snapshot)
+    goal = _goal_cycle(run, snapshot, assessment_cost)
     for seq, finding in enumerate(r.findings, r.finding_total + 1):
         finding.seq = seq
     done = r.drain()
@@ -1145,13 +1147,13 @@ def _json(value: object) -> str | None:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _goal_cycle(run: RunInput, snapshot: dict) -> dict | None:
+def _goal_cycle(run: RunInput, snapshot: dict, assessment_cost: int | None) -> dict | None:
+    """``assessment_cost``: the assessment's charge, as counted (None: unknown, or none)."""
     goal = snapshot.get("goal") if isinstance(snapshot.get("goal"), dict) else None
     assess = run.assess
     if goal is None and assess is None:
         return None
     goal = goal or {}
-    assessed = _assess_cost(assess)
     return {
         "first_run_id": goal.get("first_run_id") or run.run_id,
         "cycle": goal.get("cycle"),
@@ -1161,5 +1163,5 @@ def _goal_cycle(run: RunInput, snapshot: dict) -> dict | None:
         "goal_met": assess.get("goal_met") if assess is not None else None,
         "remaining": assess.get("remaining") if assess is not None else None,
         "evidence": assess.get("evidence") if assess is not None else None,
-        "assess_cost_nano_usd": assessed[0] if assessed is not None else None,
+        "assess_cost_nano_usd": assessment_cost,
     }

@@ -79,5 +79,7 @@ VERSION = "0.1.0"
 #    state.json counts only its own round's tokens (the engine's recorder folds a superseded
 #    feedback round's usage into the record, as it folds its cost). The fold state keeps
 #    both facts. An assess.json in the run directory that cannot be read or is refused is
-#    an assessment charge of unknown cost (the call was paid; it was no charge at all).
+#    an assessment charge of unknown cost (the call was paid; it was no charge at all), and
+#    goal_cycles.assess_cost_nano_usd is the assessment's charge as counted (past the run's
+#    bound: unknown, as the charge is).
 DERIVATION_VERSION = 19

@@ -461,6 +461,26 @@ def test_a_run_past_the_per_run_bound_is_counted_up_to_it_with_a_problem(tmp_pat
         engine.dispose()
 
 
+def test_an_assessment_past_the_per_run_bound_is_of_unknown_cost_in_its_goal_cycle_too(tmp_path):
+    home = tmp_path / "home"
+    write_stream(home, "huge", charges_at_cap("huge", 10_000))  # the bound reached exactly
+    (home / "runs" / "huge" / "assess.json").write_text(
+        '{"goal_met": false, "remaining": "more", "assess_cost_usd": 0.0078}')
+    engine = open_ledger(str(tmp_path / "ledger.sqlite"))
+    try:
+        sync(engine, [Home.from_path(str(home))])
+        with engine.connect() as conn:
+            charged = conn.execute(select(schema.charges.c.cost_nano_usd, schema.charges.c.cost_unknown).where(
+                schema.charges.c.kind == "assessment")).all()
+            cycle = conn.execute(select(schema.goal_cycles.c.assessed,
+                                        schema.goal_cycles.c.assess_cost_nano_usd)).all()
+    finally:
+        engine.dispose()
+    # Its $0.0078 would pass the bound: an invocation of unknown cost, there as in its charge.
+    assert [tuple(r) for r in charged] == [(None, True)]
+    assert [tuple(r) for r in cycle] == [(True, None)]
+
+
 def test_report_sums_past_2_63_nanos_are_exact(tmp_path, db_url):
     home = tmp_path / "home"
     runs = [f"r{n:02d}" for n in range(12)]  # 12 runs at the bound: $1.2e10 > 2**63 nanos
