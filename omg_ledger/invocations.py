@@ -163,14 +163,20 @@ def parse_invocation_line(line: bytes, line_no: int, byte_offset: int) -> Invoca
       no trailing content, valid UTF-8);
     * ``event`` is ``"start"`` or ``"end"``;
     * ``ts`` is a string holding an RFC 3339 date-time (offset required);
-    * ``role`` and ``milestone`` are present and each a string or null (they are
-      always written; an absent ``role`` must not pass for a recover's null);
-    * ``status``: on an end, present and a string; on a start, absent, null or
-      a string;
+    * ``role`` is present and a string or null (an absent ``role`` must not pass
+      for a recover's null); ``milestone`` a string or null, absent read as null
+      (JavaScript's JSON.stringify leaves out a field whose value is undefined);
+    * ``status``: on an end, present and a string, or an integer read as its
+      decimal text (the runner writes ``error.code || error.name``, and a
+      DOMException's code is a number: an AbortSignal timeout's is 23); on a
+      start, absent, null or either;
     * ``duration_ms``: on an end, present (the runner always writes it, null for
-      ``recover``); on a start, may be absent; when given, a non-negative
-      integer or null (``true``, ``1.0``, ``-1``, ``"12"`` are rejected).
+      ``recover``); on a start, may be absent; when given, a non-negative number
+      or null, a fraction read as its whole milliseconds (``true``, ``-1``,
+      ``"12"`` are rejected).
 
+    A value read leniently keeps the end that closes its start: refused, the start
+    would read as working for good, which is what the runner writes ends to prevent.
     Unknown extra fields are kept untouched in ``raw``.
     """
 
@@ -202,10 +208,12 @@ def parse_invocation_line(line: bytes, line_no: int, byte_offset: int) -> Invoca
     except ValueError as exc:
         raise fail(f"bad ts {_describe(ts)}: {exc}") from None
 
+    numbered = obj.get("status")
     try:
         role = _optional_str(obj, "role", required=True)
-        milestone = _optional_str(obj, "milestone", required=True)
-        status = _optional_str(obj, "status", required=event == "end")
+        milestone = _optional_str(obj, "milestone", required=False)
+        status = (str(numbered) if isinstance(numbered, int) and not isinstance(numbered, bool)
+                  else _optional_str(obj, "status", required=event == "end"))
     except ValueError as exc:
         raise fail(str(exc)) from None
     if event == "end" and status is None:
@@ -214,11 +222,13 @@ def parse_invocation_line(line: bytes, line_no: int, byte_offset: int) -> Invoca
     if "duration_ms" in obj:
         duration = obj["duration_ms"]
         if duration is not None and (
-            isinstance(duration, bool) or not isinstance(duration, int) or duration < 0
+            isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0
         ):
             raise fail(
-                f"duration_ms must be a non-negative integer or null, got {_describe(duration)}"
+                f"duration_ms must be a non-negative number or null, got {_describe(duration)}"
             )
+        if isinstance(duration, float):
+            duration = int(duration)  # whole milliseconds
     elif event == "end":
         raise fail("missing field 'duration_ms' (an end line always carries it, null if unknown)")
     else:

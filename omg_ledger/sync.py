@@ -1518,6 +1518,11 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
     if row is None:
         row = _moved_invocation_stream(engine, source, path, key)
     checkpoint = Checkpoint.from_row(row) if row is not None else None
+    if checkpoint is not None and row["derivation_version"] < derive.DERIVATION_VERSION \
+            and _has_open_problems_at(engine, path, source):
+        # Older rules left a problem: a line they refused was never stored, and these may
+        # read it. The stream is read again from its first byte, its rows replaced.
+        checkpoint = checkpoint.without_file()
     if checkpoint is not None and not needs_reading(stat_or_none(path), checkpoint):
         return  # unchanged since the last sync
     read = read_invocation_stream(path, checkpoint)
@@ -1562,6 +1567,13 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
     report.events_ingested += len(read.items)
     report.bytes_read += read.bytes_read
     report.problems.extend(problems)
+
+
+def _has_open_problems_at(engine: Engine, path: str, source: str) -> bool:
+    p = schema.problems.c
+    with engine.connect() as conn:
+        return conn.execute(select(p.id).where(p.path == path, p.machine == source, p.resolved_at.is_(None))
+                            .limit(1)).first() is not None
 
 
 def _resolve_stream_rule_failure(conn: Connection, path: str, source: str, now: str) -> None:

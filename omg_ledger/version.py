@@ -81,5 +81,9 @@ VERSION = "0.1.0"
 #    both facts. An assess.json in the run directory that cannot be read or is refused is
 #    an assessment charge of unknown cost (the call was paid; it was no charge at all), and
 #    goal_cycles.assess_cost_nano_usd is the assessment's charge as counted (past the run's
-#    bound: unknown, as the charge is).
+#    bound: unknown, as the charge is). A runner stream's line is read as JavaScript writes it
+#    (a milestone left out is null, a numeric status its decimal text, a fractional
+#    duration_ms its whole milliseconds); a stream whose rows older rules derived and that
+#    holds an open problem is read again from its first byte, so the ends they refused
+#    close their starts.
 DERIVATION_VERSION = 19

@@ -444,14 +444,16 @@ def test_unstorable_lines_are_problems_not_crashes(engine, stream):
     year1 = orjson.dumps({"ts": "0001-01-01T00:00:00+01:00", "role": "zen", "milestone": "M1",
                           "event": "start"}) + b"\n"
     huge = end("zen", "M1", ts(1), "DONE", 2**64 - 1)
+    huger = b'{"ts":"2024-05-01T10:01:00Z","role":"zen","milestone":"M1","event":"end","status":"DONE",' \
+            b'"duration_ms":99999999999999999999}\n'  # (a float to JSON parsers past 64 bits)
     good = start("navi", None, ts(2))
-    stream.write_bytes(nul + year1 + huge + good)
+    stream.write_bytes(nul + year1 + huge + huger + good)
     report = sync(engine, stream)
-    assert [p.offset for p in report.problems] == [0, len(nul), len(nul + year1)]
+    assert [p.offset for p in report.problems] == [0, len(nul), len(nul + year1), len(nul + year1 + huge)]
     assert "NUL" in report.problems[0].reason
     assert "representable" in report.problems[1].reason
-    assert "beyond" in report.problems[2].reason
-    assert invocation_rows(engine) == [("dangling", "navi", None, None, None, None, 4, None)]
+    assert "beyond" in report.problems[2].reason and "beyond" in report.problems[3].reason
+    assert invocation_rows(engine) == [("dangling", "navi", None, None, None, None, 5, None)]
 
 
 def test_missing_file_is_not_damage_but_missing_directory_is(engine, stream, tmp_path):
@@ -779,3 +781,35 @@ def test_invocations_reads_and_shows_times_in_tz(tmp_path, stream):
     assert "STARTED (Asia/Tokyo)" in text and "2024-05-01 19:02:00.000+0900" in text
     text = runner.invoke(main, ["invocations", "--db", str(db)], env=env).output
     assert "STARTED (UTC)" in text and "2024-05-01 10:02:00.000Z" in text
+
+
+def test_a_line_older_rules_refused_is_read_once_the_rules_take_it(engine, stream, monkeypatch):
+    """A ledger an older release synced: its rules refused the end whose status is a
+    DOMException's numeric code (`error.code || error.name`), so the start read as working.
+    The first sync of rules that take it reads the stream again from its first byte: the
+    invocation is paired and the problem resolved."""
+    from omg_ledger import derive, invocation_sync
+
+    stream.write_bytes(start("zen", "M1", ts(0)) + end("zen", "M1", ts(0, 30), 23, 30000))
+    strict = invocation_sync.parse_invocation_line
+
+    def older_rules(raw, line_no, offset):
+        line = strict(raw, line_no, offset)
+        if line.raw.get("status") == 23:
+            raise invocation_sync.InvocationLineError("status must be a string or null, got 23", line_no, offset)
+        return line
+
+    with monkeypatch.context() as m:
+        m.setattr(invocation_sync, "parse_invocation_line", older_rules)
+        first = sync(engine, stream)
+    assert [p.offset for p in first.problems] == [len(start("zen", "M1", ts(0)))]
+    assert invocation_rows(engine) == [("dangling", "zen", "M1", None, None, None, 1, None)]
+    with engine.begin() as conn:  # as that release left it: its rules' version
+        conn.execute(text("UPDATE streams SET derivation_version = :v"), {"v": derive.DERIVATION_VERSION - 1})
+
+    again = sync(engine, stream)
+    assert again.problems == []
+    assert invocation_rows(engine) == [("paired", "zen", "M1", "23", 30000, "reported", 1, 2)]
+    with engine.connect() as conn:
+        assert [tuple(r) for r in conn.execute(text("SELECT resolved_at IS NOT NULL FROM problems"))] == [(True,)]
+    assert sync(engine, stream).events_ingested == 0  # and then read on as before

@@ -387,11 +387,6 @@ MALFORMED_CASES = [
         "role must be a string or null, got 5",
     ),
     (
-        "missing_milestone",
-        b'{"event": "start", "ts": ' + GOOD_TS.encode() + b', "role": "zen"}',
-        "missing field 'milestone'",
-    ),
-    (
         "milestone_object",
         b'{"event": "start", "ts": '
         + GOOD_TS.encode()
@@ -414,31 +409,21 @@ MALFORMED_CASES += [
         _end_bytes(status=None, duration_ms=1),
         "status must be a string on an end line",
     ),
-    (
-        "end_status_number",
-        _end_bytes(status=0, duration_ms=1),
-        "status must be a string or null, got 0",
-    ),
     ("end_missing_duration", _end_bytes(status="DONE"), "missing field 'duration_ms'"),
     (
         "duration_string",
         _end_bytes(status="DONE", duration_ms="abc"),
-        "duration_ms must be a non-negative integer or null, got 'abc'",
+        "duration_ms must be a non-negative number or null, got 'abc'",
     ),
     ("duration_numeric_string", _end_bytes(status="DONE", duration_ms="12"), "got '12'"),
     (
         "duration_bool",
         _end_bytes(status="DONE", duration_ms=True),
-        "duration_ms must be a non-negative integer or null, got True",
+        "duration_ms must be a non-negative number or null, got True",
     ),
-    ("duration_float", _end_bytes(status="DONE", duration_ms=1.5), "got 1.5"),
-    ("duration_integral_float", _end_bytes(status="DONE", duration_ms=12.0), "got 12.0"),
     ("duration_negative", _end_bytes(status="DONE", duration_ms=-1), "got -1"),
-    (
-        "duration_beyond_int64_parses_as_float",
-        b'{"ts":"2024-05-01T10:00:00Z","role":"zen","milestone":"M1","event":"end","status":"DONE","duration_ms":99999999999999999999}',
-        "duration_ms must be a non-negative integer",
-    ),
+    ("status_bool", _end_bytes(status=True, duration_ms=1), "status must be a string or null, got True"),
+    ("status_fraction", _end_bytes(status=2.5, duration_ms=1), "status must be a string or null, got 2.5"),
     (
         "duration_on_start_still_checked",
         b'{"ts":"2024-05-01T10:00:00Z","role":"zen","milestone":"M1","event":"start","duration_ms":-5}',
@@ -482,6 +467,24 @@ VALID_CASES = [
         "null_milestone_with_offset_ts",
         b'{"ts":"2024-05-01T12:00:00.123456789+02:00","role":"instinct","milestone":null,"event":"start"}',
         ("start", "instinct", None, None, None),
+    ),
+    # What JavaScript writes that the runner's own formulas allow: a field whose value is
+    # undefined left out, a DOMException's numeric code (`error.code || error.name`; an
+    # AbortSignal timeout's is 23), a duration from performance.now().
+    (
+        "milestone_left_out_is_null",
+        b'{"ts":"2024-05-01T10:00:00Z","role":"piledriver","event":"start"}',
+        ("start", "piledriver", None, None, None),
+    ),
+    (
+        "numeric_status_is_its_decimal_text",
+        _end_bytes(status=23, duration_ms=30000),
+        ("end", "zen", "M1", "23", 30000),
+    ),
+    (
+        "fractional_duration_is_its_whole_milliseconds",
+        _end_bytes(status="DONE", duration_ms=1500.75),
+        ("end", "zen", "M1", "DONE", 1500),
     ),
     (
         "status_kept_verbatim_even_unknown_case",
