@@ -41,12 +41,16 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from .bounds import MAX_RUN_NANOS
 from .errors import BadArgument
 from .units import NANOS_PER_USD
 
 ENV_CONFIG = "OMG_LEDGER_CONFIG"
 PERIODS = ("day", "week", "month")
 SCOPES = ("graph", "runtime", "node")
+# A run's known spend is bounded there; a limit above it guards nothing, and would reach
+# float conversions that overflow.
+MAX_LIMIT_USD = MAX_RUN_NANOS // NANOS_PER_USD
 _SPEC_HELP = "use [SCOPE/]PERIOD=USD, e.g. day=50, month=800, graph:nightly-refactor/day=5 (PERIOD: day, week, month)"
 _QUOTED_HELP = 'a quoted graph is node:"GRAPH"/NODE, a " in GRAPH doubled'
 
@@ -78,6 +82,8 @@ def _amount(value: object, where: str) -> int:
         raise BadArgument(f"{where}: a limit is a finite number of dollars, not {value}")
     if usd <= 0:
         raise BadArgument(f"{where}: a limit must be more than $0, not {value}")
+    if usd > MAX_LIMIT_USD:  # compared before any arithmetic: 1e999999 overflows Decimal's context
+        raise BadArgument(f"{where}: a limit is at most ${MAX_LIMIT_USD:,}, not {value}")
     nanos = usd * NANOS_PER_USD
     if nanos != nanos.to_integral_value():
         raise BadArgument(f"{where}: {value} has more than 9 decimals")

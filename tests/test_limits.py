@@ -63,6 +63,33 @@ def test_bad_limits_are_clear(spec, message):
         parse_limit(spec)
 
 
+@pytest.mark.parametrize("amount", ["1e400", "1e5000", "1e999999", "1e9999999999", "1000000000.000000001", "2e9"])
+def test_a_limit_past_any_spend_a_ledger_can_hold_is_a_usage_error(amount):
+    # $1e400 used to reach a float conversion (OverflowError) and 1e999999 Decimal's own
+    # context (decimal.Overflow): tracebacks, where every other bad amount is one line.
+    with pytest.raises(BadArgument, match=rf"at most \$1,000,000,000, not {amount}$"):
+        parse_limit(f"week={amount}")
+    assert parse_limit("month=1000000000") == Limit("month", 10**18)  # the bound itself is a limit
+
+
+@pytest.mark.parametrize("amount", ["1e300", "2e9", "1_000_000_001"])
+def test_a_huge_limit_in_the_config_file_is_a_usage_error(tmp_path, monkeypatch, amount):
+    config = tmp_path / "config.toml"
+    config.write_text(f"[limits.runtime.codex]\nweek = {amount}\n")  # TOML floats: 1e400 would be inf
+    monkeypatch.setenv("OMG_LEDGER_CONFIG", str(config))
+    with pytest.raises(BadArgument, match=r"at most \$1,000,000,000"):
+        limits_from_config()
+
+
+def test_a_huge_limit_on_the_command_line_is_one_line_and_exit_2(sqlite_url, scenario_home):
+    ledger(sqlite_url, scenario_home)
+    for amount in ("1e400", "1e999999"):
+        result = run(["limits", "--db", sqlite_url, "--limit", f"week={amount}"])
+        assert result.exit_code == 2, result.output
+        assert result.output == f"omg-ledger: error: limit 'week={amount}': a limit is at most $1,000,000,000, " \
+                                f"not {amount}\n"
+
+
 def test_config_file_limits_and_flags_replace_the_same_limit(tmp_path, monkeypatch):
     config = tmp_path / "omg-ledger" / "config.toml"
     config.parent.mkdir()
