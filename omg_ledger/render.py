@@ -564,6 +564,10 @@ def _newest_note(rows, lines: Iterable[str]) -> Iterator[str]:
     yield from lines
 
 
+# A FAIL's detail (a check's whole output, at times) in the audit text; --json has all of it.
+DETAIL_COLUMNS = 100
+
+
 def audit_text(report: dict, verbose: bool = False, zone: tzinfo | None = None) -> str:
     return "\n".join(audit_lines(report, verbose, zone))
 
@@ -597,19 +601,19 @@ def audit_lines(report: dict, verbose: bool = False, zone: tzinfo | None = None)
                         "no run has only self-reported/exit-only passes")
     fails = report["failures"]
     yield from _section("FAILS JUDGED (engine's judged field)", _newest_note(fails["judged"], (
-        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {shown_cut(f['detail'], DETAIL_COLUMNS)}"
         + ("  (the detail reads like a machinery failure)" if f["ours_likely_machinery"] else "")
         for f in fails["judged"])), "none")
     yield from _section("FAILS BY MACHINERY (judged absent)", _newest_note(fails["machinery"], (
-        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+        f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {shown_cut(f['detail'], DETAIL_COLUMNS)}"
         for f in fails["machinery"])), "none")
     yield from _section("FAILS WITH NO JUDGED ON RECORD (state.json holds no record of the terminal)",
                         _newest_note(fails["judged_unknown"], (
-                            f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {safe(f['detail'] or '')[:100]}"
+                            f"  {safe(f['run_id'])}  {safe(f['node_id'])}: {shown_cut(f['detail'], DETAIL_COLUMNS)}"
                             for f in fails["judged_unknown"])), "none")
     budget = report["budget"]
     yield from _section("BUDGET OVERRUNS", [f"  {safe(b['run_id'])}  {safe(b['node_id'])}: " + "; ".join(
-        ([f"the engine failed it for its budget: {safe(b['detail'] or '')[:100]}"] if b["failed_for_budget"] else [])
+        ([f"the engine failed it for its budget: {shown_cut(b['detail'], DETAIL_COLUMNS)}"] if b["failed_for_budget"] else [])
         + ([f"an invocation spent {money(b['largest_invocation_nano_usd'])} of a {money(b['budget_nano_usd'])} "
             f"budget ({money(b['cost_nano_usd'])} in all)"]
            if b["spend_over_budget"] else [])) for b in budget["overruns"]], "none")

@@ -496,3 +496,30 @@ def test_the_text_shows_its_window_in_tz_as_every_table_does(corpus_audit, db_ur
     assert utc[1].startswith("audit since 2026-11-28 12:00:00.000Z ")
     as_json = json.loads(CliRunner().invoke(main, [*args, "--tz", "Europe/Berlin", "--json"], env=env).output)
     assert as_json["since"] == "2026-11-28T12:00:00.000000Z"
+
+
+def test_a_fails_detail_cut_short_says_so_and_never_halves_an_escape(sqlite_url, tmp_path, corpus_home):
+    """The text keeps a FAIL's detail to its first 100 columns; it used to cut s07's
+    `… exited 3, want 0; output: FAIL: 2 tests failed` at "want 0; o", with no mark that
+    anything followed, and a control character near the cut to half its escape (`\\x1`)."""
+    ledger(sqlite_url, corpus_home, "corpus")
+    text = CliRunner().invoke(main, ["audit", "--db", sqlite_url]).output
+    [s07] = [line for line in text.splitlines() if line.startswith(f"  {S07}  impl: ")]
+    detail = "node \"impl\" failed success_check verify: `echo 'FAIL: 2 tests failed' && exit 3` exited 3, " \
+             "want 0; output: FAIL: 2 tests failed"  # its node_failed line in the corpus
+    shown = s07.removeprefix(f"  {S07}  impl: ")
+    assert shown.endswith("…") and detail.startswith(shown[:-1]) and len(shown) == 100
+
+    home = tmp_path / "home"
+    run = "20261129-100000.000000001-1"
+    escaped = "x" * 97 + "\x1b[2J and more"  # \x1b is shown as the four characters \x1b
+    write_run(home, run, [
+        ev(run, t("10:00:00"), "run_started"),
+        ev(run, t("10:00:01"), "node_started", node_id="n"),
+        ev(run, t("10:00:02"), "node_failed", node_id="n", verdict="FAIL", cost_usd=0.01, detail=escaped),
+        ev(run, t("10:00:03"), "run_finished", outcome="failed"),
+    ], state(run, "g", {"n": {"verdict": "FAIL", "cost_usd": 0.01, "judged": True}}))
+    ledger(sqlite_url, home, "hand")
+    text = CliRunner().invoke(main, ["audit", "--db", sqlite_url]).output
+    [line] = [line for line in text.splitlines() if line.startswith(f"  {run}  n: ")]
+    assert line == f"  {run}  n: " + "x" * 97 + "…"
