@@ -203,7 +203,8 @@ def _charged(charged: object, nanos: int | None, unknown_count: int, free: bool 
 
 
 def run_detail(d: dict, zone: tzinfo | None = None) -> str:
-    out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}]  home {safe(d['home'])}",
+    gone = " (gone)" if d.get("gone") else ""  # as `runs` marks it: its directory is no longer there
+    out = [f"run {safe(d['run_id'])}  [{safe(d['status'])}{gone}]  home {safe(d['home'])}",
            f"graph {safe(d['graph'] or '-')}  runtime {safe(d['runtime'] or '-')}  "
            f"spend {money(d['cost_nano_usd'], d['unknown_cost_invocations'])}  "
            f"invocations {d['invocations']}  unrecorded attempts {d['unrecorded_attempts']}",

@@ -122,3 +122,23 @@ def test_a_long_leg_detail_is_cut_with_a_mark_and_never_through_an_escape(tmp_pa
     # 77 columns of x, then the 4-column escape \x1b would pass 79: the mark comes first.
     assert leg.rstrip().endswith(" " + "x" * 77 + "…"), leg
     assert "\\x1" not in leg and "\x1b" not in leg
+
+
+def test_a_run_whose_directory_is_gone_says_so(tmp_path):
+    """`runs` says "PASS (gone)" and `show --json` has gone: true; the text of `show`
+    said nothing, so its header read as a run still on disk."""
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(REPO / "examples" / "home", home)
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", db, "--home", home).returncode == 0
+    shutil.rmtree(home / "runs" / S15)
+    assert cli("sync", "--db", db, "--home", home).returncode == 0
+    shown = cli("show", "--db", db, S15)
+    assert shown.returncode == 0, shown.stderr
+    first, *_ = shown.stdout.splitlines()
+    assert first.startswith(f"run {S15}  [PASS (gone)]  home "), first
+    assert json.loads(cli("show", "--db", db, S15, "--json").stdout)["gone"] is True
+    kept = cli("show", "--db", db, "20261129-181514.934714601-1").stdout.splitlines()[0]
+    assert "[PASS]" in kept and "gone" not in kept
