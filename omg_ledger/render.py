@@ -236,7 +236,7 @@ def run_detail(d: dict, zone: tzinfo | None = None) -> str:
          str(n["retries"] or 0), _charged(n["invocations"], n["cost_nano_usd"], n["unknown_cost_invocations"],
                   n["node_id"] in gates),
          ",".join(x for x, ok in (("out", n["has_artifact"]), ("failed", n["has_failed_output"])) if ok) or "-"]
-        for n in d["nodes"]]) if d["nodes"] else "  (none)")
+        for n in d["nodes"]], right={6}) if d["nodes"] else "  (none)")
     if len({r["node_id"] for r in d["rounds"]}) < len(d["rounds"]):
         # Where a node ran more than once (feedback rounds, a retried or resumed node);
         # else each round is its node's line above.
@@ -263,7 +263,7 @@ def run_detail(d: dict, zone: tzinfo | None = None) -> str:
                 cells.append(f"({c['estimate_unavailable']})")
             else:
                 cells.append(f"~{format_usd(c['estimated_nano_usd'])}")
-    out.append(table(charge_headers, charge_rows) if d["charges"] else "  (none)")
+    out.append(table(charge_headers, charge_rows, right={6, 7}) if d["charges"] else "  (none)")
     if d["goal_cycle"]:
         g = d["goal_cycle"]
         out.append(f"\nGOAL cycle {g['cycle']}/{g['max_cycles']} of {g['first_run_id']}: {safe(g['text'])}")

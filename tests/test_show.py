@@ -142,3 +142,37 @@ def test_a_run_whose_directory_is_gone_says_so(tmp_path):
     assert json.loads(cli("show", "--db", db, S15, "--json").stdout)["gone"] is True
     kept = cli("show", "--db", db, "20261129-181514.934714601-1").stdout.splitlines()[0]
     assert "[PASS]" in kept and "gone" not in kept
+
+
+def _column_ends(section: str, text: str, header: str) -> list[int]:
+    """Where each row's cell of column `header` ends, and (first) where the column ends:
+    a right-aligned column's cells all end where its dashes do."""
+    lines = text.split(f"\n{section}\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    start = lines[0].index(header)
+    end = lines[1].index(" ", start) if " " in lines[1][start:] else len(lines[1])
+    return [end] + [len(line[:end].rstrip()) if len(line) >= end else len(line) for line in lines[2:]]
+
+
+def test_money_in_show_is_right_aligned_as_in_every_table(tmp_path):
+    """README: numbers are right-aligned. NODES and CHARGES wrote COST flush left, so
+    $12.3400 over $0.0100 (and a node never charged, "-") put the decimals out of line,
+    while ROUNDS right-aligned the same figures."""
+    from .builders import ev, graph, write_run
+
+    run_id = "20261129-101500.000000001-1"
+    write_run(tmp_path / "home", run_id, [
+        ev("run_started"),
+        ev("node_started", 1, node_id="big"), ev("node_passed", 2, node_id="big", verdict="PASS", cost_usd=12.34),
+        ev("node_started", 3, node_id="small"),
+        ev("node_passed", 4, node_id="small", verdict="PASS", cost_usd=0.01),
+        ev("run_finished", 5, outcome="failed"),
+    ], {"runtime": "claude", "graph": graph("big", "small", "never"),
+        "nodes": {"big": {"verdict": "PASS", "cost_usd": 12.34}, "small": {"verdict": "PASS", "cost_usd": 0.01}}})
+    db = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", db, "--home", tmp_path / "home").returncode == 0
+    shown = cli("show", "--db", db, run_id)
+    assert shown.returncode == 0, shown.stderr
+    for section in ("NODES", "CHARGES"):
+        end, *cells = _column_ends(section, shown.stdout, "COST")
+        assert cells and all(cell == end for cell in cells), (section, shown.stdout)
+    assert "$12.3400" in shown.stdout and "$0.0100" in shown.stdout

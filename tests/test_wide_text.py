@@ -71,10 +71,12 @@ def test_show_and_sql_tables_line_up_wide_node_ids(db):
     shown = cli("show", "--db", db, "20261129-181510.1").stdout.splitlines()
     nodes = shown[shown.index("NODES") + 1:shown.index("CHARGES") - 1]
     assert [line.split()[0] for line in nodes[2:]] == ["join", "plan", "左侧节点", "🦀右"]
-    # VERDICT and COST start where their headers do, in every row.
+    # VERDICT starts where its header does, and COST (right-aligned, as money is) ends where
+    # its header does, in every row.
     header = columns_of(nodes[0], ["VERDICT", "COST"])
     for line in nodes[2:]:
-        assert columns_of(line, ["PASS", "$0.0"]) == header, line
+        verdict, cost = columns_of(line, ["PASS", "$0.0"])
+        assert (verdict, cost + len("$0.0000")) == (header[0], header[1] + len("COST")), line
     charges = shown[shown.index("CHARGES") + 1:shown.index("FINDINGS") - 1]
     header = columns_of(charges[0], ["ROUND", "AT"])
     for line in charges[2:]:
