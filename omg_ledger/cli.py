@@ -1457,6 +1457,9 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
     """
     from .reports.sql import parse_params, run_saved, saved_queries, saved_query
 
+    if queries_dir is not None and not os.path.exists(queries_dir):
+        # Named on purpose: a typo must not list the shipped queries alone as if yours were none.
+        raise BadArgument(f"--queries {queries_dir}: no such directory")
     if show_help and not name:
         _stdout()
         with _writing_stdout():

@@ -92,6 +92,19 @@ def test_users_own_queries_are_listed_and_run_beside_the_shipped_ones(tmp_path):
     assert json.loads(cli("query", "one", "--queries", other, "--db", ledger, "--json").stdout)["rows"] == [{"one": 1}]
 
 
+def test_a_queries_directory_that_does_not_exist_is_a_usage_error(tmp_path):
+    """`--queries ~/my-qeuries` (a typo) listed the shipped queries alone, exit 0, and then
+    said a query of yours was no saved query: the directory named on purpose must exist.
+    The default directory may be absent (nobody has written a query yet)."""
+    missing = tmp_path / "my-qeuries"
+    for args in (["query", "--list"], ["query", "spend_by_day", "--help"], ["query", "mine", "--db", tmp_path / "l"]):
+        result = cli(*args, "--queries", missing, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)})
+        assert result.returncode == 2, (args, result.stdout)
+        assert result.stderr == f"omg-ledger: error: --queries {missing}: no such directory\n"
+    default = cli("query", "--list", env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)})
+    assert default.returncode == 0 and "spend_by_day" in default.stdout
+
+
 def test_a_saved_query_that_is_a_fifo_or_a_device_is_one_line_not_read(tmp_path):
     """A FIFO among the saved queries (its open would wait for a writer forever) or a link
     to a device: `query --list` and `query --describe` say so in one line, exit 2."""
