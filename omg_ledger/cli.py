@@ -268,7 +268,7 @@ def json_option(f: Callable) -> Callable:
 
 def estimate_options(f: Callable) -> Callable:
     f = click.option("--prices", "prices_file", metavar="FILE", envvar="OMG_LEDGER_PRICES",
-                     help="Price book for --estimate. Env: OMG_LEDGER_PRICES. Default: "
+                     help="Price book for --estimate (needs it). Env: OMG_LEDGER_PRICES. Default: "
                           "prices.toml in the config directory ($XDG_CONFIG_HOME/omg-ledger on Linux, "
                           "~/Library/Application Support/omg-ledger on macOS), else the one shipped.")(f)
     return click.option("--estimate", is_flag=True,
@@ -278,6 +278,11 @@ def estimate_options(f: Callable) -> Callable:
 
 def _price_book(estimate: bool, prices_file: str | None):
     if not estimate:
+        source = click.get_current_context().get_parameter_source("prices_file")
+        if prices_file is not None and source == click.core.ParameterSource.COMMANDLINE:
+            # Like --total without --csv: a book given and never read must not pass for no estimate.
+            raise BadArgument(f"--prices {prices_file} is the price book of --estimate, which was not given: "
+                              f"add --estimate (without it nothing is estimated)")
         return None
     from .prices import load_book
 

@@ -347,6 +347,27 @@ def test_without_the_flag_nothing_changes(sqlite_url, estimate_home):
     assert "estimate" not in text.lower()
 
 
+@pytest.mark.parametrize("command", [["cost"], ["runs"], ["show", "20261129-113000.000000001-1"], ["audit"],
+                                     ["limits", "--limit", "day=100"], ["report", "--html", "page.html"]])
+def test_prices_without_estimate_is_a_usage_error_not_ignored(sqlite_url, tmp_path, estimate_home, command):
+    """`cost --prices book.toml` printed known spend alone, exit 0, as if the book priced
+    nothing: --prices is only read by --estimate. Named in the environment it stays a
+    default (OMG_LEDGER_PRICES set for every command), never an error."""
+    ledger(sqlite_url, estimate_home)
+    book = tmp_path / "book.toml"
+    book.write_text(BOOK)
+    command = [str(tmp_path / part) if part == "page.html" else part for part in command]
+    runner = CliRunner()
+    flag = runner.invoke(main, [*command, "--db", sqlite_url, "--prices", str(book)])
+    assert flag.exit_code == 2, flag.output
+    assert flag.output == (f"omg-ledger: error: --prices {book} is the price book of --estimate, which was not "
+                           f"given: add --estimate (without it nothing is estimated)\n")
+    env = runner.invoke(main, [*command, "--db", sqlite_url], env={"OMG_LEDGER_PRICES": str(book)})
+    assert env.exit_code in (0, 1) and "error" not in env.output, env.output
+    both = runner.invoke(main, [*command, "--db", sqlite_url, "--prices", str(book), "--estimate"])
+    assert both.exit_code in (0, 1) and "error" not in both.output, both.output
+
+
 def test_cli_estimate_three_figures_and_nothing_written(sqlite_url, tmp_path, estimate_home):
     ledger(sqlite_url, estimate_home)
     path = sqlite_url.removeprefix("sqlite:///")
