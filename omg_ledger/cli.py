@@ -1501,7 +1501,7 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
               help="Seconds to wait for a sync holding the target before giving up (exit 75).")
 @ledger_errors
 def export(db, target, wait_seconds) -> None:
-    """Copy the whole ledger into another database, e.g. SQLite into a shared PostgreSQL.
+    """Copy the whole ledger into another database: SQLite into a shared PostgreSQL, say.
 
     Unlike syncing the same homes into the new database, a copy keeps the history of
     runs whose directories are gone. The target must be empty. The copy holds the

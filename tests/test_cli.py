@@ -27,6 +27,16 @@ def all_commands(group=main, prefix=()):
             yield (*prefix, name), command
 
 
+def test_the_command_list_never_shows_a_summary_cut_after_an_abbreviation():
+    """Click ends a command's summary at its first ". ": export's read "Copy the whole
+    ledger into another database, e.g." in `omg-ledger --help`, a sentence cut short."""
+    groups = [main, *(c for c in main.commands.values() if hasattr(c, "commands"))]
+    for group in groups:
+        for name, command in group.commands.items():
+            summary = command.get_short_help_str(limit=1000)
+            assert not summary.endswith(("e.g.", "i.e.", "etc.", "vs.")), (name, summary)
+
+
 @pytest.mark.parametrize(("path", "command"), list(all_commands()), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
 def test_every_command_has_a_summary_and_help(path, command):
     assert command.help and command.get_short_help_str().strip(), f"{' '.join(path)} lacks help"
