@@ -105,6 +105,23 @@ def test_a_queries_directory_that_does_not_exist_is_a_usage_error(tmp_path):
     assert default.returncode == 0 and "spend_by_day" in default.stdout
 
 
+def test_a_missing_parameter_with_no_description_is_named_without_empty_brackets(tmp_path):
+    """A query of yours whose :graph its header does not describe said
+    "needs --param graph=… ()"; with a description it says it in brackets."""
+    ledger = tmp_path / "ledger.sqlite"
+    assert cli("sync", "--db", ledger, "--home", REPO / "examples" / "home").returncode == 0
+    mine = tmp_path / "queries"
+    mine.mkdir()
+    (mine / "bare.sql").write_text("-- bare: runs of one graph.\nSELECT run_id FROM v_runs WHERE graph = :graph\n")
+    (mine / "told.sql").write_text("-- told: runs of one graph.\n-- :graph  the graph's name\n"
+                                   "SELECT run_id FROM v_runs WHERE graph = :graph\n")
+    bare = cli("query", "bare", "--queries", mine, "--db", ledger)
+    assert bare.returncode == 2 and bare.stderr == "omg-ledger: error: query bare needs --param graph=…\n"
+    told = cli("query", "told", "--queries", mine, "--db", ledger)
+    assert told.returncode == 2
+    assert told.stderr == "omg-ledger: error: query told needs --param graph=… (the graph's name)\n"
+
+
 def test_a_saved_query_that_is_a_fifo_or_a_device_is_one_line_not_read(tmp_path):
     """A FIFO among the saved queries (its open would wait for a writer forever) or a link
     to a device: `query --list` and `query --describe` say so in one line, exit 2."""

@@ -971,6 +971,7 @@ def run_saved(engine: Engine, name: str, given: dict[str, str] | None = None, us
         elif param.default is not None:
             values[param.name] = param.default
         else:
-            raise BadArgument(f"query {name} needs --param {param.name}=… ({param.description})")
+            told = f" ({param.description})" if param.description else ""  # a :name its header never describes
+            raise BadArgument(f"query {name} needs --param {param.name}=…{told}")
     values = {key: typed_value(key, value, now, zone) for key, value in values.items()}
     return run_sql(engine, query.sql, values, timeout)
