@@ -335,6 +335,13 @@ def _ledger_named(command_kwargs: dict) -> str:
     return f" {url}" if url else ""
 
 
+def _a_number_of_seconds(_ctx, param, value: float) -> float:
+    """--wait: seconds, 0 or more (`nan`, which no comparison refuses, waited for ever)."""
+    if not value >= 0:
+        raise click.BadParameter(f"takes a number of seconds >= 0, got {value}", param=param)
+    return value
+
+
 def ledger_errors(f: Callable) -> Callable:
     """Convert library errors into a message and an exit code, once, at the boundary."""
 
@@ -669,7 +676,8 @@ def main() -> None:
 @click.option("--strict", is_flag=True,
               help="Exit 1 when this sync recorded problems in what it read (default: exit 0 once the sync "
                    "completed). Problems left open by earlier syncs do not count: `omg-ledger problems` lists them.")
-@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
+@click.option("--wait", "wait_seconds", type=float, callback=_a_number_of_seconds,
+              default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for another sync holding the ledger before giving up (exit 75).")
 @click.option("--invocations", "invocation_files", metavar="PATH", multiple=True, envvar=config.ENV_INVOCATIONS,
               help="Also index a runner's role-invocation events.jsonl (repeatable). Env: OMG_LEDGER_INVOCATIONS "
@@ -757,7 +765,8 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @json_option
 @click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", shell_complete=COMPLETE_RUN_IDS,
               help="Only this run (repeatable; exact run id).")
-@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
+@click.option("--wait", "wait_seconds", type=float, callback=_a_number_of_seconds,
+              default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
 @ledger_errors
 @ends_cleanly_on_signals
@@ -1497,7 +1506,8 @@ def query(ctx, db, as_json, as_csv, listing, describe, queries_dir, params, tz, 
 @db_option
 @click.option("--to", "target", required=True, metavar="URL|PATH",
               help="The new, empty ledger database (created and migrated if needed).")
-@click.option("--wait", "wait_seconds", type=float, default=60.0, show_default=True, metavar="S",
+@click.option("--wait", "wait_seconds", type=float, callback=_a_number_of_seconds,
+              default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the target before giving up (exit 75).")
 @ledger_errors
 def export(db, target, wait_seconds) -> None:

@@ -215,3 +215,16 @@ def test_the_readme_commands_table_lists_every_command():
     rows = "\n".join(line for line in table.splitlines() if line.startswith("| `omg-ledger"))
     listed = set(re.findall(r"`omg-ledger ([a-z][a-z-]*)", rows))
     assert listed == set(main.commands), set(main.commands) ^ listed
+
+
+@pytest.mark.parametrize("command", [["sync", "--home", str(CORPUS_HOME)], ["rebuild"], ["export", "OUT"]])
+@pytest.mark.parametrize("wait", ["nan", "-1"])
+def test_a_wait_that_is_no_number_of_seconds_is_a_usage_error(tmp_path, command, wait):
+    """`nan` passes every range check (no comparison holds) and waited for ever."""
+    from .cli_checks import one_line_error
+
+    args = [str(tmp_path / "out.sqlite") if a == "OUT" else a for a in command]
+    result = subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", str(tmp_path / "l.sqlite"),
+                             "--wait", wait], capture_output=True, text=True, timeout=60)
+    assert "takes a number of seconds >= 0" in one_line_error(result, 2)
+    assert not (tmp_path / "l.sqlite").exists()
