@@ -31,7 +31,8 @@ from .version import DERIVATION_VERSION
 if TYPE_CHECKING:  # the writers import SQLAlchemy; parsing a line (ingest, the no-op sync check) does not
     from sqlalchemy.engine import Connection
 
-__all__ = ["MAX_DURATION_MS", "pair_appended_lines", "parse_tail_line", "rederive_stream", "storable", "store_lines"]
+__all__ = ["MAX_DURATION_MS", "pair_appended_lines", "pair_stream", "parse_tail_line", "rederive_stream", "storable",
+           "store_lines"]
 
 # Plausibility cap: a larger duration_ms is damage, not a measurement (and would
 # overflow the ledger's 64-bit columns and sums). 10**12 ms is about 31 years.
@@ -86,7 +87,7 @@ def rederive_stream(conn: Connection, stream_pk: int, version: int) -> str | Non
     """Re-derive a stream's paired rows from all of its stored lines (caller's transaction).
     Returns why a rule failed on them (its rows then stay those it had, and every sync
     tries it again), else None."""
-    from sqlalchemy import delete, select
+    from sqlalchemy import select
 
     from . import schema
 
@@ -102,6 +103,18 @@ def rederive_stream(conn: Connection, stream_pk: int, version: int) -> str | Non
             lines.append(parse_invocation_line(raw.encode("utf-8"), number, offset))
         except InvocationLineError:
             continue  # stored by an older, laxer omg-ledger; reported when it was read
+    return pair_stream(conn, stream_pk, lines, version)
+
+
+def pair_stream(conn: Connection, stream_pk: int, lines: list[InvocationLine], version: int) -> str | None:
+    """A stream's paired rows from ``lines``, every line it stores (just read from its
+    first byte, or read back: rederive_stream), in the caller's transaction. Returns why a
+    rule failed on them (its rows then stay those it had, and every sync tries it again),
+    else None."""
+    from sqlalchemy import delete
+
+    from . import schema
+
     try:
         paired = derive_invocations(lines)
     except UnderivableStream as exc:

@@ -70,7 +70,7 @@ from .ingest import (
     read_invocation_stream,
     read_run_dir,
 )
-from .invocation_sync import pair_appended_lines, rederive_stream, store_lines
+from .invocation_sync import pair_appended_lines, pair_stream, rederive_stream, store_lines
 from .snapshot import SNAPSHOT_NAMES
 from .store import (
     CollectedRows,
@@ -1552,10 +1552,13 @@ def _sync_invocation_stream(engine: Engine, path: str, report: SyncReport, now: 
         conn.execute(streams.update().where(streams.c.id == stream_pk).values(**read.checkpoint.as_row()))
         failed = None
         if read.replace or read.items or row is None:
-            if read.replace or row is None or row["derivation_version"] != derive.DERIVATION_VERSION:
+            lines = [line for line, _raw in read.items]
+            if read.replace or row is None:  # read from its first byte: every line it stores
+                failed = pair_stream(conn, stream_pk, lines, derive.DERIVATION_VERSION)
+            elif row["derivation_version"] != derive.DERIVATION_VERSION:
                 failed = rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
             else:
-                failed = pair_appended_lines(conn, stream_pk, [line for line, _raw in read.items])
+                failed = pair_appended_lines(conn, stream_pk, lines)
             if failed is None:
                 _resolve_stream_rule_failure(conn, path, source, now)
         problems = [*read.problems, *([Problem(path, 0, failed)] if failed is not None else [])]

@@ -305,8 +305,8 @@ def test_a_runner_stream_a_rule_fails_on_is_a_problem_and_the_other_streams_are_
             assert [(p.path, p.offset, p.reason) for p in report.problems] == [(str(bad), 0, reason)]
             # Its rows are those of its lines before; the stream after it is paired.
             assert _paired(engine) == [(str(bad), "paired", 1, 2), (str(good), "dangling", 1, None)]
-            again = sync(engine, [], invocation_files=[str(bad), str(good)])  # tried again, recorded once
-            assert [p.reason for p in again.problems] == []
+            again = sync(engine, [], invocation_files=[str(bad), str(good)])  # read again, recorded once
+            assert [p.reason for p in again.problems] == [reason]
             assert _problems(engine) == [(str(bad), 0, reason, False)]
         fixed = sync(engine, [], invocation_files=[str(bad), str(good)])  # the release that fixes the rule
         assert fixed.problems == []
