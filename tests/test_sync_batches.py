@@ -89,9 +89,12 @@ def test_batched_cold_sync_reproduces_the_digest_taken_before_the_speed_work(fas
     # stream; version 16 writes a year before 1000 with four digits, and every scale time is
     # after 1970; version 17 keys a copy whose stream's head is damaged by its run id, and
     # every scale stream begins with its first event; version 18 reads a byte that is not
-    # UTF-8 in a string as U+FFFD, and the scale corpus holds none: its rows are the v4 ones
-    # but for those and the version stamp.
-    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (18, 4), (
+    # UTF-8 in a string as U+FFFD, and the scale corpus holds none; version 19 dates an
+    # assessment at its run's first scheduler leg's end, which is its last event in every
+    # scale run, recovers no verdict after a feedback round, finds no damaged assess.json and
+    # reads runner streams, which it has none of: its rows are the v4 ones but for those and
+    # the version stamp.
+    assert (derive.DERIVATION_VERSION, golden["derivation_version"]) == (19, 4), (
         "the rules changed: derived rows may differ now; take a new golden digest at the new version")
     (fast, _), _ = fast_and_slow
     # runs.passes* (migration 0010) came after the digest was taken: the v4 digest leaves
