@@ -764,7 +764,7 @@ def sync(db, homes, as_json, strict, wait_seconds, invocation_files, relabel, wo
 @db_option
 @json_option
 @click.option("--run", "run_ids", multiple=True, metavar="RUN_ID", shell_complete=COMPLETE_RUN_IDS,
-              help="Only this run (repeatable; exact run id).")
+              help="Only this run (repeatable; a run id, or a unique prefix of one as show takes it).")
 @click.option("--wait", "wait_seconds", type=float, callback=_a_number_of_seconds,
               default=60.0, show_default=True, metavar="S",
               help="Seconds to wait for a sync holding the ledger before giving up (exit 75).")
@@ -787,11 +787,12 @@ def rebuild(db, as_json, run_ids, wait_seconds) -> None:
     75 the ledger is busy, or out of memory; 130 Ctrl-C, 143 SIGTERM, 129 the terminal
     closed (runs re-derived so far kept).
     """
+    from .reports.runs import resolve_run_ids
     from .sync import rebuild as run_rebuild
 
     engine = open_db(db)
     progress = render.progress_bar() if (_is_terminal(sys.stderr) and not as_json) else None
-    report = run_rebuild(engine, list(run_ids), wait_seconds=wait_seconds, progress=progress)
+    report = run_rebuild(engine, resolve_run_ids(engine, run_ids), wait_seconds=wait_seconds, progress=progress)
     if progress is not None:
         progress.close()
     if as_json:

@@ -228,3 +228,21 @@ def test_a_wait_that_is_no_number_of_seconds_is_a_usage_error(tmp_path, command,
                              "--wait", wait], capture_output=True, text=True, timeout=60)
     assert "takes a number of seconds >= 0" in one_line_error(result, 2)
     assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_rebuild_run_takes_a_unique_prefix_as_show_does(tmp_path):
+    from .cli_checks import one_line_error
+
+    db = str(tmp_path / "l.sqlite")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "omg_ledger.cli", *args, "--db", db], capture_output=True,
+                              text=True, timeout=120)
+
+    assert cli("sync", "--home", str(CORPUS_HOME)).returncode == 0
+    done = cli("rebuild", "--run", "20261129-181518.67", "--run", "20261129-181518.678721711-1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["runs_rederived"] == 1  # one run, however it is named
+    # 20261129-181518.131561744-1, .535010837-1, .678721711-1 and .826010212-1 (the corpus)
+    assert "'20261129-181518' matches 4 runs" in one_line_error(cli("rebuild", "--run", "20261129-181518"), 2)
+    assert "no run matches 'nope'" in one_line_error(cli("rebuild", "--run", "nope"), 2)

@@ -7,7 +7,7 @@ of `runs` and `audit`, and importing SQLAlchemy alone costs more than either's q
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import orjson
@@ -367,6 +367,19 @@ def resolve_run(reader, run_id: str, home_label: str | None = None) -> dict:
         tail = f", and {more} more not listed" if more else ""
         raise AmbiguousRun(f"{run_id!r} matches {len(candidates)} runs: {names}{tail}; give a longer prefix")
     return candidates[0]
+
+
+def resolve_run_ids(engine: Engine, given: Sequence[str]) -> list[str]:
+    """The run ids ``given`` names: each an id the ledger holds (in every home that holds
+    it), or a unique prefix of one, as `show` takes it."""
+    named: list[str] = []
+    if not given:
+        return named
+    with reading(engine) as reader:
+        for run_id in given:
+            held = list(reader.rows("SELECT 1 FROM runs WHERE run_id = :run_id", {"run_id": run_id}))
+            named.append(run_id if held else resolve_run(reader, run_id)["run_id"])
+    return list(dict.fromkeys(named))
 
 
 def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict:
