@@ -19,7 +19,9 @@ once more, and the ledger is compared with a cold sync of the final homes
 (tests/ledger_dump.py), and `cost --json` with the spend summed by hand from the final files (a damaged run's spend aside: its lines lost,
 its verdicts recovered from state.json, a first line that makes another run; the ledger's
 own charges of its billed copy stand in, compared with the cold sync's with the rest).
-Each run's identity is checked against its stream's head and first stored line.
+Each run's identity is checked against its stream's head and first stored line, and no
+state of the history may have made a rule fail (a problem naming a bug of omg-ledger,
+resolved since or open: a sync no longer stops on one, so nothing else shows it).
 
 With the operator steps (on in script mode, --no-operator for none): a home renamed, or
 reached through a symlink and later by its own path again; a run directory moved to the
@@ -814,6 +816,17 @@ def present_run_differences(incremental: str, cold: str, damaged: set[str] = fro
     return out
 
 
+def rule_failures(target: str) -> list[str]:
+    """Every problem, resolved ones too, that says a rule failed on a run or a runner
+    stream: a bug of omg-ledger, whatever the files. Such a run is a problem now, not a
+    stopped sync, so only its problem row tells (one resolved since was at some state)."""
+    from omg_ledger.derive import RULE_FAILED, STREAM_RULE_FAILED
+    from tests.ledger_dump import dump
+
+    return [f"{row['path']}: {row['reason']}" for row in map(dict, dump(target)["problems"])
+            if row["reason"].startswith((RULE_FAILED, STREAM_RULE_FAILED))]
+
+
 def billing_problems(target: str) -> list[str]:
     """One billed copy per run identity, and it holds most of the stream (then: the latest
     last line).
@@ -1022,6 +1035,7 @@ def check(campaign: Campaign, cold_db: str) -> list[str]:
     if incremental != cold:
         problems.append("incremental != cold:\n" + diff(cold, incremental))
     for name, db in (("incremental", campaign.db), ("cold", cold_db)):
+        problems += [f"{name} rule failure: {p}" for p in rule_failures(db)]
         problems += [f"{name} billing: {p}" for p in billing_problems(db)]
         problems += [f"{name} identity: {p}" for p in identity_problems(db)]
         problems += [f"{name} listing: {p}" for p in listing_problems(db, campaign.work)]
