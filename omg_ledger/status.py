@@ -306,6 +306,8 @@ def _with_final_line(facts: StatusFacts, run_dir: str, run_id: str, checkpoint
     from .tail import MAX_LINE_BYTES, Paused, open_regular
 
     def abandoned() -> tuple[str, StatusFacts, None]:
+        if facts.has_snapshot:  # (the engine replaces a snapshot whole: one there stays one to resume from)
+            return ABANDONED, facts, None
         return ABANDONED, facts._replace(**_snapshot_facts_now(run_dir, run_id)), None
 
     if not bytes_after_last_line(checkpoint):
