@@ -99,7 +99,7 @@ def could_be(status: str):
     r = schema.runs.c
     if status in (PASS, FAIL):
         return true()  # a leg stored open may have closed since the last sync, a paused run been resumed
-    # A stored PAUSED or FAIL may have been resumed since the last sync (recheck_settled).
+    # A stored PAUSED or FAIL may have been resumed since the last sync (recheck).
     may_move_on = or_(r.last_leg_open, r.last_outcome.is_(None), r.last_outcome != "passed",
                       not_(func.coalesce(r.all_nodes_passed, false())))
     if status == NOT_KNOWN_YET:
@@ -168,40 +168,29 @@ def confirm_abandoned(facts: StatusFacts, run_dir: str, checkpoint, prober: Prob
     return _with_new_lines(ABANDONED, facts, run_dir, checkpoint, prober)[:2]
 
 
-# Stored statuses a stream may have moved on from with no open leg in the ledger: a
-# resume of a PAUSED or FAIL run, the first leg of a run synced before its first line.
-RECHECKED = (PAUSED, FAIL, NOT_KNOWN_YET)
+# Stored statuses a stream may have moved on from since the last sync, on this machine: a
+# resume of a PAUSED or FAIL run, the first leg of a run synced before its first line, a
+# leg in flight (its lock held, or unable to answer) that closed, a plan that committed.
+IN_FLIGHT = (RUNNING, PLANNING)
+RECHECKED = (PAUSED, FAIL, NOT_KNOWN_YET, *IN_FLIGHT)
 
 
-def recheck_settled(status: str, facts: StatusFacts, run_dir: str, checkpoint, copies: Iterable[Copy] = (),
-                    prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
-    """The status of a run the stored facts call PAUSED, FAIL or NOT-KNOWN-YET, with what
-    the stream says now: a resume (at a gate, or --retry-failed) since the last sync, or
-    the run's first leg, opened a leg, which is then probed like any open leg, and may
-    have closed it again. A stream with no byte since the last sync keeps ``status`` for
-    one lstat — unless one of its ``copies`` here moved on past it (_settled_across_copies)."""
+def recheck(status: str, facts: StatusFacts, run_dir: str, checkpoint, copies: Callable[[], Iterable[Copy]] = tuple,
+            prober: Prober = probe_lock) -> tuple[str, StatusFacts]:
+    """The status of a run the stored facts call one of RECHECKED, with what the stream
+    says now (``checkpoint``: where the last sync stopped reading it). A leg opened since
+    (a resume, a run's first leg) is probed like any open leg, and may have closed again;
+    a leg in flight that the appended lines close is settled, judged with state.json as it
+    is now (beside a closed leg the lock says nothing), and a plan committed since is
+    RUNNING. A stream with no byte since the last sync keeps ``status`` for one lstat —
+    unless a settled run's ``copies`` here (asked only then) moved on past it
+    (_settled_across_copies)."""
     if status not in RECHECKED:
         return status, facts
     now_status, now_facts, lines = _with_new_lines(status, facts, run_dir, checkpoint, prober)
-    if lines is not None or checkpoint is None:
+    if lines is not None or checkpoint is None or status in IN_FLIGHT:
         return now_status, now_facts
-    return _settled_across_copies(status, facts, checkpoint.next_line - 1, copies, prober)
-
-
-IN_FLIGHT = (RUNNING, PLANNING)
-
-
-def recheck_in_flight(status: str, facts: StatusFacts, run_dir: str, checkpoint, prober: Prober = probe_lock
-                      ) -> tuple[str, StatusFacts]:
-    """The status of a run the stored facts call RUNNING or PLANNING (its lock held, or
-    unable to answer: no lock file, an unmarked lock naming a live pid, a non-local
-    filesystem), with what the stream says now. The stored facts are the last sync's: a
-    leg the lines appended since close is settled, judged with state.json as it is now
-    (beside a closed leg the lock says nothing), a plan committed since is RUNNING, and a
-    leg still open is probed again. One lstat when nothing was appended."""
-    if status not in IN_FLIGHT:
-        return status, facts
-    return _with_new_lines(status, facts, run_dir, checkpoint, prober)[:2]
+    return _settled_across_copies(status, facts, checkpoint.next_line - 1, copies(), prober)
 
 
 def stream_changed_since_sync(run_dir: str, checkpoint) -> bool | None:

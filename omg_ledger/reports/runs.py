@@ -6,6 +6,7 @@ of `runs` and `audit`, and importing SQLAlchemy alone costs more than either's q
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -18,7 +19,6 @@ from ..status import (
     ABANDONED,
     FACT_COLUMNS,
     FAIL,
-    IN_FLIGHT,
     NOT_KNOWN_YET,
     PASS,
     PAUSED,
@@ -33,8 +33,7 @@ from ..status import (
     node_state,
     not_probed,
     pause_reason,
-    recheck_in_flight,
-    recheck_settled,
+    recheck,
     status_across_copies,
     status_of,
     status_without_own_copy,
@@ -74,13 +73,13 @@ _RUNNING_NODES_SQL = ("SELECT h.label, r.run_id, n.node_id FROM nodes n JOIN run
 
 # Runs whose status the stream may have moved on from since the last sync: an open last
 # leg (it may have closed), a stored PAUSED or FAIL (it may have been resumed) and a run
-# with no leg yet (status.RECHECKED); a PASS is final. Wider than that where it costs
+# with no leg yet (status.RECHECKED, status.confirm_abandoned); a PASS is final. Wider than that where it costs
 # nothing (status decides).
 _MAY_MOVE_ON_SQL = ("(r.last_leg_open OR r.last_outcome IS NULL OR r.last_outcome <> 'passed' "
                     "OR NOT COALESCE(r.all_nodes_passed, FALSE))")
 
 # Their stream checkpoints: read once for a listing, when the first run that needs one is
-# met (status.confirm_abandoned, status.recheck_settled).
+# met (status.confirm_abandoned, status.recheck).
 _CHECKPOINTS_SQL = ("SELECT s.run_pk, " + ", ".join(f"s.{name}" for name in Checkpoint.COLUMNS)
                     + f" FROM streams s WHERE s.run_pk IN (SELECT r.id FROM runs r WHERE {_MAY_MOVE_ON_SQL})")
 
@@ -259,6 +258,14 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
     from_columns = StatusFacts.from_columns
     left_running = copies = stream_checkpoints = None
     here = machine_source()
+
+    def copies_of_run(run_pk: int) -> list:
+        """Its copies here, of the runs that may still move on (read once, when first asked)."""
+        nonlocal copies
+        if copies is None:
+            copies = copies_of_unsettled_runs(reader)
+        return copies.get(run_pk, [])
+
     with reading(engine) as reader:
         machines = home_machines(reader)
         for row in reader.rows(query, params):
@@ -266,28 +273,20 @@ def iter_runs(engine: Engine, since_us: int | None = None, statuses: tuple[str, 
             machine = machines.get(row[-1])
             elsewhere = None if machine == here else machine or "unknown"
             status = status_of(facts, row[_DIR_PATH], here=elsewhere is None)
-            if status == ABANDONED or (elsewhere is None and (status in RECHECKED or status in IN_FLIGHT)):
+            if status == ABANDONED or (elsewhere is None and status in RECHECKED):
                 if stream_checkpoints is None:
                     stream_checkpoints = checkpoints(reader)
                 checkpoint = stream_checkpoints.get(row[0])
                 if status == ABANDONED:
                     status, facts = confirm_abandoned(facts, row[_DIR_PATH], checkpoint)
-                elif status in IN_FLIGHT:
-                    status, facts = recheck_in_flight(status, facts, row[_DIR_PATH], checkpoint)
                 else:
-                    if copies is None:
-                        copies = copies_of_unsettled_runs(reader)
-                    status, facts = recheck_settled(status, facts, row[_DIR_PATH], checkpoint,
-                                                    copies.get(row[0], ()))
+                    status, facts = recheck(status, facts, row[_DIR_PATH], checkpoint,
+                                            functools.partial(copies_of_run, row[0]))
             if status == ABANDONED:
-                if copies is None:
-                    copies = copies_of_unsettled_runs(reader)
-                status, facts = status_across_copies(status, facts, copies.get(row[0], ()))
+                status, facts = status_across_copies(status, facts, copies_of_run(row[0]))
             elif status in (RUNNING, PLANNING) and elsewhere is None and not os.path.isdir(row[_DIR_PATH]):
                 # Its own directory is gone: other copies of it here may still answer.
-                if copies is None:
-                    copies = copies_of_unsettled_runs(reader)
-                status, facts = status_without_own_copy(status, facts, row[_DIR_PATH], copies.get(row[0], []))
+                status, facts = status_without_own_copy(status, facts, row[_DIR_PATH], copies_of_run(row[0]))
             if statuses and status not in statuses:
                 continue
             left = 0
@@ -412,10 +411,8 @@ def show_run(engine: Engine, run_id: str, home_label: str | None = None) -> dict
     checkpoint = Checkpoint(*stream[0]) if stream else None
     if status == ABANDONED:
         status, facts = confirm_abandoned(facts, row["dir_path"], checkpoint)
-    elif elsewhere is None and status in IN_FLIGHT:
-        status, facts = recheck_in_flight(status, facts, row["dir_path"], checkpoint)
     elif elsewhere is None:
-        status, facts = recheck_settled(status, facts, row["dir_path"], checkpoint, other_copies_now)
+        status, facts = recheck(status, facts, row["dir_path"], checkpoint, lambda: other_copies_now)
     status, facts = status_across_copies(status, facts, other_copies_now)
     if elsewhere is None:
         status, facts = status_without_own_copy(status, facts, row["dir_path"], other_copies_now)
