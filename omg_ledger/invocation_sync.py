@@ -111,20 +111,13 @@ def pair_stream(conn: Connection, stream_pk: int, lines: list[InvocationLine], v
     first byte, or read back: rederive_stream), in the caller's transaction. Returns why a
     rule failed on them (its rows then stay those it had, and every sync tries it again),
     else None."""
-    from sqlalchemy import delete
-
     from . import schema
 
     try:
         paired = derive_invocations(lines)
     except UnderivableStream as exc:
-        # (version 0: no rules' version, so the next sync's re-derivation tries it again)
-        conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=0))
-        return exc.reason
-    conn.execute(delete(schema.invocations).where(schema.invocations.c.file_pk == stream_pk))
-    rows = [_invocation_row(stream_pk, row) for row in paired]
-    if rows:
-        conn.execute(schema.invocations.insert(), rows)
+        return _underivable(conn, stream_pk, exc)
+    _replace_pairs(conn, stream_pk, paired)
     conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=version))
     return None
 
@@ -135,7 +128,7 @@ def pair_appended_lines(conn: Connection, stream_pk: int, appended: list[Invocat
     those starts, never the stream again. The same rows as rederive_stream (caller's
     transaction). Returns why a rule failed on them (the rows then stay as they were, and
     every sync tries the whole stream again), else None."""
-    from sqlalchemy import delete, func, select
+    from sqlalchemy import func, select
 
     from . import schema
 
@@ -155,12 +148,30 @@ def pair_appended_lines(conn: Connection, stream_pk: int, appended: list[Invocat
     try:
         paired = derive_appended_invocations(still_open, appended, next_seq)
     except UnderivableStream as exc:
-        conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=0))
-        return exc.reason
-    conn.execute(delete(pairs).where(pairs.c.file_pk == stream_pk, pairs.c.outcome == "dangling"))
+        return _underivable(conn, stream_pk, exc)
+    _replace_pairs(conn, stream_pk, paired, pairs.c.outcome == "dangling")
+    return None
+
+
+def _underivable(conn: Connection, stream_pk: int, exc: UnderivableStream) -> str:
+    """The stream's rows stay as they were, stamped with no rules' version (0), so the
+    next sync's re-derivation tries it again; the reason, for its problem."""
+    from . import schema
+
+    conn.execute(schema.streams.update().where(schema.streams.c.id == stream_pk).values(derivation_version=0))
+    return exc.reason
+
+
+def _replace_pairs(conn: Connection, stream_pk: int, paired: list[PairedInvocation], *which) -> None:
+    """The stream's invocation rows (those ``which`` selects, else all) replaced by ``paired``."""
+    from sqlalchemy import delete
+
+    from . import schema
+
+    pairs = schema.invocations
+    conn.execute(delete(pairs).where(pairs.c.file_pk == stream_pk, *which))
     if paired:
         conn.execute(pairs.insert(), [_invocation_row(stream_pk, row) for row in paired])
-    return None
 
 
 def _instant(ts: str | None) -> tuple[str | None, int | None]:

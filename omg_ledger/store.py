@@ -1053,6 +1053,15 @@ def machine_problems(machine_column, machine: str):
     return machine_column.in_([machine, ""])
 
 
+def resolve_problems_of_reason(conn: Connection, reason_start: str, now: str, *where) -> None:
+    """Mark resolved the open problems, among those ``where`` selects, whose reason starts
+    with ``reason_start``: a cause derivation just found gone (the rows it could not derive
+    were derived), which no re-read of the files would end (caller's write transaction)."""
+    p = schema.problems.c
+    conn.execute(update(schema.problems).where(
+        p.resolved_at.is_(None), p.reason.startswith(reason_start, autoescape=True), *where).values(resolved_at=now))
+
+
 def resolve_problems(conn: Connection, paths: Iterable[str], seen: Iterable[tuple[str, int, str]], now: str,
                      machine: str, under: str | None = None, not_reread: Iterable[str] = (),
                      children_of: str | None = None) -> int:

@@ -93,6 +93,7 @@ from .store import (
     resolve_home,
     resolve_moved_run_problems,
     resolve_problems,
+    resolve_problems_of_reason,
     resolve_runs_problems,
     row_of,
     save_derive_state,
@@ -542,12 +543,9 @@ def _record_underivable(conn: Connection, run_pk: int, exc: Exception) -> None:
 def _resolve_underivable(conn: Connection, run_pks: list[int]) -> None:
     """The runs just re-derived are no longer runs the rules cannot derive: no sync reads
     an unchanged directory again to end that problem (caller's write transaction)."""
-    if not run_pks:
-        return
-    p = schema.problems.c
-    conn.execute(update(schema.problems).where(
-        p.run_pk.in_(run_pks), p.resolved_at.is_(None), p.reason.startswith(UNDERIVABLE_REASON, autoescape=True)
-    ).values(resolved_at=format_instant(datetime.now(UTC))))
+    if run_pks:
+        resolve_problems_of_reason(conn, UNDERIVABLE_REASON, format_instant(datetime.now(UTC)),
+                                   schema.problems.c.run_pk.in_(run_pks))
 
 
 def _underivable_problems(run_dir: str, read: RunDirRead, exc: UnderivableRun) -> list[Problem]:
@@ -1055,10 +1053,7 @@ class _HomeSync:
         if self._has_open_problems_under(path):  # (none in the cold-sync case: nothing to resolve)
             self._resolve_unseen(conn, path, read.problems, _not_reread(path, read, checkpoint_before))
             if derived_pk is not None:
-                p = schema.problems.c
-                conn.execute(update(schema.problems).where(
-                    p.run_pk == derived_pk, p.resolved_at.is_(None), p.reason.startswith(RULE_FAILED, autoescape=True)
-                ).values(resolved_at=self.now))
+                resolve_problems_of_reason(conn, RULE_FAILED, self.now, schema.problems.c.run_pk == derived_pk)
 
     def _resolve_unseen(self, conn: Connection, path: str, seen: list[Problem], not_reread: set[str]) -> None:
         resolve_problems(conn, [], _seen(seen), self.now, self.machine,
@@ -1582,9 +1577,7 @@ def _has_open_problems_at(engine: Engine, path: str, source: str) -> bool:
 def _resolve_stream_rule_failure(conn: Connection, path: str, source: str, now: str) -> None:
     """A runner stream just paired: a rule that failed on it before no longer does."""
     p = schema.problems.c
-    conn.execute(update(schema.problems).where(
-        p.path == path, p.machine == source, p.resolved_at.is_(None),
-        p.reason.startswith(STREAM_RULE_FAILED, autoescape=True)).values(resolved_at=now))
+    resolve_problems_of_reason(conn, STREAM_RULE_FAILED, now, p.path == path, p.machine == source)
 
 
 def _moved_invocation_stream(engine: Engine, source: str, path: str, key: str):
