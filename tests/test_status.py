@@ -67,15 +67,24 @@ def test_held_lock_is_running_and_kill9_makes_it_abandoned_without_resync(tmp_pa
     assert "--retry-failed" in row["hint"] and "may still be running and spending" in row["hint"]
 
 
-def test_planning_phase_with_held_lock_is_planning_then_abandoned(tmp_path, ledger):
+def _planning_run_synced_inside_its_planner_call(tmp_path, ledger):
+    """run-p, synced while its planner call runs (PLANNING, its lock held by a real process):
+    (its directory, the process holding the lock)."""
     home = tmp_path / "home"
     run_dir = write_run(home, "run-p", [ev("run_started", phase="planning")])
     child = hold_lock(run_dir)
     try:
         sync(ledger, [Home.from_path(str(home), "h")])
         assert status_of_run(ledger, "run-p") == "PLANNING"
-    finally:
+    except BaseException:
         kill9(child)
+        raise
+    return run_dir, child
+
+
+def test_planning_phase_with_held_lock_is_planning_then_abandoned(tmp_path, ledger):
+    _, child = _planning_run_synced_inside_its_planner_call(tmp_path, ledger)
+    kill9(child)
     row = {r["run_id"]: r for r in list_runs(ledger)}["run-p"]
     assert row["status"] == "ABANDONED" and "run the graph again" in row["hint"]
 
@@ -738,12 +747,8 @@ def test_a_planning_run_whose_plan_committed_after_the_last_sync_is_running(tmp_
     # unphased run_started) and the same leg runs on under the same lock: the engine reads
     # RUNNING (its latest run_started has no phase), and so does every command.
     ledger = open_ledger(db_url)
-    home = tmp_path / "home"
-    run_dir = write_run(home, "run-p", [ev("run_started", phase="planning")])
-    child = hold_lock(run_dir)
+    run_dir, child = _planning_run_synced_inside_its_planner_call(tmp_path, ledger)
     try:
-        sync(ledger, [Home.from_path(str(home), "h")])
-        assert status_of_run(ledger, "run-p") == "PLANNING"
         _append(run_dir, ev("run_started", 1, cost_usd=0.5), ev("node_started", 2, node_id="a"))
         assert (status_of_run(ledger, "run-p"), show_run(ledger, "run-p")["status"]) == ("RUNNING", "RUNNING")
         assert [r["run_id"] for r in list_runs(ledger, statuses=("PLANNING",))] == []

@@ -497,12 +497,12 @@ def _authorizer(action: int, arg1, arg2, _db, _trigger) -> int:
 SQLITE_READING_TABLE_FUNCTIONS = ("json_each", "json_tree")
 
 
-def _declare_pragma_tables(conn: sqlite3.Connection) -> None:
-    """Declare the allowed pragmas' table-valued functions (pragma_table_info …) and
-    :data:`SQLITE_READING_TABLE_FUNCTIONS` before the authorizer is set. SQLite declares
-    one the first time a connection names it and asks the authorizer to UPDATE
-    sqlite_master as it does, which the authorizer must refuse for any statement of the
-    user's."""
+def _declare_reading_tables(conn: sqlite3.Connection) -> None:
+    """Declare the table-valued functions a statement may read (the allowed pragmas'
+    pragma_table_info …, and :data:`SQLITE_READING_TABLE_FUNCTIONS`) before the authorizer
+    is set. SQLite declares one the first time a connection names it and asks the
+    authorizer to UPDATE sqlite_master as it does, which the authorizer must refuse for
+    any statement of the user's."""
     names = [f"pragma_{name}" for name in sorted(SQLITE_READING_PRAGMAS)] + list(SQLITE_READING_TABLE_FUNCTIONS)
     for name in names:
         with contextlib.suppress(sqlite3.OperationalError):  # one this SQLite does not have
@@ -550,7 +550,7 @@ class _SqliteStatement(threading.Thread):
             return
         try:
             conn.execute("PRAGMA query_only = ON")
-            _declare_pragma_tables(conn)
+            _declare_reading_tables(conn)
             conn.set_authorizer(_authorizer)
             conn.set_progress_handler(lambda: int(self.stopped), _PROGRESS_STEPS)
             # sqlite3 compiles one statement and raises if anything but comments follows.
