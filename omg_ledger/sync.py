@@ -441,10 +441,10 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
             missing = [r for r in run_ids if r not in found]
             if missing:
                 raise RunNotFound(f"no run {', '.join(missing)} in this ledger (omg-ledger runs lists them)")
-        stream_query = select(streams.c.id).where(streams.c.kind == "invocations")
+        stream_query = select(streams.c.id, streams.c.path, streams.c.source).where(streams.c.kind == "invocations")
         if not everything:
             stream_query = stream_query.where(streams.c.derivation_version < derive.DERIVATION_VERSION)
-        stream_pks = [] if run_ids is not None else [pk for (pk,) in conn.execute(stream_query.order_by(streams.c.id))]
+        outdated_streams = [] if run_ids is not None else conn.execute(stream_query.order_by(streams.c.id)).all()
     total = len(run_pks)
     for start in range(0, total, DERIVE_BATCH):
         with write_transaction(engine) as conn:
@@ -471,10 +471,9 @@ def _rederive(engine: Engine, run_ids: list[str] | None, progress: Progress | No
             _resolve_underivable(conn, derived)
         if progress is not None:
             progress("derive", min(start + DERIVE_BATCH, total), total)
-    for stream_pk in stream_pks:
+    for stream_pk, path, source in outdated_streams:
         with write_transaction(engine) as conn:
             failed = rederive_stream(conn, stream_pk, derive.DERIVATION_VERSION)
-            path, source = conn.execute(select(streams.c.path, streams.c.source).where(streams.c.id == stream_pk)).one()
             now = format_instant(datetime.now(UTC))
             if failed is None:
                 _resolve_stream_rule_failure(conn, path, source, now)
